@@ -1,0 +1,71 @@
+"""Frozen configuration objects for the store and its tiers.
+
+Defaults live here, once, with units in comments. The server builds these from YAML,
+``KVSTORE_*`` variables and flags (see ``server/settings.py``); library users build them
+directly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+TIER_ORDER = ("device", "host", "disk", "s3")  # top to bottom
+
+DEFAULT_HOST_CAPACITY = 1 << 30  # bytes: 1 GiB of host RAM
+DEFAULT_DISK_CAPACITY = 16 << 30  # bytes: 16 GiB of LMDB
+DEFAULT_SLOT_BYTES = 64 << 10  # bytes: slot size of memory slab tiers
+DEFAULT_LEASE_S = 30.0  # seconds a pin lives unless renewed
+DEFAULT_HIGH_WATERMARK = 0.95  # fraction of capacity that triggers eviction
+DEFAULT_LOW_WATERMARK = 0.85  # fraction of capacity eviction brings usage down to
+
+
+@dataclass(frozen=True, slots=True)
+class TierConfig:
+    """One tier. ``kind`` is one of :data:`TIER_ORDER`; ``options`` go to the tier class
+    (``path`` for disk, ``device`` for device, ``bucket``/``endpoint``... for s3,
+    ``slot_bytes`` for memory tiers)."""
+
+    kind: str
+    capacity_bytes: int
+    policy: str = "lru"  # name in kvstore.policy registry
+    admission: str = "always"  # name in kvstore.policy registry of admission rules
+    high_watermark: float = DEFAULT_HIGH_WATERMARK
+    low_watermark: float = DEFAULT_LOW_WATERMARK
+    write_through: bool = False  # also write each put into this tier synchronously
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.kind not in TIER_ORDER:
+            raise ValueError(f"unknown tier kind {self.kind!r}; known: {', '.join(TIER_ORDER)}")
+        if not isinstance(self.capacity_bytes, int) or self.capacity_bytes <= 0:
+            raise ValueError(f"{self.kind} tier capacity must be a positive number of bytes")
+        if not 0.0 < self.low_watermark <= self.high_watermark <= 1.0:
+            raise ValueError(
+                f"{self.kind} tier watermarks must satisfy 0 < low <= high <= 1, got "
+                f"low={self.low_watermark} high={self.high_watermark}"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class StoreConfig:
+    """The whole store: tiers top to bottom (a subset of :data:`TIER_ORDER`, in that order)."""
+
+    tiers: tuple[TierConfig, ...]
+    promote_on_hit: bool = True  # a get from a lower tier copies the block to the top tier
+    default_lease_s: float = DEFAULT_LEASE_S
+    prefetch_workers: int = 2  # threads that onboard prefetched blocks
+    namespaces_path: str | None = None  # JSON file that persists registered namespaces
+
+    def __post_init__(self) -> None:
+        if not self.tiers:
+            raise ValueError("a store needs at least one tier")
+        kinds = [t.kind for t in self.tiers]
+        if len(set(kinds)) != len(kinds):
+            raise ValueError(f"each tier kind may appear once, got {kinds}")
+        if kinds != sorted(kinds, key=TIER_ORDER.index):
+            raise ValueError(f"tiers must be ordered {' > '.join(TIER_ORDER)}, got {kinds}")
+        if self.default_lease_s <= 0:
+            raise ValueError("default_lease_s must be positive")
+        if self.prefetch_workers < 1:
+            raise ValueError("prefetch_workers must be at least 1")

@@ -1,0 +1,36 @@
+"""Exceptions the store raises. Each names the problem so that servers can map it to a clear
+HTTP 4xx or error frame."""
+
+from __future__ import annotations
+
+
+class KVStoreError(Exception):
+    """Base class of every error kvstore raises on bad input or state."""
+
+
+class UnknownNamespaceError(KVStoreError, KeyError):
+    """A request named a namespace that was never registered."""
+
+    def __str__(self) -> str:  # KeyError quotes its argument; we want the plain message
+        return str(self.args[0]) if self.args else "unknown namespace"
+
+
+class NamespaceConflictError(KVStoreError):
+    """A namespace was registered again with a different layout, size, algorithm or seed."""
+
+
+class BlockSizeError(KVStoreError, ValueError):
+    """A block's byte size does not match its namespace's ``block_bytes``."""
+
+
+class InvalidHashError(KVStoreError, ValueError):
+    """A block hash is not valid bytes/hex of an accepted length."""
+
+
+class CapacityError(KVStoreError):
+    """No tier can take the block: everything evictable is pinned or the block is larger than
+    every tier."""
+
+
+class TierUnavailableError(KVStoreError):
+    """A tier's back end (LMDB file, S3 endpoint) cannot serve right now."""

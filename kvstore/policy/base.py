@@ -1,0 +1,65 @@
+"""Eviction policies and admission rules.
+
+Policies are told about events and asked for victims; they never touch bytes (cachetools'
+split of accounting and ``popitem``). One policy instance serves one tier. The store holds
+its lock while it calls a policy, so policies need no locking of their own.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+
+from kvstore.types import BlockKey
+
+
+class Policy(ABC):
+    """Tracks the keys resident in one tier and orders them for eviction."""
+
+    name: str = "policy"
+
+    @abstractmethod
+    def on_put(self, key: BlockKey, size: int) -> None:
+        """``key`` became resident (a put or a promotion/demotion into the tier). A put of a
+        key already tracked counts as an access."""
+
+    @abstractmethod
+    def on_hit(self, key: BlockKey) -> None:
+        """``key`` was read from the tier. Unknown keys are ignored."""
+
+    @abstractmethod
+    def on_remove(self, key: BlockKey) -> None:
+        """``key`` left the tier (evicted, demoted, promoted away or deleted). Unknown keys are
+        ignored."""
+
+    @abstractmethod
+    def victims(self, n: int, evictable: Callable[[BlockKey], bool]) -> list[BlockKey]:
+        """Up to ``n`` resident keys to evict next, best victim first, skipping keys for which
+        ``evictable(key)`` is False (pinned). Does not forget them: the store calls
+        :meth:`on_remove` for each key it actually removes. Returns fewer than ``n`` keys only
+        when fewer evictable keys are resident."""
+
+    @abstractmethod
+    def __len__(self) -> int:
+        """Number of tracked resident keys."""
+
+    @abstractmethod
+    def __contains__(self, key: object) -> bool: ...
+
+
+class Admission(ABC):
+    """Decides whether a block may enter a tier (for example: the disk tier admits only blocks
+    seen at least twice). Told about every access the store sees for any tier."""
+
+    name: str = "admission"
+
+    @abstractmethod
+    def on_access(self, key: BlockKey) -> None:
+        """``key`` was put or hit anywhere in the store."""
+
+    @abstractmethod
+    def admit(self, key: BlockKey) -> bool:
+        """Whether ``key`` may be written to the tier this rule guards."""
+
+    def forget(self, key: BlockKey) -> None:  # noqa: B027 - optional hook
+        """``key`` was deleted from the whole store."""

@@ -1,0 +1,100 @@
+"""The one interface every storage tier implements.
+
+Tiers store bytes under :data:`~kvstore.types.BlockKey` keys and account capacity in bytes.
+They never decide what to evict (the store asks a policy) and never verify checksums (the
+store does, with the checksum it keeps in its index and that persistent tiers keep beside the
+bytes so the index can be rebuilt after a restart).
+
+Thread-safety: the store calls a tier from several threads (request threads and the prefetch
+worker) but never concurrently for the *same key*. Implementations guard their own shared
+structures (free lists, open transactions).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from typing import Any, NamedTuple
+
+from kvstore.types import BlockKey
+
+Buffer = bytes | bytearray | memoryview
+
+
+class BlockMeta(NamedTuple):
+    """What a tier keeps beside a block's bytes: the namespace layout id, the checksum of the
+    bytes (xxh3-64) and their length."""
+
+    layout_id: int
+    checksum: int
+    size: int
+
+
+class Tier(ABC):
+    """A storage tier with a byte capacity.
+
+    ``name`` is the tier's kind as shown in stats and lookups: ``device``, ``host``, ``disk``,
+    ``s3``. ``persistent`` tiers survive a restart: the store rebuilds its index from
+    :meth:`scan`. ``verify_reads`` tells the store to check checksums on what this tier
+    returns (memory tiers skip it; LMDB and S3 bytes can rot or be tampered with).
+    """
+
+    name: str = "tier"
+    persistent: bool = False
+    verify_reads: bool = False
+
+    def __init__(self, capacity_bytes: int) -> None:
+        if capacity_bytes <= 0:
+            raise ValueError(f"{self.name} tier capacity must be positive, got {capacity_bytes}")
+        self.capacity_bytes = int(capacity_bytes)
+
+    # -- accounting ---------------------------------------------------------------------
+    @abstractmethod
+    def used_bytes(self) -> int:
+        """Bytes charged against capacity right now (slot rounding included)."""
+
+    def charge(self, size: int) -> int:
+        """Bytes a block of ``size`` bytes would be charged. Slot tiers round up."""
+        return size
+
+    def fits(self, size: int) -> bool:
+        """Whether a block of ``size`` bytes could ever fit in this tier."""
+        return self.charge(size) <= self.capacity_bytes
+
+    # -- data -----------------------------------------------------------------------------
+    @abstractmethod
+    def put_many(self, items: Sequence[tuple[BlockKey, Buffer, BlockMeta]]) -> None:
+        """Store every item (overwriting an existing key). The caller guarantees room: after
+        the call ``used_bytes() <= capacity_bytes`` must hold, else the tier raises
+        :class:`~kvstore.errors.CapacityError` and stores none of the items. Raises
+        :class:`~kvstore.errors.TierUnavailableError` if the back end cannot be written; then
+        no item is visible. Buffers are only read during the call."""
+
+    @abstractmethod
+    def get_many(self, keys: Sequence[BlockKey]) -> list[bytes | None]:
+        """The bytes of each key, or None where the tier does not hold it. The returned
+        objects are owned by the caller (copies, not views into reusable memory)."""
+
+    @abstractmethod
+    def contains(self, key: BlockKey) -> bool:
+        """Whether the tier holds ``key``."""
+
+    @abstractmethod
+    def delete(self, keys: Sequence[BlockKey]) -> None:
+        """Remove the keys; absent keys are ignored."""
+
+    def scan(self) -> Iterator[tuple[BlockKey, BlockMeta]]:
+        """Every stored block with its meta. Persistent tiers implement it; the store calls it
+        once at start to rebuild its index."""
+        return iter(())
+
+    def health(self) -> dict[str, Any]:
+        """``{"ok": bool, ...}`` plus whatever helps an operator (errors, back end)."""
+        return {"ok": True}
+
+    def flush(self) -> None:  # noqa: B027 - optional hook
+        """Make every completed put durable (persistent tiers)."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release resources. Persistent tiers flush first. Idempotent."""
