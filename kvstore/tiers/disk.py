@@ -1,0 +1,276 @@
+"""Disk tier: one LMDB environment, key = namespace + NUL + hash, value = header + bytes.
+
+Durability: LMDB commits are atomic and, opened with ``sync=True, metasync=True`` and without
+``writemap``, durable when ``commit()`` returns, so a ``kill -9`` loses at most the batch in
+flight and never leaves a half-written value. Each ``put_many``/``delete`` is one write
+transaction.
+
+The value starts with a fixed header (:data:`HEADER`: magic, version, layout id, checksum,
+payload size) so that :meth:`DiskTier.scan` can give the store every block's meta after a
+restart without a side table. A value whose magic is wrong is not ours (or is damaged): reads
+treat it as absent and scans skip it. Payload checksums are checked by the store
+(``verify_reads``), never here.
+
+``used_bytes`` is the sum of payload sizes, kept in memory (``_sizes``) and rebuilt at open by
+a scan of the headers. ``map_size`` starts at twice the capacity plus slack (LMDB rounds each
+large value up to whole overflow pages and cannot reuse pages that a live reader still sees)
+and doubles when a commit hits ``MapFullError``; the file itself only grows with what is
+written. Growing remaps the file, which invalidates open read transactions, so reads and the
+remap are kept apart by :class:`_RemapGate`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import lmdb
+
+from kvstore.errors import CapacityError, TierUnavailableError
+from kvstore.tiers.base import BlockMeta, Buffer, Tier
+from kvstore.types import BlockKey
+
+log = logging.getLogger(__name__)
+
+MAGIC = b"KVSB"
+VERSION = 1
+HEADER = struct.Struct("<4sHxxQQI4x")  # magic, version, layout_id u64, checksum u64, size u32
+_MAP_SLACK = 64 << 20  # bytes of map beyond 2x capacity: LMDB meta and branch pages
+_MAX_GROW = 8  # doublings tried for one commit before giving up
+
+
+def encode_key(key: BlockKey) -> bytes:
+    """``namespace + b"\\0" + hash`` (namespace names never contain NUL)."""
+    return key[0].encode() + b"\x00" + key[1]
+
+
+def decode_key(raw: bytes) -> BlockKey:
+    ns, _, block_hash = raw.partition(b"\x00")  # the hash may contain NUL, the namespace not
+    return ns.decode(), block_hash
+
+
+def pack_value(data: Buffer, meta: BlockMeta) -> bytearray:
+    """Header + payload in one buffer (the one copy a put makes before LMDB's own)."""
+    view = memoryview(data).cast("B")
+    value = bytearray(HEADER.size + view.nbytes)
+    HEADER.pack_into(value, 0, MAGIC, VERSION, meta.layout_id, meta.checksum, view.nbytes)
+    value[HEADER.size :] = view
+    return value
+
+
+def unpack_header(value: Buffer) -> BlockMeta | None:
+    """The meta in a stored value's header, or None if it is not a valid kvstore header."""
+    if len(value) < HEADER.size:
+        return None
+    magic, version, layout_id, checksum, size = HEADER.unpack_from(value)
+    if magic != MAGIC or version != VERSION or HEADER.size + size != len(value):
+        return None
+    return BlockMeta(layout_id, checksum, size)
+
+
+class _RemapGate:
+    """Many readers, or one remap: ``set_mapsize`` must not run under an open read txn."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._readers = 0
+        self._remapping = False
+
+    @contextmanager
+    def shared(self) -> Iterator[None]:
+        with self._cond:
+            while self._remapping:
+                self._cond.wait()
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._readers -= 1
+                if not self._readers:
+                    self._cond.notify_all()
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        with self._cond:
+            self._remapping = True
+            while self._readers:
+                self._cond.wait()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._remapping = False
+                self._cond.notify_all()
+
+
+class DiskTier(Tier):
+    """LMDB tier (options: ``path`` (a directory, created), ``map_size``)."""
+
+    name = "disk"
+    persistent = True
+    verify_reads = True
+
+    def __init__(self, capacity_bytes: int, path: str, map_size: int | None = None) -> None:
+        super().__init__(capacity_bytes)
+        self.path = os.fspath(path)
+        os.makedirs(self.path, exist_ok=True)
+        page = os.sysconf("SC_PAGE_SIZE")
+        want = map_size or 2 * self.capacity_bytes + _MAP_SLACK
+        try:
+            self._env = lmdb.open(
+                self.path,
+                map_size=-(-want // page) * page,
+                subdir=True,
+                readahead=True,
+                sync=True,
+                metasync=True,
+                writemap=False,
+                max_dbs=0,
+                max_readers=512,
+            )
+        except lmdb.Error as exc:
+            msg = f"disk tier: cannot open LMDB at {self.path}: {exc}"
+            raise TierUnavailableError(msg) from exc
+        self._write_lock = threading.Lock()  # one write txn, map growth and _sizes updates
+        self._gate = _RemapGate()
+        self._closed = False
+        self._sizes: dict[bytes, int] = {}
+        self._used = 0
+        for raw, meta in self._headers():
+            self._sizes[raw] = meta.size
+            self._used += meta.size
+        if self._used > self.capacity_bytes:
+            log.warning(
+                "disk tier %s holds %d bytes, over its capacity of %d; the store will evict",
+                self.path,
+                self._used,
+                self.capacity_bytes,
+            )
+
+    # -- accounting ---------------------------------------------------------------------
+    def used_bytes(self) -> int:
+        return self._used
+
+    def map_size(self) -> int:
+        return int(self._env.info()["map_size"])
+
+    # -- writes -------------------------------------------------------------------------
+    def put_many(self, items: Sequence[tuple[BlockKey, Buffer, BlockMeta]]) -> None:
+        values = {encode_key(key): pack_value(buf, meta) for key, buf, meta in items}
+        with self._write_lock:
+            self._check_open()
+            new = {raw: len(v) - HEADER.size for raw, v in values.items()}
+            used = self._used + sum(new.values()) - sum(self._sizes.get(raw, 0) for raw in new)
+            if used > self.capacity_bytes:
+                raise CapacityError(
+                    f"disk tier: {used} bytes needed of a capacity of {self.capacity_bytes}"
+                )
+            self._write(lambda txn: [txn.put(raw, v) for raw, v in values.items()])
+            self._sizes.update(new)
+            self._used = used
+
+    def delete(self, keys: Sequence[BlockKey]) -> None:
+        with self._write_lock:
+            self._check_open()
+            raws = [raw for raw in map(encode_key, keys) if raw in self._sizes]
+            if not raws:
+                return
+            self._write(lambda txn: [txn.delete(raw) for raw in raws])
+            for raw in raws:
+                self._used -= self._sizes.pop(raw)
+
+    def _write(self, body: Any) -> None:
+        """Run ``body(txn)`` in one committed write txn, growing the map when it is full.
+        Caller holds ``_write_lock``."""
+        for _ in range(_MAX_GROW):
+            try:
+                with self._env.begin(write=True) as txn:
+                    body(txn)
+                return
+            except lmdb.MapFullError:
+                self._grow()
+            except lmdb.Error as exc:
+                raise TierUnavailableError(f"disk tier: write failed: {exc}") from exc
+        raise TierUnavailableError(f"disk tier: map still full at {self.map_size()} bytes")
+
+    def _grow(self) -> None:
+        new = 2 * self.map_size()
+        with self._gate.exclusive():
+            self._env.set_mapsize(new)
+        log.info("disk tier %s: map_size grown to %d bytes", self.path, new)
+
+    # -- reads ----------------------------------------------------------------------------
+    def get_many(self, keys: Sequence[BlockKey]) -> list[bytes | None]:
+        out: list[bytes | None] = []
+        with self._gate.shared():
+            self._check_open()
+            try:
+                with self._env.begin(buffers=True) as txn:
+                    for key in keys:
+                        value = txn.get(encode_key(key))
+                        meta = None if value is None else unpack_header(value)
+                        if meta is None:
+                            if value is not None:
+                                log.warning("disk tier: bad header for %r; treated as absent", key)
+                            out.append(None)
+                        else:
+                            # The memoryview points into the map: slice it, copy once.
+                            out.append(bytes(value[HEADER.size : HEADER.size + meta.size]))
+            except lmdb.Error as exc:
+                raise TierUnavailableError(f"disk tier: read failed: {exc}") from exc
+        return out
+
+    def contains(self, key: BlockKey) -> bool:
+        return encode_key(key) in self._sizes
+
+    def scan(self) -> Iterator[tuple[BlockKey, BlockMeta]]:
+        for raw, meta in self._headers():
+            yield decode_key(raw), meta
+
+    def _headers(self) -> list[tuple[bytes, BlockMeta]]:
+        """Every valid (encoded key, meta), read in one txn; values with a bad header are
+        logged and skipped. Only the header bytes of each value are touched."""
+        found: list[tuple[bytes, BlockMeta]] = []
+        with self._gate.shared(), self._env.begin(buffers=True) as txn:
+            for raw, value in txn.cursor():
+                meta = unpack_header(value)  # a memoryview: reads 32 bytes, copies none
+                if meta is None:
+                    log.warning("disk tier %s: skipping bad header of %r", self.path, bytes(raw))
+                    continue
+                found.append((bytes(raw), meta))
+        return found
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._sizes)
+
+    def health(self) -> dict[str, Any]:
+        return {
+            "ok": not self._closed,
+            "path": self.path,
+            "blocks": len(self._sizes),
+            "map_size": None if self._closed else self.map_size(),
+        }
+
+    def flush(self) -> None:
+        with self._write_lock:
+            if not self._closed:
+                self._env.sync(True)
+
+    def close(self) -> None:
+        with self._write_lock, self._gate.exclusive():
+            if self._closed:
+                return
+            self._closed = True
+            self._env.sync(True)
+            self._env.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("disk tier is closed")

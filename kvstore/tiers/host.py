@@ -1,0 +1,147 @@
+"""Host RAM tier: a slot slab in named POSIX shared memory.
+
+The slab is a ``multiprocessing.shared_memory.SharedMemory`` segment so that a client on the
+same machine maps it by name (:func:`attach_slab`) and reads or writes blocks at the extents
+the store hands out, with no copy through a socket. When CUDA is present the mapping is
+page-locked (``cudaHostRegister``) so host-to-device copies from it run at full DMA speed.
+
+Lifetime: the tier creates the segment and unlinks it on :meth:`HostTier.close` (or, if never
+closed, when the tier is collected or the interpreter exits). Python 3.11's resource tracker
+registers every segment a process creates *or attaches* and unlinks it when that process exits,
+which would let an exiting client destroy the server's slab, and it warns about "leaked"
+segments the tier unlinks on its own schedule; so both sides unregister right after opening
+and the tier alone unlinks.
+"""
+
+from __future__ import annotations
+
+import _posixshmem
+import contextlib
+import logging
+import os
+import secrets
+import weakref
+from multiprocessing import resource_tracker
+from multiprocessing.shared_memory import SharedMemory
+
+import numpy as np
+
+from kvstore.config import DEFAULT_SLOT_BYTES
+from kvstore.tiers.slab import Extents, SlabInfo, SlabTier
+
+log = logging.getLogger(__name__)
+
+
+def _open_untracked(name: str, create: bool, size: int = 0) -> SharedMemory:
+    shm = SharedMemory(name=name, create=create, size=size)
+    # SharedMemory prefixes a "/" on POSIX; the tracker knows the segment by that name.
+    resource_tracker.unregister(shm._name, "shared_memory")  # type: ignore[attr-defined]
+    return shm
+
+
+def attach_slab(shm_name: str) -> SharedMemory:
+    """Map a host tier's slab from another process (name from ``SlabInfo.shm_name``).
+
+    Read and write ``shm.buf`` at the extents the store returns; call ``shm.close()`` when
+    done and never ``unlink()``: the segment belongs to the tier."""
+    return _open_untracked(shm_name, create=False)
+
+
+def _cuda_register(arr: np.ndarray) -> int | None:
+    """Page-lock ``arr`` for CUDA; its address on success, None without CUDA or on failure."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    ptr = int(arr.ctypes.data)
+    try:
+        torch.cuda.check_error(torch.cuda.cudart().cudaHostRegister(ptr, arr.nbytes, 0))
+    except Exception as exc:  # pinning is an optimisation: serve unpinned rather than fail
+        log.warning("host tier: cudaHostRegister of %d bytes failed: %s", arr.nbytes, exc)
+        return None
+    return ptr
+
+
+def _release(shm: SharedMemory, pinned: int | None) -> None:
+    if pinned is not None:
+        import torch
+
+        torch.cuda.cudart().cudaHostUnregister(pinned)
+    try:
+        shm.close()
+    except BufferError:
+        # A caller still holds a view(); the mapping goes when it does. The name goes now.
+        log.debug("host tier: slab %s still has exported views at close", shm.name)
+    # Not shm.unlink(): it would unregister from the tracker a second time, and the tracker
+    # process prints a traceback for a name it does not know.
+    with contextlib.suppress(FileNotFoundError):
+        _posixshmem.shm_unlink(shm._name)  # type: ignore[attr-defined]
+
+
+class HostTier(SlabTier):
+    """Host RAM slot slab in shared memory (options: ``slot_bytes``, ``shm_name``, ``pin``)."""
+
+    name = "host"
+
+    def __init__(
+        self,
+        capacity_bytes: int,
+        slot_bytes: int = DEFAULT_SLOT_BYTES,
+        shm_name: str | None = None,
+        pin: bool = True,
+    ) -> None:
+        super().__init__(capacity_bytes, slot_bytes)
+        self._shm = _open_untracked(
+            shm_name or f"kvstore-{os.getpid()}-{secrets.token_hex(4)}",
+            create=True,
+            size=self.slab_bytes,
+        )
+        self._buf: memoryview | None = self._shm.buf
+        self._arr = np.ndarray(self.slab_bytes, dtype=np.uint8, buffer=self._shm.buf)
+        self.pinned = _cuda_register(self._arr) if pin else None
+        self._finalizer = weakref.finalize(self, _release, self._shm, self.pinned)
+
+    @property
+    def shm_name(self) -> str:
+        return self._shm.name
+
+    def slab_info(self) -> SlabInfo:
+        return SlabInfo(self._shm.name, self.slab_bytes, self.slot_bytes)
+
+    def view(self, offset: int, length: int) -> memoryview:
+        """A writable view of the slab (no copy); valid until :meth:`close`."""
+        if offset < 0 or length < 0 or offset + length > self.slab_bytes:
+            raise ValueError(f"extent ({offset}, {length}) outside slab of {self.slab_bytes}")
+        self._check_open()
+        assert self._buf is not None
+        return self._buf[offset : offset + length]
+
+    def _copy_in(self, extents: Extents, data: memoryview) -> None:
+        arr, src = self._arr, np.frombuffer(data, dtype=np.uint8)
+        pos = 0
+        for off, length in extents:
+            arr[off : off + length] = src[pos : pos + length]
+            pos += length
+
+    def _copy_out(self, extents: Extents, size: int) -> bytes:
+        buf = self._buf
+        if buf is None:
+            raise RuntimeError("host tier is closed")
+        if len(extents) == 1:
+            off, length = extents[0]
+            return buf[off : off + length].tobytes()
+        return b"".join([buf[off : off + length] for off, length in extents])
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._index.clear()
+            self._reserved.clear()
+            # Our own exports of the mapping must go before SharedMemory.close() can unmap it.
+            self._buf = None
+            del self._arr
+        self._finalizer()
