@@ -1,0 +1,283 @@
+"""Chained prefix block hashes, byte for byte as vLLM 0.32 computes them for prefix caching.
+
+A prompt is cut into full blocks of ``block_size`` tokens (a trailing partial block is never
+hashed). Block ``i`` hashes ``(parent, tuple(block_tokens), extra_keys)`` where ``parent`` is
+block ``i-1``'s hash, or ``NONE_HASH`` for the first block, so each hash names the whole prefix
+that ends at its block boundary. ``NONE_HASH = hash_fn(seed)``; the seed is the one the engine
+runs with (vLLM reads ``PYTHONHASHSEED``), else the fixed string ``"vllm-none-hash"`` for the
+SHA-256 algorithms. ``extra_keys`` is ``None`` or a tuple, in vLLM's order, of: the LoRA key
+``("lora", name)`` on every block, ``(mm_identifier, offset_in_block)`` for every multimodal
+input that overlaps the block, and ``("cache_salt", salt)`` on the first block only.
+
+Algorithms (``--prefix-caching-hash-algo`` in vLLM):
+
+==============  ==========================================================  ============
+name            hash of an object                                           digest
+==============  ==========================================================  ============
+``sha256``      SHA-256 of ``pickle.dumps(obj, pickle.HIGHEST_PROTOCOL)``    32 bytes
+``sha256_cbor`` SHA-256 of canonical CBOR (``cbor2``), language-neutral      32 bytes
+``xxhash``      XXH3-128 of the pickle                                       16 bytes
+``xxhash_cbor`` XXH3-128 of canonical CBOR                                   16 bytes
+==============  ==========================================================  ============
+
+vLLM gives the two xxhash algorithms a random per-process seed when ``PYTHONHASHSEED`` is unset
+(a predictable seed would let an attacker precompute collisions for a non-cryptographic hash).
+Such hashes never match across processes, so here a seed is required for them: asking for one
+without a seed raises ``ValueError`` instead of silently yielding a zero hit rate.
+
+Not covered: requests with prompt embeddings (vLLM adds a digest of the embedding tensor).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import pickle
+from array import array
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, NamedTuple, get_args
+
+import cbor2
+import xxhash
+
+from kvstore.types import BlockHash
+
+HashAlgo = Literal["sha256", "sha256_cbor", "xxhash", "xxhash_cbor"]
+ALGOS: tuple[str, ...] = get_args(HashAlgo)
+"""Every algorithm name vLLM accepts for ``--prefix-caching-hash-algo``."""
+
+DEFAULT_NONE_HASH_SEED = "vllm-none-hash"
+"""Seed of ``NONE_HASH`` for the SHA-256 algorithms when no seed is configured (vLLM's
+``DEFAULT_NONE_HASH_SEED``)."""
+
+_RANDOM_SEED_ALGOS = frozenset({"xxhash", "xxhash_cbor"})
+_PICKLE_PROTOCOL = pickle.HIGHEST_PROTOCOL  # what vLLM pickles with (5 on Python 3.11)
+
+
+def _sha256(obj: Any) -> bytes:
+    return hashlib.sha256(pickle.dumps(obj, protocol=_PICKLE_PROTOCOL)).digest()
+
+
+def _sha256_cbor(obj: Any) -> bytes:
+    return hashlib.sha256(cbor2.dumps(obj, canonical=True)).digest()
+
+
+def _xxhash(obj: Any) -> bytes:
+    return xxhash.xxh3_128_digest(pickle.dumps(obj, protocol=_PICKLE_PROTOCOL))
+
+
+def _xxhash_cbor(obj: Any) -> bytes:
+    return xxhash.xxh3_128_digest(cbor2.dumps(obj, canonical=True))
+
+
+_HASH_FNS: dict[str, Callable[[Any], bytes]] = {
+    "sha256": _sha256,
+    "sha256_cbor": _sha256_cbor,
+    "xxhash": _xxhash,
+    "xxhash_cbor": _xxhash_cbor,
+}
+
+
+def get_hash_fn(algo: str) -> Callable[[Any], bytes]:
+    """The function vLLM's algorithm ``algo`` hashes one object with (see the module table).
+
+    Raises ``ValueError`` naming the known algorithms when ``algo`` is not one of them."""
+    try:
+        return _HASH_FNS[algo]
+    except (KeyError, TypeError):
+        raise ValueError(
+            f"unknown hash algorithm {algo!r}; known: {', '.join(ALGOS)}"
+        ) from None
+
+
+@functools.cache
+def none_hash(algo: str, seed: str | None = None) -> BlockHash:
+    """``NONE_HASH``, the parent of a prompt's first block: ``hash_fn(seed)``.
+
+    ``seed`` is the engine's ``PYTHONHASHSEED`` string (``"0"`` and ``"00"`` differ, as in
+    vLLM); ``None`` means it is unset, which selects ``DEFAULT_NONE_HASH_SEED`` for the SHA-256
+    algorithms. Cached per ``(algo, seed)``. Raises ``ValueError`` for an unknown algorithm, a
+    seed that is not a string, or an xxhash algorithm without a seed (vLLM then draws a random
+    per-process seed that no other process can reproduce).
+    """
+    hash_fn = get_hash_fn(algo)
+    if seed is None:
+        if algo in _RANDOM_SEED_ALGOS:
+            raise ValueError(
+                f"{algo} needs a seed: without PYTHONHASHSEED vLLM seeds {algo} with random "
+                "bytes per process, so no other process can reproduce its block hashes; start "
+                "vLLM with PYTHONHASHSEED set and pass the same value as seed"
+            )
+        seed = DEFAULT_NONE_HASH_SEED
+    elif not isinstance(seed, str):
+        raise ValueError(f"seed must be a str (the PYTHONHASHSEED value) or None, got {seed!r}")
+    return BlockHash(hash_fn(seed))
+
+
+class MMHash(NamedTuple):
+    """A multimodal input of a prompt: vLLM's ``mm_feature.identifier`` (its content hash) and
+    its placeholder span, ``offset`` and ``length`` in tokens from the first token passed."""
+
+    identifier: str
+    offset: int
+    length: int
+
+
+def _as_tokens(token_ids: Sequence[int]) -> tuple[int, ...]:
+    """``token_ids`` as a tuple after checking they are non-negative Python ints.
+
+    A tuple because slicing it yields the per-block tuples directly (one allocation per block,
+    as in vLLM). Both checks run in C over the whole prompt: the types because ``bool``, numpy
+    integers or floats pickle or CBOR-encode differently from the ``int`` vLLM hashes and would
+    silently change every hash; the range because token ids are never negative.
+    """
+    if isinstance(token_ids, str | bytes):
+        raise ValueError("token_ids must be a sequence of ints, not a string")
+    toks = tuple(token_ids)
+    kinds = set(map(type, toks))
+    if kinds - {int}:
+        names = ", ".join(sorted(k.__name__ for k in kinds - {int}))
+        raise ValueError(f"token ids must be Python ints; got {names} (convert with .tolist())")
+    try:
+        array("Q", toks)  # 64-bit unsigned: one C pass that rejects negative and huge ids
+    except OverflowError:
+        bad = next(t for t in toks if not 0 <= t < 2**64)
+        raise ValueError(f"token ids must be in [0, 2**64); got {bad}") from None
+    return toks
+
+
+def _check_mm(mm_hashes: Sequence[MMHash | tuple[str, int, int]]) -> list[MMHash]:
+    out = [MMHash(*m) for m in mm_hashes]
+    prev = -1
+    for m in out:
+        if not isinstance(m.identifier, str):
+            raise ValueError(f"mm identifier must be a str, got {m.identifier!r}")
+        if type(m.offset) is not int or type(m.length) is not int:
+            raise ValueError(f"mm offset and length must be ints, got {m!r}")
+        if m.offset < 0 or m.length <= 0:
+            raise ValueError(f"mm offset must be >= 0 and length > 0, got {m!r}")
+        if m.offset < prev:
+            raise ValueError("mm_hashes must be sorted by offset, as vLLM assumes")
+        prev = m.offset
+    return out
+
+
+def _mm_keys(mm: list[MMHash], start: int, end: int, idx: int) -> tuple[list[Any], int]:
+    """vLLM's walk over the sorted multimodal inputs for block ``[start, end)``, from input
+    ``idx`` on: ``(identifier, offset - start)`` for each input overlapping the block, and the
+    input the next block starts from. Kept step for step so that odd layouts (touching or
+    overlapping spans) give vLLM's keys, not merely plausible ones."""
+    keys: list[Any] = []
+    last = mm[-1]
+    if last.offset + last.length <= start:
+        return keys, idx
+    while idx < len(mm):
+        identifier, offset, length = mm[idx]
+        if end <= offset:
+            break  # the block ends before this input starts
+        if start >= offset + length:
+            idx += 1  # the block starts after this input ends
+            continue
+        keys.append((identifier, offset - start))
+        if end >= offset + length:
+            idx += 1  # this input ends in the block; the next one may start in it too
+        else:
+            break
+    return keys, idx
+
+
+@dataclass(frozen=True, slots=True)
+class BlockHasher:
+    """Chained block hashing for one engine configuration: ``algo`` (see :data:`ALGOS`),
+    ``seed`` (the engine's ``PYTHONHASHSEED``, ``None`` when unset) and ``block_size``.
+
+    Construction validates all three and derives ``NONE_HASH`` at once, so a misconfigured
+    hasher fails here (``ValueError``), not on first use. Immutable and safe to share.
+    """
+
+    algo: str = "sha256"
+    seed: str | None = None
+    block_size: int = 16
+
+    def __post_init__(self) -> None:
+        if type(self.block_size) is not int or self.block_size <= 0:
+            raise ValueError(f"block_size must be a positive int, got {self.block_size!r}")
+        none_hash(self.algo, self.seed)  # raises on an unknown algo or a missing xxhash seed
+
+    @property
+    def none_hash(self) -> BlockHash:
+        """The parent hash of a prompt's first block."""
+        return none_hash(self.algo, self.seed)
+
+    def hash_blocks(
+        self,
+        token_ids: Sequence[int],
+        *,
+        cache_salt: str | None = None,
+        lora_name: str | None = None,
+        mm_hashes: Sequence[MMHash | tuple[str, int, int]] | None = None,
+        parent: bytes | None = None,
+    ) -> list[BlockHash]:
+        """Hashes of the full blocks of ``token_ids``, in order, each chained on the previous.
+
+        ``parent`` continues a chain: ``token_ids`` then follow the block whose hash it is
+        (``None`` or empty: they start a prompt, as vLLM treats a falsy parent).
+        ``cache_salt`` enters the first block of a prompt only (an empty salt is none, as in
+        vLLM), so it cannot be combined with ``parent``. ``lora_name`` enters every block.
+        ``mm_hashes`` lists multimodal inputs sorted by offset, offsets counted from
+        ``token_ids[0]``. Returns ``len(token_ids) // block_size`` hashes; the tokens after the
+        last full block are validated but not hashed. Raises ``ValueError`` on tokens that are
+        not non-negative ints, bad multimodal spans, or a salt with a parent.
+        """
+        toks = _as_tokens(token_ids)
+        if parent and cache_salt:
+            raise ValueError(
+                "cache_salt enters only the first block of a prompt; with parent set the "
+                "tokens continue a prompt, so hash the salted prompt from its start"
+            )
+        hash_fn = _HASH_FNS[self.algo]
+        bs = self.block_size
+        end = len(toks) - len(toks) % bs
+        prev: bytes = parent or none_hash(self.algo, self.seed)
+        out: list[BlockHash] = []
+        if end == 0:
+            return out
+
+        lora: list[Any] = [("lora", lora_name)] if lora_name is not None else []
+        salt: list[Any] = [("cache_salt", cache_salt)] if cache_salt else []
+        if mm_hashes:
+            # Multimodal prompts build keys per block, as vLLM does; rare and short.
+            mm = _check_mm(mm_hashes)
+            idx = 0
+            for start in range(0, end, bs):
+                mm_keys, idx = _mm_keys(mm, start, start + bs, idx)
+                keys = lora + mm_keys + (salt if start == 0 else [])
+                prev = hash_fn((prev, toks[start : start + bs], tuple(keys) if keys else None))
+                out.append(BlockHash(prev))
+            return out
+
+        # Text prompts: the extra keys differ only on the first block, so the loop below does
+        # one slice and one hash call per block and builds nothing else (vLLM's hasher
+        # rebuilds the extra keys through several calls per block).
+        first = lora + salt
+        prev = hash_fn((prev, toks[:bs], tuple(first) if first else None))
+        out.append(BlockHash(prev))
+        rest = tuple(lora) if lora else None
+        append = out.append
+        for start in range(bs, end, bs):
+            prev = hash_fn((prev, toks[start : start + bs], rest))
+            append(prev)  # type: ignore[arg-type]  # BlockHash is bytes at run time
+        return out
+
+
+def block_hashes(
+    token_ids: Sequence[int],
+    block_size: int,
+    algo: str = "sha256",
+    seed: str | None = None,
+    cache_salt: str | None = None,
+) -> list[BlockHash]:
+    """Full-block chained hashes of one prompt; ``BlockHasher(algo, seed, block_size)
+    .hash_blocks(token_ids, cache_salt=cache_salt)`` (see there for contract and errors)."""
+    return BlockHasher(algo, seed, block_size).hash_blocks(token_ids, cache_salt=cache_salt)
