@@ -64,7 +64,8 @@ class Namespace:
                 or self.block_bytes <= 0:
             raise ValueError(f"block_bytes must be a positive integer, got {self.block_bytes!r}")
         if self.hash_algo not in HASH_ALGOS:
-            raise ValueError(f"unknown hash_algo {self.hash_algo!r}; known: {', '.join(HASH_ALGOS)}")
+            known = ", ".join(HASH_ALGOS)
+            raise ValueError(f"unknown hash_algo {self.hash_algo!r}; known: {known}")
         if self.hash_seed is not None and not isinstance(self.hash_seed, str):
             raise ValueError("hash_seed must be a string or null")
 

@@ -1,0 +1,184 @@
+"""The store's zero-copy path for clients on the same host.
+
+The host tier's slab lives in named shared memory. A local client asks the store for byte
+extents inside it and copies block bytes itself, so only control messages cross a socket:
+
+- read: :meth:`acquire_read` makes each block resident in the host tier, pins it under a lease
+  and returns its extents; the client copies, then calls ``release``.
+- write: :meth:`reserve_write` allocates host slots for blocks the store does not have yet
+  (invisible to every reader); the client copies into them, then :meth:`commit_write`
+  checksums and publishes them, or :meth:`abort_write` frees them. A reservation whose lease
+  runs out is freed, so a client that dies mid-write leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from kvstore.checksum import checksum
+from kvstore.errors import CapacityError, KVStoreError
+from kvstore.index import Entry
+from kvstore.stats import NamespaceUsage
+from kvstore.tiers.base import BlockMeta
+from kvstore.types import BlockKey, PutResult
+
+Extents = list[tuple[int, int]]
+
+
+class SharedMemoryPath:
+    """Mixin of :class:`kvstore.store.Store`; uses its lock, index and tiers."""
+
+    _lock: Any
+    _index: dict[BlockKey, Entry]
+    _tiers: list[Any]
+    _reservations: dict[BlockKey, tuple[str, float, Extents]]  # owner, expiry, extents
+
+    def host_slab(self) -> Any | None:
+        """``SlabInfo(shm_name, size, slot_bytes)`` of the host tier, or None without one."""
+        pos = self._host_pos()  # type: ignore[attr-defined]
+        return None if pos is None else self._tiers[pos].slab_info()
+
+    def acquire_read(
+        self,
+        namespace: str,
+        hashes: Sequence[bytes],
+        *,
+        lease_s: float | None = None,
+        owner: str = "",
+    ) -> list[Extents | None]:
+        """Extents in the host slab of each block (None for a miss), each pinned for
+        ``lease_s`` under ``owner``: copy the bytes, then ``release`` them. Blocks in lower
+        tiers are promoted into the host tier first. Counts as a get in the stats."""
+        store: Any = self
+        host = self._require_host()
+        store.namespace(namespace)
+        keys = store._keys(namespace, hashes)
+        lease = store._lease(lease_s)
+        out: list[Extents | None] = [None] * len(keys)
+        with self._lock:
+            below = [
+                k for k in keys
+                if (e := self._index.get(k)) is not None and e.tiers and not e.holds(host)
+            ]
+        if below:
+            store._read(below, promote=True, count=False)
+        with self._lock:
+            served: list[int] = []
+            for i, key in enumerate(keys):
+                entry = self._index.get(key)
+                ok = entry is not None and not entry.pending and entry.holds(host)
+                served.append(host if ok else -1)
+                if ok:
+                    store._leases.pin(key, owner, lease)
+                    store._policies[host].on_hit(key)
+                    out[i] = self._tiers[host].extents(key)
+            store._count_reads(keys, served, [b"" if e is not None else None for e in out])
+        return out
+
+    def reserve_write(
+        self,
+        namespace: str,
+        hashes: Sequence[bytes],
+        *,
+        lease_s: float | None = None,
+        owner: str = "",
+    ) -> list[Extents | None]:
+        """Host-slab extents to write each new block into; None where the store already has
+        the block (or another writer reserved it): skip those. Raises
+        :class:`~kvstore.errors.CapacityError` if the host tier cannot make room."""
+        store: Any = self
+        host = self._require_host()
+        ns = store.namespace(namespace)
+        keys = store._keys(namespace, hashes)
+        expiry = time.monotonic() + store._lease(lease_s)
+        tier = self._tiers[host]
+        out: list[Extents | None] = []
+        with self._lock:
+            store._check_open()
+            for key in keys:
+                if key in self._index:
+                    out.append(None)
+                    continue
+                if not store._make_room(host, tier.charge(ns.block_bytes)):
+                    for done in keys[: len(out)]:
+                        if self._reservations.get(done, ("",))[0] == owner:
+                            store._unreserve(done)
+                    raise CapacityError(
+                        "host tier has no room for the reservation: everything resident is pinned"
+                    )
+                extents = tier.reserve(key, ns.block_bytes)
+                out.append(extents)
+                self._index[key] = Entry(ns.block_bytes, 0, ns.layout_id, pending=True)
+                self._reservations[key] = (owner, expiry, extents)
+        return out
+
+    def commit_write(
+        self, namespace: str, hashes: Sequence[bytes], *, owner: str = ""
+    ) -> PutResult:
+        """Checksum and publish blocks this owner reserved and wrote. Keys it did not
+        reserve count as ``existing`` if stored, else ``refused``."""
+        store: Any = self
+        host = self._require_host()
+        keys = store._keys(namespace, hashes)
+        tier = self._tiers[host]
+        stored = existing = refused = 0
+        with self._lock:
+            mine = []
+            for key in keys:
+                held = self._reservations.get(key)
+                if held is None or held[0] != owner:
+                    entry = self._index.get(key)
+                    if entry is not None and not entry.pending:
+                        existing += 1
+                    else:
+                        refused += 1
+                    continue
+                mine.append(key)
+            # checksum straight from the slab; the client finished writing before it committed
+            sums = [
+                checksum(b"".join(tier.view(o, n) for o, n in self._reservations[k][2]))
+                for k in mine
+            ]
+            for key, csum in zip(mine, sums, strict=True):
+                del self._reservations[key]
+                entry = self._index[key]
+                entry.checksum = csum
+                entry.pending = False
+                entry.tiers = 1 << host
+                tier.publish(key)
+                store._track(host, key, entry.size)
+                for adm in store._admissions:
+                    adm.on_access(key)
+                usage = store._ns_usage.setdefault(key[0], NamespaceUsage())
+                usage.blocks += 1
+                usage.bytes += entry.size
+                stored += 1
+            for key in mine:
+                entry = self._index[key]
+                data = tier.read(key)
+                store._write_through(
+                    host, key, data, BlockMeta(entry.layout_id, entry.checksum, entry.size), entry
+                )
+            store._settle(host)
+        return PutResult(stored, existing, refused)
+
+    def abort_write(self, namespace: str, hashes: Sequence[bytes], *, owner: str = "") -> int:
+        """Free this owner's reservations for ``hashes``. Returns how many were freed."""
+        store: Any = self
+        keys = store._keys(namespace, hashes)
+        freed = 0
+        with self._lock:
+            for key in keys:
+                held = self._reservations.get(key)
+                if held is not None and held[0] == owner:
+                    store._unreserve(key)
+                    freed += 1
+        return freed
+
+    def _require_host(self) -> int:
+        pos = self._host_pos()  # type: ignore[attr-defined]
+        if pos is None:
+            raise KVStoreError("this store has no host tier: the shared-memory path is off")
+        return int(pos)
