@@ -56,6 +56,7 @@ class StoreConfig:
     default_lease_s: float = DEFAULT_LEASE_S
     prefetch_workers: int = 2  # threads that onboard prefetched blocks
     namespaces_path: str | None = None  # JSON file that persists registered namespaces
+    spill_on_close: bool = True  # close() copies memory-only blocks to the disk tier
 
     def __post_init__(self) -> None:
         if not self.tiers:

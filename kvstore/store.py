@@ -274,17 +274,19 @@ class Store(SharedMemoryPath):
                     policy=self._tcfg[pos].policy,
                 )
                 tiers[self._names[pos]] = doc
+            capacity = sum(t.capacity_bytes for t in self._tiers)
             namespaces = {}
             for name in self._namespaces_names():
                 doc = self._ns_counters(name).as_dict()
                 usage = self._ns_usage.setdefault(name, NamespaceUsage())
-                doc.update(blocks=usage.blocks, bytes=usage.bytes)
+                # namespaces share the tiers: each may grow to the whole capacity
+                doc.update(blocks=usage.blocks, bytes=usage.bytes, capacity_bytes=capacity)
                 namespaces[name] = doc
             totals = self._totals.as_dict()
             totals.update(
                 blocks=sum(u.blocks for u in self._ns_usage.values()),
                 bytes=sum(u.bytes for u in self._ns_usage.values()),
-                capacity_bytes=sum(t.capacity_bytes for t in self._tiers),
+                capacity_bytes=capacity,
                 pinned=len(self._leases),
             )
             return {"totals": totals, "tiers": tiers, "namespaces": namespaces}
@@ -366,6 +368,8 @@ class Store(SharedMemoryPath):
         with self._lock:
             for key in list(self._reservations):
                 self._unreserve(key)
+            if self.config.spill_on_close:
+                self._spill()
             for tier in self._tiers:
                 try:
                     tier.close()
@@ -506,6 +510,29 @@ class Store(SharedMemoryPath):
             usage.blocks -= 1
             usage.bytes -= entry.size
         self._leases.forget(key)
+
+    def _spill(self) -> None:
+        """Graceful shutdown: copy blocks that only memory tiers hold into the first persistent
+        tier, so that a restart finds them. Admission is not asked: these blocks earned their
+        place in memory already."""
+        target = next(
+            (p for p, t in enumerate(self._tiers)
+             if t.persistent and getattr(t, "discover", None) is None),
+            None,
+        )
+        if target is None:
+            return
+        for key, entry in list(self._index.items()):
+            if entry.pending or entry.tiers >> target or not entry.tiers:
+                continue
+            data = self._tiers[entry.top()].get_many([key])[0]
+            if data is None:
+                continue
+            meta = BlockMeta(entry.layout_id, entry.checksum, entry.size)
+            if self._write(target, [(key, data, meta)]):
+                entry.tiers |= 1 << target
+                self._track(target, key, entry.size)
+        self._tiers[target].flush()
 
     # -- internals: reads ---------------------------------------------------------------------
     def _read(self, keys: list[BlockKey], *, promote: bool, count: bool) -> list[bytes | None]:
