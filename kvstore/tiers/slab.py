@@ -5,10 +5,12 @@ One preallocated buffer of ``num_slots * slot_bytes`` bytes. A block of ``n`` by
 slots in order, so a block is a list of *extents* ``(byte offset in slab, length)`` with
 adjacent slots merged.
 
-The free list is a numpy int64 stack (``_free[:_nfree]``); allocation pops a slice off its top,
-so the put path creates no Python object per slot. The stack starts as ``num_slots-1 .. 0`` and
-freed slots are pushed back in reverse order, so a fresh slab hands out ascending runs and a
-block freed and reallocated at the same size tends to get its contiguous run back.
+The free list is a numpy int64 stack (``_free[:_nfree]``); allocation pops a slice off its top
+(sorted) and freeing pushes a block's slots back, so the put path creates no Python object per
+slot. The stack starts as ``num_slots-1 .. 0``, so a fresh slab hands out ascending contiguous
+runs, and a block of n slots freed and followed by an allocation of n slots gets the same run
+back. This is a stack, not a best-fit allocator: after churn of mixed sizes a block may span
+several runs, which costs one extent each and nothing else.
 
 Two-phase writes (the store's zero-copy shared-memory path): :meth:`SlabTier.reserve` allocates
 and charges slots for a key that stays invisible, a client writes the bytes at the returned
@@ -101,10 +103,11 @@ class SlabTier(Tier):
 
     # -- slot allocation (caller holds _lock) ---------------------------------------------
     def _pop(self, n: int) -> np.ndarray:
-        # The top of the stack holds the lowest slot numbers; reverse so they come ascending.
+        # Sorted, so that whatever runs of neighbours the top of the stack holds merge into as
+        # few extents as possible (np.sort also copies the slots out of the stack).
         top = self._nfree
         self._nfree = top - n
-        return self._free[top - n : top][::-1].copy()
+        return np.sort(self._free[top - n : top])
 
     def _push(self, slots: np.ndarray) -> None:
         n = len(slots)
