@@ -1,0 +1,172 @@
+"""The S3 tier's bounded write-back queue: demotions return at once, uploads happen behind.
+
+``submit`` copies the blocks into the queue (bounded in bytes, all-or-nothing) and schedules
+one upload task per block on the write pool. While a block waits or uploads it is served from
+the queue. A failed upload is retried with exponential backoff when the failure is transient
+(throttling, unreachable, 5xx) and dropped at once when retrying cannot help (credentials,
+missing bucket); a dropped block is counted and reported through ``on_drop`` so the tier
+forgets it.
+
+Ordering per key: each submit bumps a generation; an upload task whose generation is no longer
+the queued one (overwritten or deleted meanwhile) does nothing, so at most the newest bytes
+are uploaded. An upload that finishes after its key was deleted reports ``on_orphan`` so the
+tier can delete the object it just created.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
+from typing import Any, NamedTuple
+
+from kvstore.errors import TierUnavailableError
+from kvstore.tiers.base import BlockMeta
+from kvstore.tiers.s3_client import THROTTLED, UNAVAILABLE
+from kvstore.types import BlockKey
+
+RETRYABLE = frozenset({THROTTLED, UNAVAILABLE})
+
+
+class Pending(NamedTuple):
+    data: bytes
+    meta: BlockMeta
+    gen: int
+
+
+class WriteBack:
+    """Bounded write-back queue drained by ``executor``.
+
+    ``upload(key, data, meta)`` writes one object and raises on failure; ``report(exc)``
+    records a failure and returns its kind (``s3_client.classify``).
+    """
+
+    def __init__(
+        self,
+        executor: Executor,
+        upload: Callable[[BlockKey, bytes, BlockMeta], None],
+        report: Callable[[BaseException], str],
+        on_drop: Callable[[BlockKey], None],
+        on_orphan: Callable[[BlockKey], None],
+        *,
+        max_bytes: int,
+        retries: int,
+        backoff_s: float,
+        backoff_max_s: float,
+    ) -> None:
+        self._executor = executor
+        self._upload = upload
+        self._report = report
+        self._on_drop = on_drop
+        self._on_orphan = on_orphan
+        self.max_bytes = max_bytes
+        self._retries = retries
+        self._backoff_s = backoff_s
+        self._backoff_max_s = backoff_max_s
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._pending: dict[BlockKey, Pending] = {}
+        self._bytes = 0
+        self._gen = 0
+        self._abandon = threading.Event()  # set by close(): stop retrying, drop what is left
+        self.uploaded = 0
+
+    # -- producer side --------------------------------------------------------------------
+    def submit(self, items: Sequence[tuple[BlockKey, bytes, BlockMeta]]) -> None:
+        """Queue every item (bytes already copied by the caller), or none of them: raises
+        :class:`TierUnavailableError` when the queue cannot take the whole batch."""
+        scheduled: list[tuple[BlockKey, int]] = []
+        with self._lock:
+            replaced = sum(len(p.data) for k, _, _ in items if (p := self._pending.get(k)))
+            needed = sum(len(d) for _, d, _ in items)
+            if self._bytes - replaced + needed > self.max_bytes:
+                raise TierUnavailableError(
+                    f"s3 write-back queue full ({self._bytes} of {self.max_bytes} bytes pending, "
+                    f"{needed} more asked): S3 is slower than demotions; dropping instead"
+                )
+            for key, data, meta in items:
+                old = self._pending.get(key)
+                if old is not None:
+                    self._bytes -= len(old.data)
+                self._gen += 1
+                self._pending[key] = Pending(data, meta, self._gen)
+                self._bytes += len(data)
+                scheduled.append((key, self._gen))
+        # One task per block: blocks of a batch upload in parallel, each retried on its own.
+        for key, gen in scheduled:
+            self._executor.submit(self._drain, key, gen)
+
+    def get(self, key: BlockKey) -> Pending | None:
+        """The queued block (waiting or uploading), if any."""
+        return self._pending.get(key)
+
+    def cancel(self, keys: Sequence[BlockKey]) -> None:
+        """Forget queued blocks (they were deleted); their uploads will not start."""
+        with self._lock:
+            for key in keys:
+                p = self._pending.pop(key, None)
+                if p is not None:
+                    self._bytes -= len(p.data)
+            self._notify_if_idle()
+
+    # -- consumer side --------------------------------------------------------------------
+    def _drain(self, key: BlockKey, gen: int) -> None:
+        attempt = 0
+        while True:
+            p = self._pending.get(key)
+            if p is None or p.gen != gen:
+                return  # overwritten (a newer task uploads) or deleted
+            try:
+                self._upload(key, p.data, p.meta)
+            except Exception as exc:
+                kind = self._report(exc)
+                if kind in RETRYABLE and attempt < self._retries and not self._abandon.is_set():
+                    delay = min(self._backoff_max_s, self._backoff_s * (2**attempt))
+                    attempt += 1
+                    self._abandon.wait(delay)
+                    continue
+                if self._finish(key, gen):
+                    self._on_drop(key)
+                return
+            if self._finish(key, gen, uploaded=True) is None:
+                self._on_orphan(key)
+            return
+
+    def _finish(self, key: BlockKey, gen: int, *, uploaded: bool = False) -> bool | None:
+        """Remove the ``gen`` entry of ``key``. True if removed, False if a newer one is
+        queued, None if the key was deleted meanwhile."""
+        with self._lock:
+            if uploaded:
+                self.uploaded += 1
+            p = self._pending.get(key)
+            if p is None:
+                return None
+            if p.gen != gen:
+                return False
+            del self._pending[key]
+            self._bytes -= len(p.data)
+            self._notify_if_idle()
+            return True
+
+    def _notify_if_idle(self) -> None:
+        if not self._pending:
+            self._idle.notify_all()
+
+    # -- lifecycle ------------------------------------------------------------------------
+    def wait_idle(self, timeout_s: float) -> bool:
+        """Block until nothing is queued; False on timeout."""
+        with self._idle:
+            return self._idle.wait_for(lambda: not self._pending, timeout=timeout_s)
+
+    def abandon(self) -> None:
+        """Stop backing off: remaining failures drop at once (used by close)."""
+        self._abandon.set()
+
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "pending": len(self._pending),
+                "pending_bytes": self._bytes,
+                "queue_bytes": self.max_bytes,
+                "uploaded": self.uploaded,
+            }
