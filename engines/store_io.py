@@ -1,0 +1,159 @@
+"""Block save/load between the engine's paged cache and kvstore.
+
+The engine talks to any store through :class:`BlockStore` (four methods). Two adapters satisfy
+it: :class:`LocalStore` around an in-process ``kvstore.store.Store`` and :class:`RemoteStore`
+around ``server.client.KVStoreClient``; :func:`open_store` picks one from an address.
+:class:`KVConnector` is what the scheduler uses: it hashes nothing itself, it only finds how
+much of a hash chain the store holds, copies those blocks into cache blocks, and saves new
+full blocks.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import torch
+
+from engines.decoder import kernels
+
+log = logging.getLogger(__name__)
+
+
+class BlockStore(Protocol):
+    """The slice of kvstore the engine needs. Hashes are raw bytes."""
+
+    def register_namespace(self, name: str, block_bytes: int, layout: dict[str, Any],
+                           hash_algo: str, hash_seed: str | None) -> None: ...
+
+    def lookup(self, namespace: str, hashes: Sequence[bytes]) -> int:
+        """Length of the longest prefix of ``hashes`` the store holds."""
+        ...
+
+    def get(self, namespace: str, hashes: Sequence[bytes]) -> list[bytes | None]: ...
+
+    def put(self, namespace: str, hashes: Sequence[bytes], blocks: Sequence[bytes]) -> None: ...
+
+
+class LocalStore:
+    """:class:`BlockStore` over an in-process ``kvstore.store.Store``."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+
+    def register_namespace(self, name: str, block_bytes: int, layout: dict[str, Any],
+                           hash_algo: str, hash_seed: str | None) -> None:
+        from kvstore.namespace import Layout, Namespace
+
+        self.store.register_namespace(Namespace(
+            name=name, block_bytes=block_bytes, layout=Layout(**layout),
+            hash_algo=hash_algo, hash_seed=hash_seed,
+        ))
+
+    def lookup(self, namespace: str, hashes: Sequence[bytes]) -> int:
+        return int(self.store.lookup(namespace, list(hashes)).prefix_blocks)
+
+    def get(self, namespace: str, hashes: Sequence[bytes]) -> list[bytes | None]:
+        return list(self.store.get(namespace, list(hashes)))
+
+    def put(self, namespace: str, hashes: Sequence[bytes], blocks: Sequence[bytes]) -> None:
+        self.store.put(namespace, list(hashes), list(blocks))
+
+    def close(self) -> None:
+        pass  # the store belongs to whoever built it
+
+
+class RemoteStore:
+    """:class:`BlockStore` over ``server.client.KVStoreClient`` (a ``kvstore serve``)."""
+
+    def __init__(self, url: str) -> None:
+        from server.client import KVStoreClient
+
+        self.client = KVStoreClient(url)
+
+    def register_namespace(self, name: str, block_bytes: int, layout: dict[str, Any],
+                           hash_algo: str, hash_seed: str | None) -> None:
+        self.client.register_namespace(name, block_bytes, layout, hash_algo=hash_algo,
+                                       hash_seed=hash_seed)
+
+    def lookup(self, namespace: str, hashes: Sequence[bytes]) -> int:
+        result = self.client.lookup(namespace, list(hashes))
+        return int(result[0])
+
+    def get(self, namespace: str, hashes: Sequence[bytes]) -> list[bytes | None]:
+        return list(self.client.get(namespace, list(hashes)))
+
+    def put(self, namespace: str, hashes: Sequence[bytes], blocks: Sequence[bytes]) -> None:
+        self.client.put(namespace, list(hashes), list(blocks))
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def open_store(addr: str | None) -> BlockStore | None:
+    """``None``/``""``: no store. ``http(s)://...`` or ``host:port``: a kvstore server."""
+    if not addr:
+        return None
+    if "://" not in addr:
+        addr = f"http://{addr}"
+    return RemoteStore(addr)
+
+
+class KVConnector:
+    """Moves whole blocks between one engine's cache and one kvstore namespace.
+
+    Store failures never fail a request: a lookup or load error counts as a miss (the engine
+    recomputes), a save error is logged and dropped. Counters are for stats endpoints."""
+
+    def __init__(self, store: BlockStore, cache: torch.Tensor, namespace: str,
+                 layout: dict[str, Any], hash_algo: str, hash_seed: str | None) -> None:
+        self.store, self.cache, self.namespace = store, cache, namespace
+        self.block_bytes = cache[0].numel() * cache.element_size()
+        store.register_namespace(namespace, self.block_bytes, layout, hash_algo, hash_seed)
+        self.stats = {"lookups": 0, "hit_blocks": 0, "loaded_blocks": 0, "saved_blocks": 0,
+                      "errors": 0}
+
+    def lookup(self, hashes: Sequence[bytes]) -> int:
+        """Blocks of the prefix ``hashes`` the store can supply now."""
+        if not hashes:
+            return 0
+        self.stats["lookups"] += 1
+        try:
+            n = self.store.lookup(self.namespace, hashes)
+        except Exception:  # a store outage must degrade to recomputation
+            log.exception("kvstore lookup failed")
+            self.stats["errors"] += 1
+            return 0
+        self.stats["hit_blocks"] += n
+        return n
+
+    def load(self, hashes: Sequence[bytes], blocks: Sequence[int]) -> int:
+        """Copy the stored blocks ``hashes`` into cache blocks ``blocks``; returns how many of
+        the leading ones arrived (a block evicted since the lookup ends the prefix there)."""
+        if not hashes:
+            return 0
+        try:
+            data = self.store.get(self.namespace, hashes)
+        except Exception:
+            log.exception("kvstore get failed")
+            self.stats["errors"] += 1
+            return 0
+        n = 0
+        while n < len(data) and data[n] is not None and len(data[n]) == self.block_bytes:  # type: ignore[arg-type]
+            n += 1
+        if n:
+            kernels.scatter_blocks(self.cache, list(blocks[:n]), data[:n])  # type: ignore[arg-type]
+            self.stats["loaded_blocks"] += n
+        return n
+
+    def save(self, hashes: Sequence[bytes], blocks: Sequence[int]) -> None:
+        """Store cache blocks ``blocks`` under ``hashes`` (full blocks only)."""
+        if not hashes:
+            return
+        try:
+            self.store.put(self.namespace, hashes, kernels.gather_blocks(self.cache, list(blocks)))
+            self.stats["saved_blocks"] += len(hashes)
+        except Exception:
+            log.exception("kvstore put failed")
+            self.stats["errors"] += 1
