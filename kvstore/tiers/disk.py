@@ -119,10 +119,10 @@ class DiskTier(Tier):
     def __init__(self, capacity_bytes: int, path: str, map_size: int | None = None) -> None:
         super().__init__(capacity_bytes)
         self.path = os.fspath(path)
-        os.makedirs(self.path, exist_ok=True)
         page = os.sysconf("SC_PAGE_SIZE")
         want = map_size or 2 * self.capacity_bytes + _MAP_SLACK
         try:
+            os.makedirs(self.path, exist_ok=True)
             self._env = lmdb.open(
                 self.path,
                 map_size=-(-want // page) * page,
@@ -134,7 +134,7 @@ class DiskTier(Tier):
                 max_dbs=0,
                 max_readers=512,
             )
-        except lmdb.Error as exc:
+        except (OSError, lmdb.Error) as exc:
             msg = f"disk tier: cannot open LMDB at {self.path}: {exc}"
             raise TierUnavailableError(msg) from exc
         self._write_lock = threading.Lock()  # one write txn, map growth and _sizes updates
