@@ -130,7 +130,11 @@ def _always(_: BlockKey) -> bool:
     return True
 
 
-def hit_rate_rows(length: int, seeds: int) -> tuple[list[dict], dict]:
+Curves = dict[str, dict[str, list[tuple[int, float]]]]
+"""trace -> policy (or "belady") -> [(capacity, median hit rate)], for the plot."""
+
+
+def hit_rate_rows(length: int, seeds: int) -> tuple[list[dict], Curves]:
     results: dict[tuple[str, str, int], list[float]] = {}
     tasks = [(s, t) for s in range(seeds) for t in TRACES]
     bar = tqdm(total=len(tasks) * len(CAPACITIES), desc="hit rates", file=sys.stderr)
@@ -147,7 +151,8 @@ def hit_rate_rows(length: int, seeds: int) -> tuple[list[dict], dict]:
                 results.setdefault((trace_name, name, capacity), []).append(hits / length)
             bar.update()
     bar.close()
-    rows, curves = [], {}
+    rows: list[dict] = []
+    curves: Curves = {}
     for (trace_name, name, capacity), rates in results.items():
         curves.setdefault(trace_name, {}).setdefault(name, []).append(
             (capacity, statistics.median(rates))
@@ -233,7 +238,7 @@ def print_table(rows: list[dict]) -> None:
             )
 
 
-def plot(curves: dict, path: str) -> None:
+def plot(curves: Curves, path: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
