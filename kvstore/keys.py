@@ -5,9 +5,11 @@ hashed). Block ``i`` hashes ``(parent, tuple(block_tokens), extra_keys)`` where 
 block ``i-1``'s hash, or ``NONE_HASH`` for the first block, so each hash names the whole prefix
 that ends at its block boundary. ``NONE_HASH = hash_fn(seed)``; the seed is the one the engine
 runs with (vLLM reads ``PYTHONHASHSEED``), else the fixed string ``"vllm-none-hash"`` for the
-SHA-256 algorithms. ``extra_keys`` is ``None`` or a tuple, in vLLM's order, of: the LoRA key
-``("lora", name)`` on every block, ``(mm_identifier, offset_in_block)`` for every multimodal
-input that overlaps the block, and ``("cache_salt", salt)`` on the first block only.
+SHA-256 algorithms. ``extra_keys`` is ``None`` or a tuple, in vLLM's order, of the tagged keys
+``("lora", lora_name, lora_path)`` on every block of a LoRA request, ``("mm", identifier,
+offset_in_block)`` for every multimodal input that overlaps the block, and ``("cache_salt",
+salt)`` on the first block only. (vLLM 0.32 tags them; older releases used bare values, and its
+KV events still publish the bare form.)
 
 Algorithms (``--prefix-caching-hash-algo`` in vLLM):
 
@@ -165,7 +167,7 @@ def _check_mm(mm_hashes: Sequence[MMHash | tuple[str, int, int]]) -> list[MMHash
 
 def _mm_keys(mm: list[MMHash], start: int, end: int, idx: int) -> tuple[list[Any], int]:
     """vLLM's walk over the sorted multimodal inputs for block ``[start, end)``, from input
-    ``idx`` on: ``(identifier, offset - start)`` for each input overlapping the block, and the
+    ``idx`` on: ``("mm", identifier, offset - start)`` for each input overlapping the block, and the
     input the next block starts from. Kept step for step so that odd layouts (touching or
     overlapping spans) give vLLM's keys, not merely plausible ones."""
     keys: list[Any] = []
@@ -179,7 +181,7 @@ def _mm_keys(mm: list[MMHash], start: int, end: int, idx: int) -> tuple[list[Any
         if start >= offset + length:
             idx += 1  # the block starts after this input ends
             continue
-        keys.append((identifier, offset - start))
+        keys.append(("mm", identifier, offset - start))
         if end >= offset + length:
             idx += 1  # this input ends in the block; the next one may start in it too
         else:
@@ -216,6 +218,7 @@ class BlockHasher:
         *,
         cache_salt: str | None = None,
         lora_name: str | None = None,
+        lora_path: str | None = None,
         mm_hashes: Sequence[MMHash | tuple[str, int, int]] | None = None,
         parent: bytes | None = None,
     ) -> list[BlockHash]:
@@ -224,11 +227,12 @@ class BlockHasher:
         ``parent`` continues a chain: ``token_ids`` then follow the block whose hash it is
         (``None`` or empty: they start a prompt, as vLLM treats a falsy parent).
         ``cache_salt`` enters the first block of a prompt only (an empty salt is none, as in
-        vLLM), so it cannot be combined with ``parent``. ``lora_name`` enters every block.
+        vLLM), so it cannot be combined with ``parent``. ``lora_name`` and ``lora_path`` (the
+        ``LoRARequest``'s, both or neither) enter every block.
         ``mm_hashes`` lists multimodal inputs sorted by offset, offsets counted from
         ``token_ids[0]``. Returns ``len(token_ids) // block_size`` hashes; the tokens after the
         last full block are validated but not hashed. Raises ``ValueError`` on tokens that are
-        not non-negative ints, bad multimodal spans, or a salt with a parent.
+        not non-negative ints, bad multimodal spans, half a LoRA, or a salt with a parent.
         """
         toks = _as_tokens(token_ids)
         if parent and cache_salt:
@@ -244,7 +248,9 @@ class BlockHasher:
         if end == 0:
             return out
 
-        lora: list[Any] = [("lora", lora_name)] if lora_name is not None else []
+        if (lora_name is None) != (lora_path is None):
+            raise ValueError("lora_name and lora_path go together: vLLM hashes both")
+        lora: list[Any] = [("lora", lora_name, lora_path)] if lora_name is not None else []
         salt: list[Any] = [("cache_salt", cache_salt)] if cache_salt else []
         if mm_hashes:
             # Multimodal prompts build keys per block, as vLLM does; rare and short.

