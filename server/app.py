@@ -1,0 +1,105 @@
+"""The FastAPI application: routes, error mapping and limits around an open store.
+
+``create_app`` takes everything it needs (no globals), so tests and the runtime build it the
+same way. Every error leaves as ``{"error": code, "message": text}`` with the status from
+:mod:`server.errors`; anything unmapped is a bug and leaves as a logged 500.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from kvstore.errors import KVStoreError
+from server import routes_blocks, routes_health, routes_namespaces, routes_ops
+from server.auth import Authenticator
+from server.errors import (
+    AuthError,
+    BlockNotFoundError,
+    ForbiddenError,
+    InvalidRequestError,
+    map_error,
+)
+from server.limits import BodyLimitMiddleware
+from server.metrics import ServerMetrics
+from server.schemas import InfoOut
+from server.settings import ServerSettings
+
+log = logging.getLogger("kvstore.server")
+_MAPPED = (KVStoreError, AuthError, ForbiddenError, BlockNotFoundError, InvalidRequestError)
+
+
+def _error(status: int, code: str, message: str, **extra: Any) -> JSONResponse:
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return JSONResponse({"error": code, "message": message, **extra}, status_code=status,
+                        headers=headers)
+
+
+async def _mapped_error(request: Request, exc: Exception) -> JSONResponse:
+    mapped = map_error(exc)
+    if mapped is None:  # not reachable for _MAPPED types; kept for type narrowing
+        return await _unexpected_error(request, exc)
+    return _error(mapped.status, mapped.code, str(exc))
+
+
+async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    details = jsonable_encoder(exc.errors(), custom_encoder={bytes: lambda b: repr(b)})
+    first = details[0] if details else {}
+    where = ".".join(str(p) for p in first.get("loc", ()))
+    message = f"{where}: {first.get('msg', 'invalid request')}"
+    return _error(422, "validation", message, detail=details)
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    return _error(exc.status_code, "http_error", str(exc.detail))
+
+
+async def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
+    log.exception("unexpected error serving %s %s", request.method, request.url.path)
+    return _error(500, "internal", "internal server error; see the server log")
+
+
+def create_app(store: Any, settings: ServerSettings, info: InfoOut, metrics: ServerMetrics,
+               durable_tier: str | None) -> FastAPI:
+    app = FastAPI(
+        title="kvstore",
+        version=info.version,
+        description="Tiered KV-cache block store: REST control plane. Block bytes at volume "
+                    "move over the data plane (see /v1/info).",
+    )
+    app.state.store = store
+    app.state.settings = settings
+    app.state.auth = Authenticator(settings)
+    app.state.info = info
+    app.state.registry = metrics.registry
+    app.state.durable_tier = durable_tier
+    app.state.closing = False
+    for router in (routes_namespaces.router, routes_ops.router, routes_blocks.router,
+                   routes_health.router):
+        app.include_router(router)
+    for exc_type in _MAPPED:
+        app.add_exception_handler(exc_type, _mapped_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(Exception, _unexpected_error)
+
+    @app.middleware("http")
+    async def observe(request: Request, call_next: Any) -> Any:
+        start = time.perf_counter()
+        response = await call_next(request)
+        route = request.scope.get("route")
+        op = getattr(route, "path", "unmatched")
+        metrics.observe("rest", op, str(response.status_code), time.perf_counter() - start)
+        return response
+
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_request_bytes)
+    return app

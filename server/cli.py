@@ -1,0 +1,135 @@
+"""``kvstore serve``, ``kvstore stats`` and ``kvstore lookup``.
+
+``serve`` has one flag per :class:`~server.settings.ServerSettings` field (``--host-capacity``
+for ``host_capacity``); a flag left out falls back to ``KVSTORE_*`` and then the YAML file.
+``stats`` and ``lookup`` talk to a running server over REST (``--url``, ``KVSTORE_URL``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import sys
+from typing import Any
+
+DEFAULT_URL = "http://127.0.0.1:8470"
+
+
+def _settings_flags(parser: argparse.ArgumentParser) -> None:
+    from server.settings import ServerSettings
+
+    for name, info in ServerSettings.model_fields.items():
+        flag = "--" + name.replace("_", "-")
+        help_text = info.description or f"(KVSTORE_{name.upper()})"
+        if info.annotation is bool:
+            parser.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction,
+                                default=None, help=help_text)
+        elif name == "tenant_tokens":
+            parser.add_argument(flag, dest=name, default=None, type=json.loads,
+                                help='JSON map tenant -> token, e.g. \'{"a": "tok"}\'')
+        else:
+            parser.add_argument(flag, dest=name, default=None, help=help_text)
+
+
+def add_serve_parser(sub: Any) -> None:
+    p = sub.add_parser("serve", help="run the kvstore server (REST + data plane)")
+    p.add_argument("--config", default=None, help="YAML settings file (KVSTORE_CONFIG)")
+    _settings_flags(p)
+    p.set_defaults(handler=run_serve)
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from server.runtime import serve
+    from server.settings import ServerSettings, load_settings
+
+    flags = {k: getattr(args, k) for k in ServerSettings.model_fields if hasattr(args, k)}
+    try:
+        settings = load_settings(args.config, **flags)
+    except (ValidationError, FileNotFoundError) as exc:
+        print(f"kvstore serve: invalid configuration:\n{exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=settings.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return asyncio.run(serve(settings))
+
+
+def _client_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--url", default=os.environ.get("KVSTORE_URL", DEFAULT_URL),
+                   help="REST base URL (KVSTORE_URL)")
+    p.add_argument("--token", default=os.environ.get("KVSTORE_TOKEN"),
+                   help="bearer token (KVSTORE_TOKEN)")
+    p.add_argument("--json", action="store_true", help="print raw JSON")
+
+
+def _rest(args: argparse.Namespace, method: str, path: str, body: Any = None) -> Any:
+    import httpx
+
+    headers = {"Authorization": f"Bearer {args.token}"} if args.token else {}
+    try:
+        r = httpx.request(method, args.url.rstrip("/") + path, json=body, headers=headers,
+                          timeout=10.0)
+    except httpx.HTTPError as exc:
+        raise SystemExit(f"kvstore: cannot reach {args.url}: {exc}") from None
+    if r.status_code >= 400:
+        raise SystemExit(f"kvstore: {r.status_code} {r.text}")
+    return r.json()
+
+
+def add_stats_parser(sub: Any) -> None:
+    p = sub.add_parser("stats", help="print a running server's stats as a table")
+    _client_args(p)
+    p.set_defaults(handler=run_stats)
+
+
+COLUMNS = ("blocks", "bytes", "capacity_bytes", "queries", "hits", "misses", "hit_rate",
+           "evictions", "promotions", "demotions", "corrupt_dropped")
+
+
+def format_stats(doc: dict[str, Any]) -> str:
+    """One row for the totals, one per tier, one per namespace."""
+    rows = [("total", doc["totals"])]
+    rows += [(f"tier {k}", v) for k, v in doc["tiers"].items()]
+    rows += [(f"ns {k}", v) for k, v in doc["namespaces"].items()]
+    table = [("", *COLUMNS)]
+    for name, values in rows:
+        cells = [f"{values.get(c, 0):.3f}" if c == "hit_rate" else str(values.get(c, 0))
+                 for c in COLUMNS]
+        table.append((name, *cells))
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+    return "\n".join("  ".join(cell.rjust(w) if i else cell.ljust(w)
+                               for i, (cell, w) in enumerate(zip(row, widths, strict=True)))
+                     for row in table)
+
+
+def run_stats(args: argparse.Namespace) -> int:
+    doc = _rest(args, "GET", "/v1/stats")
+    print(json.dumps(doc, indent=2) if args.json else format_stats(doc))
+    return 0
+
+
+def add_lookup_parser(sub: Any) -> None:
+    p = sub.add_parser("lookup", help="longest cached prefix of a chain of block hashes")
+    _client_args(p)
+    p.add_argument("namespace")
+    p.add_argument("hashes", nargs="*", help="block hashes as hex (or '-' to read stdin)")
+    p.set_defaults(handler=run_lookup)
+
+
+def run_lookup(args: argparse.Namespace) -> int:
+    hashes = list(args.hashes)
+    if hashes == ["-"]:
+        hashes = sys.stdin.read().split()
+    doc = _rest(args, "POST", "/v1/lookup", {"namespace": args.namespace,
+                                               "block_hashes": hashes})
+    if args.json:
+        print(json.dumps(doc))
+    else:
+        print(f"prefix_blocks {doc['prefix_blocks']} of {len(hashes)}")
+        for h, tier in zip(hashes, doc["tiers"], strict=False):
+            print(f"  {h}  {tier}")
+    return 0

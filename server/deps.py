@@ -1,0 +1,47 @@
+"""FastAPI dependencies: the store, the settings and the calling principal, all taken from
+``app.state`` (set once by :func:`server.app.create_app`)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from server.auth import Authenticator, Principal
+from server.schemas import ErrorBody
+
+bearer = HTTPBearer(auto_error=False, description="admin or tenant token, if configured")
+
+
+def get_store(request: Request) -> Any:
+    return request.app.state.store
+
+
+def current_principal(
+    request: Request, creds: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
+) -> Principal:
+    """The caller; raises AuthError (401) on a missing or wrong token when auth is on."""
+    auth: Authenticator = request.app.state.auth
+    return auth.authenticate(creds.credentials if creds else None)
+
+
+StoreDep = Annotated[Any, Depends(get_store)]
+PrincipalDep = Annotated[Principal, Depends(current_principal)]
+
+_DESCRIPTIONS = {
+    400: "bad input: block of the wrong size, hash of the wrong length",
+    401: "missing or invalid bearer token",
+    403: "the token's tenant may not use this namespace",
+    404: "unknown namespace or block",
+    409: "namespace exists with a different definition",
+    413: "request body over the configured limit",
+    422: "request does not match the schema (bad hex, wrong types, out of range)",
+    503: "the store cannot serve right now",
+    507: "no room: every evictable block is pinned",
+}
+
+
+def errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` entries for the given error statuses (all :class:`ErrorBody`)."""
+    return {c: {"model": ErrorBody, "description": _DESCRIPTIONS[c]} for c in codes}

@@ -1,0 +1,157 @@
+"""Data plane frame codec, shared by the server and the clients.
+
+A frame is an 8-byte prefix, a msgpack header and a raw payload::
+
+    >I header_len | >I payload_len | header (msgpack map) | payload (payload_len bytes)
+
+The header carries the op and its arguments (requests) or the result (replies); the payload
+carries block bytes back to back, their sizes listed in the header's ``sizes``. Keeping block
+bytes out of msgpack lets both ends read and write them with one copy (``recv_into`` /
+scatter-gather ``sendmsg``), which is what makes the TCP path cheaper than a Redis ``GET``.
+
+Requests: ``{"op": str, "id": int, ...}``. Replies: ``{"id": int, "ok": True, ...}`` or
+``{"id": int, "ok": False, "error": {"code": str, "message": str}}``. The op table and every
+argument are documented in ``docs/operations.md``.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from typing import Any
+
+import msgpack
+
+PREFIX = struct.Struct(">II")
+PREFIX_BYTES = PREFIX.size
+MAX_HASH_BYTES = 64  # longest block hash accepted (sha256 is 32, xxhash 8)
+PROTOCOL_VERSION = 1
+
+Buffer = bytes | bytearray | memoryview
+
+
+class FrameError(Exception):
+    """A frame that cannot be decoded or a request that breaks the protocol. ``code`` is the
+    error code sent back; ``fatal`` means the framing is lost and the connection must close."""
+
+    def __init__(self, code: str, message: str, *, fatal: bool = False) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.fatal = fatal
+
+
+def pack_header(header: dict[str, Any]) -> bytes:
+    return msgpack.packb(header, use_bin_type=True)
+
+
+def encode_frame(header: dict[str, Any], payload: Sequence[Buffer] = ()) -> list[Buffer]:
+    """The pieces of one frame, ready for ``sendmsg``/``writelines``: the prefix plus header as
+    one ``bytes``, then the payload buffers untouched (no copy)."""
+    head = pack_header(header)
+    size = sum(memoryview(p).nbytes for p in payload)
+    return [PREFIX.pack(len(head), size) + head, *payload]
+
+
+def decode_prefix(data: Buffer, max_header: int, max_payload: int) -> tuple[int, int]:
+    """``(header_len, payload_len)``; raises a fatal :class:`FrameError` if either is over its
+    limit or the header is empty (the stream cannot be resynchronised after that)."""
+    header_len, payload_len = PREFIX.unpack(data)
+    if header_len == 0:
+        raise FrameError("bad_frame", "empty frame header", fatal=True)
+    if header_len > max_header:
+        raise FrameError(
+            "too_large", f"frame header of {header_len} bytes exceeds the {max_header} limit",
+            fatal=True,
+        )
+    if payload_len > max_payload:
+        raise FrameError(
+            "too_large", f"frame payload of {payload_len} bytes exceeds the {max_payload} limit",
+            fatal=True,
+        )
+    return header_len, payload_len
+
+
+def decode_header(data: Buffer) -> dict[str, Any]:
+    """The header map; raises :class:`FrameError` (not fatal: the length was right) if it is
+    not valid msgpack or not a map with string keys."""
+    try:
+        header = msgpack.unpackb(data, raw=False, strict_map_key=True)
+    except Exception as exc:  # msgpack raises many types for garbage; all mean the same
+        raise FrameError("bad_frame", f"header is not valid msgpack: {exc}") from None
+    if not isinstance(header, dict):
+        raise FrameError("bad_frame", f"header must be a msgpack map, got {type(header).__name__}")
+    return header
+
+
+# -- argument readers: each raises FrameError("bad_request") naming the field ----------------
+def arg_str(header: dict[str, Any], key: str, *, optional: bool = False) -> Any:
+    value = header.get(key)
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or not value:
+        raise FrameError("bad_request", f"field {key!r} must be a non-empty string")
+    return value
+
+
+def arg_int(header: dict[str, Any], key: str, default: int | None = None) -> int:
+    value = header.get(key, default)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise FrameError("bad_request", f"field {key!r} must be an integer")
+    return value
+
+
+def arg_float(header: dict[str, Any], key: str) -> float | None:
+    value = header.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, int | float) or isinstance(value, bool) or not 0 < value < 1e7:
+        raise FrameError("bad_request", f"field {key!r} must be a positive number of seconds")
+    return float(value)
+
+
+def arg_bool(header: dict[str, Any], key: str) -> bool:
+    value = header.get(key, False)
+    if not isinstance(value, bool):
+        raise FrameError("bad_request", f"field {key!r} must be a boolean")
+    return value
+
+
+def arg_hashes(header: dict[str, Any], max_batch: int, key: str = "hashes") -> list[bytes]:
+    """A list of raw hashes, each 1..64 bytes, at most ``max_batch`` of them."""
+    value = header.get(key)
+    if not isinstance(value, list):
+        raise FrameError("bad_request", f"field {key!r} must be a list of binary hashes")
+    if len(value) > max_batch:
+        raise FrameError("too_large", f"{len(value)} hashes exceed the batch limit {max_batch}")
+    for h in value:
+        if not isinstance(h, bytes) or not 0 < len(h) <= MAX_HASH_BYTES:
+            raise FrameError(
+                "bad_request", f"each of {key!r} must be 1-{MAX_HASH_BYTES} bytes of binary"
+            )
+    return value
+
+
+def arg_sizes(header: dict[str, Any], count: int, payload_len: int) -> list[int]:
+    """Per-block sizes of a payload: ``count`` non-negative ints summing to ``payload_len``."""
+    sizes = header.get("sizes")
+    if not isinstance(sizes, list) or len(sizes) != count:
+        raise FrameError("bad_request", f"field 'sizes' must list {count} block sizes")
+    for s in sizes:
+        if not isinstance(s, int) or isinstance(s, bool) or s < 0:
+            raise FrameError("bad_request", "each of 'sizes' must be a non-negative integer")
+    if sum(sizes) != payload_len:
+        raise FrameError(
+            "bad_request", f"'sizes' add up to {sum(sizes)} but the payload has {payload_len} bytes"
+        )
+    return sizes
+
+
+def split_payload(payload: memoryview, sizes: Sequence[int]) -> list[memoryview]:
+    """Views of each block in ``payload`` (no copy)."""
+    out: list[memoryview] = []
+    pos = 0
+    for s in sizes:
+        out.append(payload[pos:pos + s])
+        pos += s
+    return out

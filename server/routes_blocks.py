@@ -1,0 +1,93 @@
+"""``/v1/blocks/{namespace}/{block_hash_hex}``: single-block PUT, GET and DELETE as
+``application/octet-stream``, for tools and debugging (engines use the data plane)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
+
+from kvstore.errors import CapacityError
+from server.auth import Principal
+from server.deps import PrincipalDep, StoreDep, errors
+from server.errors import BlockNotFoundError
+from server.schemas import HEX_PATTERN, NAME_PATTERN, DeleteOut, PutOut
+from server.writes import durable_put
+
+router = APIRouter(prefix="/v1/blocks", tags=["blocks"])
+
+NsPath = Annotated[str, Path(pattern=NAME_PATTERN, description="namespace name")]
+HashPath = Annotated[str, Path(pattern=HEX_PATTERN, description="block hash as hex")]
+_OCTETS = {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}
+
+
+def _resolve(store: Any, principal: Principal, namespace: str, block_hash_hex: str) -> Any:
+    ns = principal.check(store.namespace(namespace))
+    return ns, bytes.fromhex(block_hash_hex)
+
+
+@router.put(
+    "/{namespace}/{block_hash_hex}",
+    status_code=201,
+    response_model=PutOut,
+    responses={200: {"model": PutOut, "description": "the block was already stored"},
+               **errors(400, 401, 403, 404, 413, 422, 503, 507)},
+    openapi_extra={"requestBody": {"required": True, "content": _OCTETS}},
+)
+async def put_block(
+    request: Request,
+    response: Response,
+    namespace: NsPath,
+    block_hash_hex: HashPath,
+    principal: PrincipalDep,
+    store: StoreDep,
+    durable: Annotated[bool, Query(description="acknowledge only once on disk")] = False,
+) -> PutOut:
+    """Store one block (its bytes are the body; the size must match the namespace)."""
+    body = await request.body()
+    ns, h = _resolve(store, principal, namespace, block_hash_hex)
+    ns.check_size(len(body))
+    tier = request.app.state.durable_tier if durable else None
+    result = await run_in_threadpool(durable_put, store, ns.name, [h], [body], durable, tier)
+    if result.refused:
+        raise CapacityError("no room for the block: every evictable block is pinned")
+    if not result.stored:
+        response.status_code = 200
+    return PutOut(**result._asdict())
+
+
+@router.get(
+    "/{namespace}/{block_hash_hex}",
+    response_class=Response,
+    responses={200: {"content": _OCTETS, "description": "the block's bytes"},
+               **errors(400, 401, 403, 404, 422, 503)},
+)
+def get_block(
+    namespace: NsPath,
+    block_hash_hex: HashPath,
+    principal: PrincipalDep,
+    store: StoreDep,
+) -> Response:
+    """The block's bytes, or 404 if the store does not hold it (or it failed its checksum)."""
+    ns, h = _resolve(store, principal, namespace, block_hash_hex)
+    data = store.get(ns.name, [h])[0]
+    if data is None:
+        raise BlockNotFoundError(f"block {block_hash_hex} not found in {namespace!r}")
+    return Response(content=bytes(data), media_type="application/octet-stream")
+
+
+@router.delete(
+    "/{namespace}/{block_hash_hex}",
+    response_model=DeleteOut,
+    responses=errors(400, 401, 403, 404, 422, 503),
+)
+def delete_block(
+    namespace: NsPath,
+    block_hash_hex: HashPath,
+    principal: PrincipalDep,
+    store: StoreDep,
+) -> DeleteOut:
+    """Delete one block from every tier; ``deleted`` is 0 if it was absent."""
+    ns, h = _resolve(store, principal, namespace, block_hash_hex)
+    return DeleteOut(deleted=store.delete(ns.name, [h]))

@@ -1,0 +1,52 @@
+"""``/v1/namespaces``: register and list namespaces (a thin adapter over the store)."""
+
+from __future__ import annotations
+
+import contextlib
+
+from fastapi import APIRouter, Response
+
+from kvstore.errors import UnknownNamespaceError
+from server.deps import PrincipalDep, StoreDep, errors
+from server.errors import InvalidRequestError
+from server.schemas import NamespaceIn, NamespaceList, NamespaceOut
+
+router = APIRouter(prefix="/v1", tags=["namespaces"])
+
+
+@router.post(
+    "/namespaces",
+    status_code=201,
+    response_model=NamespaceOut,
+    responses={
+        200: {"model": NamespaceOut, "description": "an identical namespace already exists"},
+        **errors(401, 403, 409, 413, 422),
+    },
+)
+def register_namespace(
+    body: NamespaceIn,
+    response: Response,
+    principal: PrincipalDep,
+    store: StoreDep,
+) -> NamespaceOut:
+    """Register a namespace: 201 if new, 200 if identical, 409 if it exists with another
+    layout, block size, hash algorithm or seed."""
+    try:
+        ns = body.to_namespace(principal.tenant_for_new(body.tenant))
+    except ValueError as exc:
+        raise InvalidRequestError(str(exc)) from None
+    with contextlib.suppress(UnknownNamespaceError):  # another tenant's name is not shared
+        principal.check(store.namespace(ns.name))
+    created = store.register_namespace(ns)
+    if not created:
+        response.status_code = 200
+    return NamespaceOut.of(store.namespace(ns.name))
+
+
+@router.get("/namespaces", response_model=NamespaceList, responses=errors(401))
+def list_namespaces(
+    principal: PrincipalDep, store: StoreDep
+) -> NamespaceList:
+    """The namespaces this token may see."""
+    visible = [ns for ns in store.namespaces() if principal.can_access(ns)]
+    return NamespaceList(namespaces=[NamespaceOut.of(ns) for ns in visible])

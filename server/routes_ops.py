@@ -1,0 +1,70 @@
+"""``/v1/lookup``, ``/v1/prefetch``, ``/v1/stats`` and ``/v1/info``: thin adapters that
+translate hex to bytes, check the tenant and call the store."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+
+from server.auth import Principal
+from server.deps import PrincipalDep, StoreDep, errors
+from server.errors import InvalidRequestError
+from server.schemas import HashesIn, InfoOut, LookupOut, PrefetchOut, StatsOut
+
+router = APIRouter(prefix="/v1", tags=["operations"])
+
+
+def _checked(request: Request, body: HashesIn, principal: Principal, store: Any) -> list[bytes]:
+    principal.check(store.namespace(body.namespace))
+    limit = request.app.state.settings.max_batch
+    if len(body.block_hashes) > limit:
+        raise InvalidRequestError(f"{len(body.block_hashes)} hashes exceed the limit {limit}")
+    return body.raw_hashes()
+
+
+@router.post("/lookup", response_model=LookupOut,
+             responses=errors(400, 401, 403, 404, 413, 422, 503))
+def lookup(
+    request: Request,
+    body: HashesIn,
+    principal: PrincipalDep,
+    store: StoreDep,
+) -> LookupOut:
+    """The longest cached prefix of a chain of block hashes and the tier of each of its blocks.
+    No side effects (recency and leases are untouched)."""
+    hashes = _checked(request, body, principal, store)
+    result = store.lookup(body.namespace, hashes)
+    return LookupOut(prefix_blocks=result.prefix_blocks, tiers=list(result.tiers))
+
+
+@router.post("/prefetch", status_code=202, response_model=PrefetchOut,
+             responses=errors(400, 401, 403, 404, 413, 422, 503))
+def prefetch(
+    request: Request,
+    body: HashesIn,
+    principal: PrincipalDep,
+    store: StoreDep,
+) -> PrefetchOut:
+    """Start onboarding the blocks toward the top tier; returns at once (202)."""
+    hashes = _checked(request, body, principal, store)
+    store.prefetch(body.namespace, hashes)
+    return PrefetchOut(accepted=len(hashes))
+
+
+@router.get("/stats", response_model=StatsOut, responses=errors(401))
+def stats(
+    principal: PrincipalDep, store: StoreDep
+) -> StatsOut:
+    """Totals, per tier and per namespace (a tenant sees only its namespaces)."""
+    doc = store.stats()
+    visible = {ns.name for ns in store.namespaces() if principal.can_access(ns)}
+    doc["namespaces"] = {k: v for k, v in doc.get("namespaces", {}).items() if k in visible}
+    return StatsOut.model_validate(doc)
+
+
+@router.get("/info", response_model=InfoOut, responses=errors(401))
+def info(request: Request, principal: PrincipalDep) -> InfoOut:
+    """How to reach the data plane: TCP port, Unix socket, shared memory, host identity."""
+    out: InfoOut = request.app.state.info
+    return out

@@ -1,0 +1,148 @@
+"""Start and stop one server process: store, REST (uvicorn) and data plane on one event loop.
+
+Start: lock the data dir (two servers on one folder would corrupt each other's view), reclaim
+the shared-memory segment a crashed predecessor left, open the store (its index is rebuilt
+from LMDB), then listen. Stop (SIGTERM or SIGINT): ``/healthz`` turns 503, listeners stop
+accepting, in-flight requests finish (up to ``shutdown_grace_s``), then the store closes:
+memory-only blocks spill to disk and LMDB is synced, so nothing half-written remains.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import logging
+import os
+import signal
+import socket
+import sys
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import uvicorn
+
+from kvstore import __version__
+from server.app import create_app
+from server.auth import Authenticator
+from server.dataplane import DataPlane
+from server.metrics import ServerMetrics
+from server.protocol import PROTOCOL_VERSION
+from server.schemas import InfoOut, ShmInfo
+from server.settings import ServerSettings
+
+log = logging.getLogger("kvstore.server")
+
+
+def host_id() -> str:
+    """Equal for every process on this machine (and boot); clients compare it with theirs."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+    except OSError:
+        boot = "noboot"
+    return f"{socket.gethostname()}/{boot}"
+
+
+@contextlib.contextmanager
+def data_dir_lock(settings: ServerSettings) -> Iterator[None]:
+    """Hold an exclusive lock on the data dir for the server's life; fail fast if taken."""
+    path = settings.data_path
+    path.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path / "server.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise SystemExit(f"another kvstore server is using {path}") from None
+        yield
+    finally:
+        os.close(fd)
+
+
+def reclaim_shm(name: str) -> None:
+    """Unlink a segment of our name left by a killed predecessor (we hold the dir lock, so
+    no live server owns it)."""
+    import _posixshmem
+
+    with contextlib.suppress(FileNotFoundError):
+        _posixshmem.shm_unlink("/" + name)
+        log.info("reclaimed stale shared memory %s", name)
+
+
+def open_store(settings: ServerSettings) -> Any:
+    from kvstore.store import Store
+
+    if settings.host_capacity:
+        reclaim_shm(settings.shm)
+    return Store.open(settings.store_config())
+
+
+def build_info(settings: ServerSettings, store: Any) -> InfoOut:
+    slab = store.host_slab() if settings.enable_shm else None
+    shm = ShmInfo(name=slab.shm_name, size=slab.size, slot_bytes=slab.slot_bytes) \
+        if slab is not None and slab.shm_name else None
+    return InfoOut(
+        version=__version__, protocol=PROTOCOL_VERSION, instance=uuid.uuid4().hex,
+        host_id=host_id(), data_port=settings.data_port or None,
+        unix_socket=settings.socket_path, shm=shm, auth_required=settings.auth_enabled(),
+        max_frame_bytes=settings.max_frame_bytes, max_header_bytes=settings.max_header_bytes,
+        max_batch=settings.max_batch,
+    )
+
+
+def durable_tier(settings: ServerSettings) -> str | None:
+    if settings.disk_capacity:
+        return "disk"
+    return "s3" if settings.s3_bucket else None
+
+
+class _Uvicorn(uvicorn.Server):
+    """uvicorn without its own signal handling: we stop it, then close the store."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+async def serve(settings: ServerSettings) -> int:
+    with data_dir_lock(settings):
+        store = open_store(settings)
+        try:
+            return await _serve_store(settings, store)
+        finally:
+            store.close()
+            log.info("store closed and synced")
+
+
+async def _serve_store(settings: ServerSettings, store: Any) -> int:
+    info = build_info(settings, store)
+    metrics = ServerMetrics(store.stats)
+    tier = durable_tier(settings)
+    app = create_app(store, settings, info, metrics, tier)
+    plane = DataPlane(store, settings, info.model_dump(), Authenticator(settings), metrics, tier)
+    await plane.start()
+    server = _Uvicorn(uvicorn.Config(
+        app, host=settings.host, port=settings.port, log_level=settings.log_level,
+        access_log=False, lifespan="off", timeout_graceful_shutdown=int(settings.shutdown_grace_s),
+        limit_concurrency=settings.max_connections, timeout_keep_alive=30,
+    ))
+    loop = asyncio.get_running_loop()
+
+    def stop(signum: int) -> None:
+        log.info("signal %d: shutting down", signum)
+        app.state.closing = True
+        server.should_exit = True
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop, sig)
+    print(f"kvstore serving REST http://{settings.host}:{settings.port} data tcp "
+          f"{settings.data_port or 'off'} unix {settings.socket_path or 'off'} shm "
+          f"{info.shm.name if info.shm else 'off'}", file=sys.stderr, flush=True)
+    try:
+        await server.serve()
+    finally:
+        app.state.closing = True
+        await plane.close(settings.shutdown_grace_s)
+    return 0 if server.started else 1

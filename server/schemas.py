@@ -1,0 +1,162 @@
+"""REST request and response bodies. These models are the OpenAPI document: clients and
+operators' scripts depend on every field name here."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from kvstore.namespace import Layout, Namespace
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@+=-]{0,127}$"
+HEX_PATTERN = r"^(?:[0-9a-fA-F]{2}){1,64}$"
+MAX_BATCH = 65536  # hashes per request; the server may configure less
+
+HexHash = Annotated[str, Field(pattern=HEX_PATTERN, description="block hash, 1-64 bytes as hex")]
+NamespaceName = Annotated[str, Field(pattern=NAME_PATTERN, description="namespace name")]
+Count = Annotated[int, Field(ge=0)]
+
+
+class LayoutModel(BaseModel):
+    """How the engine lays out one block (identity only; opaque to the store)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model_id: str = Field("", max_length=512)
+    num_layers: int = Field(0, ge=0, le=1 << 20)
+    num_kv_heads: int = Field(0, ge=0, le=1 << 20)
+    head_dim: int = Field(0, ge=0, le=1 << 20)
+    block_size: int = Field(0, ge=0, le=1 << 20)
+    dtype: str = Field("", max_length=64)
+    layout_name: str = Field("", max_length=128)
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+    def to_layout(self) -> Layout:
+        return Layout(**self.model_dump())
+
+
+class NamespaceIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: NamespaceName
+    block_bytes: int = Field(gt=0, le=1 << 31, description="size of every block, bytes")
+    layout: LayoutModel = Field(default_factory=LayoutModel)
+    hash_algo: Literal["sha256", "sha256_cbor", "xxhash_cbor"] = "sha256"
+    hash_seed: str | None = Field(None, max_length=1024)
+    tenant: str | None = Field(
+        None, max_length=128, description="admin only: bind the namespace to this tenant"
+    )
+
+    def to_namespace(self, tenant: str | None) -> Namespace:
+        return Namespace(
+            name=self.name, block_bytes=self.block_bytes, layout=self.layout.to_layout(),
+            hash_algo=self.hash_algo, hash_seed=self.hash_seed, tenant=tenant,
+        )
+
+
+class NamespaceOut(BaseModel):
+    name: str
+    block_bytes: int
+    layout: dict[str, Any]
+    hash_algo: str
+    hash_seed: str | None
+    tenant: str | None
+
+    @classmethod
+    def of(cls, ns: Namespace) -> NamespaceOut:
+        return cls(**ns.to_dict())
+
+
+class NamespaceList(BaseModel):
+    namespaces: list[NamespaceOut]
+
+
+class HashesIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    namespace: NamespaceName
+    block_hashes: list[HexHash] = Field(max_length=MAX_BATCH)
+
+    def raw_hashes(self) -> list[bytes]:
+        return [bytes.fromhex(h) for h in self.block_hashes]
+
+
+class LookupOut(BaseModel):
+    prefix_blocks: Count = Field(description="length of the longest cached prefix, in blocks")
+    tiers: list[str] = Field(description="top tier holding each block of that prefix")
+
+
+class PrefetchOut(BaseModel):
+    accepted: Count = Field(description="hashes queued for onboarding toward the top tier")
+
+
+class PutOut(BaseModel):
+    stored: Count
+    existing: Count
+    refused: Count
+
+
+class DeleteOut(BaseModel):
+    deleted: Count
+
+
+class Counters(BaseModel):
+    """Counters of the whole store, one tier or one namespace."""
+
+    model_config = ConfigDict(extra="allow")
+
+    queries: Count
+    hits: Count
+    misses: Count
+    hit_rate: float = Field(ge=0, le=1)
+    blocks: Count
+    bytes: Count
+    capacity_bytes: Count
+    evictions: Count
+    promotions: Count
+    demotions: Count
+    corrupt_dropped: Count
+
+
+class StatsOut(BaseModel):
+    totals: Counters
+    tiers: dict[str, Counters]
+    namespaces: dict[str, Counters]
+
+
+class HealthOut(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    ok: bool
+    tiers: dict[str, dict[str, Any]]
+
+
+class ShmInfo(BaseModel):
+    name: str
+    size: Count
+    slot_bytes: Count
+
+
+class InfoOut(BaseModel):
+    """What a client needs to reach the data plane."""
+
+    version: str
+    protocol: int
+    instance: str = Field(description="changes at every server start")
+    host_id: str = Field(description="same value for every process on this host")
+    data_port: int | None
+    unix_socket: str | None
+    shm: ShmInfo | None
+    auth_required: bool
+    max_frame_bytes: int
+    max_header_bytes: int
+    max_batch: int
+
+
+class ErrorBody(BaseModel):
+    """Every 4xx/5xx answer carries this body."""
+
+    error: str = Field(description="machine-readable code, e.g. unknown_namespace")
+    message: str = Field(description="what was wrong, for humans")
+    detail: list[dict[str, Any]] | None = Field(None, description="validation errors (422)")

@@ -1,0 +1,31 @@
+"""The one place that decides what "acknowledged" means for a put, shared by both planes.
+
+A plain put is acknowledged once the block is in the store (RAM; demoted to disk later,
+write-back). A *durable* put goes straight to the first persistent tier (LMDB, committed with
+sync) and the persistent tiers are flushed before the acknowledgement: after ``kill -9`` and
+a restart on the same folder, every durably acknowledged block is readable byte-identical.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from kvstore.errors import TierUnavailableError
+from kvstore.types import PutResult
+
+
+def durable_put(
+    store: Any, namespace: str, hashes: Sequence[bytes], blocks: Sequence[Any],
+    durable: bool, tier: str | None,
+) -> PutResult:
+    """``store.put`` with the durability rule above. Raises TierUnavailableError for a durable
+    put when no persistent tier is configured."""
+    if not durable:
+        result: PutResult = store.put(namespace, hashes, blocks)
+        return result
+    if tier is None:
+        raise TierUnavailableError("durable put asked for, but no persistent tier is configured")
+    result = store.put(namespace, hashes, blocks, tier=tier)
+    store.flush()
+    return result
