@@ -579,7 +579,9 @@ class Store(SharedMemoryPath):
                 entry = entries[i] = self._index.get(key)
                 data = out[i]
                 # a persistent-tier read ran unlocked: the block may have left meanwhile
-                if entry is None or data is None or not entry.holds(pos):
+                # (memory-tier reads ran under the lock and are valid as read)
+                left = self._tiers[pos].persistent and (entry is None or not entry.holds(pos))
+                if entry is None or data is None or left:
                     out[i], served_by[i] = None, -1
                     continue
                 if self._tiers[pos].verify_reads and checksum(data) != entry.checksum:
