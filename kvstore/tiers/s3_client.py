@@ -6,6 +6,7 @@ imported only when a client is built, so importing this module stays cheap.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -141,14 +142,26 @@ def make_client(s: S3Settings, *, max_attempts: int | None = None) -> Any:
         request_checksum_calculation="when_required",
         response_checksum_validation="when_required",
     )
-    session = boto3.session.Session(
-        profile_name=s.profile,
-        aws_access_key_id=s.access_key_id,
-        aws_secret_access_key=s.secret_access_key,
-        aws_session_token=s.session_token,
-        region_name=s.region,
-    )
-    return session.client("s3", endpoint_url=s.endpoint_url, config=config)
+    with _SESSIONS_LOCK:  # botocore sessions are not safe to create clients concurrently
+        session = _SESSIONS.get(s.profile)
+        if session is None:
+            session = _SESSIONS[s.profile] = boto3.session.Session(profile_name=s.profile)
+        return session.client(
+            "s3",
+            endpoint_url=s.endpoint_url,
+            region_name=s.region,
+            aws_access_key_id=s.access_key_id,
+            aws_secret_access_key=s.secret_access_key,
+            aws_session_token=s.session_token,
+            config=config,
+        )
+
+
+# One boto3 session per profile for the process: a session parses the S3 service model once
+# (about a second of CPU), and every client of every tier reuses it. Explicit keys are passed
+# per client; without them the session resolves credentials the standard AWS way.
+_SESSIONS: dict[str | None, Any] = {}
+_SESSIONS_LOCK = threading.Lock()
 
 
 def error_code(exc: BaseException) -> str:

@@ -99,14 +99,16 @@ class SeaweedServer:
             else:
                 self.ports = {}  # most likely a port race on first start: pick again
 
-    def stop(self) -> None:
-        """Stop the server (data stays). Idempotent."""
+    def stop(self, grace_s: float = 3.0) -> None:
+        """Stop the server (data stays; acknowledged writes are on disk). Idempotent. A
+        graceful ``weed mini`` shutdown can take over ten seconds of reconnect attempts
+        between its components, so after ``grace_s`` it is killed."""
         proc, self.proc = self.proc, None
         if proc is None or proc.poll() is not None:
             return
         proc.terminate()
         try:
-            proc.wait(timeout=15)
+            proc.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=5)
