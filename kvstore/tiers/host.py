@@ -119,10 +119,14 @@ class HostTier(SlabTier):
         return self._buf[offset : offset + length]
 
     def _copy_in(self, extents: Extents, data: memoryview) -> None:
-        arr, src = self._arr, np.frombuffer(data, dtype=np.uint8)
+        # memoryview slice assignment is a bare memcpy; numpy slicing costs a few microseconds
+        # per call, which shows at 64 KiB blocks.
+        buf = self._buf
+        if buf is None:
+            raise RuntimeError("host tier is closed")
         pos = 0
         for off, length in extents:
-            arr[off : off + length] = src[pos : pos + length]
+            buf[off : off + length] = data[pos : pos + length]
             pos += length
 
     def _copy_out(self, extents: Extents, size: int) -> bytes:

@@ -184,38 +184,43 @@ class SlabTier(Tier):
         views: dict[BlockKey, memoryview] = {}
         for key, buf, _meta in items:  # a key given twice: the last copy wins
             views[key] = memoryview(buf).cast("B")
+        keys = list(views)
+        sizes = [v.nbytes for v in views.values()]
+        counts = [self._nslots(n) for n in sizes]
         with self._lock:
             self._check_open()
-            busy = [k for k in views if k in self._reserved]
+            busy = [k for k in keys if k in self._reserved]
             if busy:
                 raise ValueError(f"{self.name} tier: keys reserved by a writer: {busy[:3]!r}")
-            needed = sum(self._nslots(v.nbytes) for v in views.values())
-            freed = sum(len(self._index[k].slots) for k in views if k in self._index)
-            if needed > self._nfree + freed:
+            olds = [self._index.get(k) for k in keys]
+            needed = sum(counts)
+            free = self._nfree + sum(len(o.slots) for o in olds if o is not None)
+            if needed > free:
                 raise CapacityError(
-                    f"{self.name} tier: {needed} slots needed, {self._nfree + freed} available "
-                    f"of {self.num_slots}"
+                    f"{self.name} tier: {needed} slots needed, {free} available of {self.num_slots}"
                 )
-            # Overwritten keys disappear first so that both copies never need room at once;
-            # the store does not read a key it is writing.
-            staged: list[tuple[BlockKey, _Entry, memoryview]] = []
-            for key, view in views.items():
-                old = self._index.pop(key, None)
-                if old is not None:
-                    self._push(old.slots)
-                entry = _Entry(self._pop(self._nslots(view.nbytes)), view.nbytes)
-                staged.append((key, entry, view))
-            for key, entry, _view in staged:
-                self._reserved[key] = entry  # charged but invisible while we copy
+            # Overwritten keys disappear first so that both copies never need room at once
+            # (the store does not read a key it is writing); then one pop for the whole batch.
+            replaced = [
+                self._index.pop(k).slots for k, o in zip(keys, olds, strict=True) if o is not None
+            ]
+            if replaced:
+                self._push(np.concatenate(replaced))
+            slots = self._pop(needed)
+            entries, at = [], 0
+            for n, size in zip(counts, sizes, strict=True):
+                entries.append(_Entry(slots[at : at + n], size))
+                at += n
+            self._reserved.update(zip(keys, entries, strict=True))  # charged, invisible
         try:
-            for _key, entry, view in staged:
+            for entry, view in zip(entries, views.values(), strict=True):
                 self._copy_in(self._extents(entry), view)
         except BaseException:
-            for key, _entry, _view in staged:
+            for key in keys:
                 self.unreserve(key)
             raise
         with self._lock:
-            for key, entry, _view in staged:
+            for key, entry in zip(keys, entries, strict=True):
                 del self._reserved[key]
                 self._index[key] = entry
 
