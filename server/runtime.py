@@ -15,7 +15,6 @@ import fcntl
 import logging
 import os
 import signal
-import socket
 import sys
 import uuid
 from collections.abc import Iterator
@@ -27,22 +26,13 @@ from kvstore import __version__
 from server.app import create_app
 from server.auth import Authenticator
 from server.dataplane import DataPlane
+from server.discovery import host_id
 from server.metrics import ServerMetrics
 from server.protocol import PROTOCOL_VERSION
 from server.schemas import InfoOut, ShmInfo
 from server.settings import ServerSettings
 
 log = logging.getLogger("kvstore.server")
-
-
-def host_id() -> str:
-    """Equal for every process on this machine (and boot); clients compare it with theirs."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            boot = f.read().strip()
-    except OSError:
-        boot = "noboot"
-    return f"{socket.gethostname()}/{boot}"
 
 
 @contextlib.contextmanager

@@ -1,0 +1,298 @@
+"""asyncio client of the kvstore data plane: the same methods as
+:class:`server.client.KVStoreClient`, as coroutines.
+
+Connections come from a small pool (``pool_size``), so concurrent tasks run concurrent
+requests; the shared-memory path and the reconnect-and-retry-once rule are the same as the
+sync client's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+import httpx
+
+from server.client_errors import (
+    KVStoreClientError,
+    KVStoreUnavailableError,
+    ProtocolError,
+    from_reply,
+)
+from server.client_plan import batches, merge_put
+from server.discovery import ServerInfo, auth_headers, check_response, info_url, parse_info
+from server.protocol import PREFIX, PREFIX_BYTES, Buffer, decode_header, encode_frame
+from server.shm import SlabMapping, try_map
+
+T = TypeVar("T")
+
+
+class _Conn:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                 instance: str) -> None:
+        self.reader, self.writer, self.instance = reader, writer, instance
+        self._next_id = 1
+
+    @classmethod
+    async def open(cls, info: ServerInfo, timeout: float) -> _Conn:
+        try:
+            if isinstance(info.target, str):
+                coro = asyncio.open_unix_connection(info.target)
+            else:
+                coro = asyncio.open_connection(*info.target)
+            reader, writer = await asyncio.wait_for(coro, timeout)
+        except (OSError, TimeoutError) as exc:
+            raise KVStoreUnavailableError(f"cannot connect to {info.target}: {exc}") from exc
+        return cls(reader, writer, info.instance)
+
+    async def request(self, header: dict[str, Any], payload: Sequence[Buffer] = (),
+                      timeout: float = 10.0) -> tuple[dict[str, Any], list[bytes | None]]:
+        rid = self._next_id
+        self._next_id += 1
+        for piece in encode_frame({**header, "id": rid}, payload):
+            self.writer.write(piece)
+        await asyncio.wait_for(self.writer.drain(), timeout)
+        if header.get("noreply"):
+            return {}, []
+        return await asyncio.wait_for(self._reply(rid), timeout)
+
+    async def _reply(self, rid: int) -> tuple[dict[str, Any], list[bytes | None]]:
+        header_len, payload_len = PREFIX.unpack(await self.reader.readexactly(PREFIX_BYTES))
+        reply = decode_header(await self.reader.readexactly(header_len))
+        sizes = reply.get("sizes")
+        blocks: list[bytes | None] = []
+        if isinstance(sizes, list) and sum(s for s in sizes if s > 0) == payload_len:
+            for size in sizes:
+                blocks.append(None if size < 0 else await self.reader.readexactly(size))
+        elif payload_len:
+            await self.reader.readexactly(payload_len)
+            raise ProtocolError("reply payload without matching sizes")
+        if not reply.get("ok"):
+            raise from_reply(reply)
+        if reply.get("id") != rid:
+            raise ProtocolError(f"reply id {reply.get('id')} does not match request {rid}")
+        return reply, blocks
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class AsyncKVStoreClient:
+    def __init__(self, url: str, token: str | None = None, *, use_shm: bool | None = None,
+                 timeout: float = 10.0, pool_size: int = 4) -> None:
+        self.url = url.rstrip("/")
+        self.token = token
+        self.use_shm = use_shm
+        self.timeout = timeout
+        self.owner = uuid.uuid4().hex
+        self._pool_size = pool_size
+        self._idle: list[_Conn] = []
+        self._open = 0
+        self._freed = asyncio.Condition()
+        self._info: ServerInfo | None = None
+        self._slab: SlabMapping | None = None
+        self._closed = False
+
+    # -- public API (see KVStoreClient for each contract) ---------------------------------
+    async def register_namespace(self, name: str, block_bytes: int, layout: dict[str, Any],
+                                 hash_algo: str = "sha256", hash_seed: str | None = None,
+                                 tenant: str | None = None) -> dict[str, Any]:
+        reply = await self._call({"op": "register", "name": name, "block_bytes": block_bytes,
+                                  "layout": layout, "hash_algo": hash_algo,
+                                  "hash_seed": hash_seed, "tenant": tenant})
+        return {**reply["namespace"], "created": reply["created"]}
+
+    async def put(self, namespace: str, hashes: Sequence[bytes], blocks: Sequence[Buffer], *,
+                  durable: bool = False) -> dict[str, int]:
+        if len(hashes) != len(blocks):
+            raise ValueError(f"{len(hashes)} hashes but {len(blocks)} blocks")
+        return await self._retry(lambda c: self._put(c, namespace, list(hashes), blocks,
+                                                     durable))
+
+    async def get(self, namespace: str, hashes: Sequence[bytes]) -> list[bytes | None]:
+        return await self._retry(lambda c: self._get(c, namespace, list(hashes)))
+
+    async def lookup(self, namespace: str, hashes: Sequence[bytes]) -> tuple[int, list[str]]:
+        reply = await self._call({"op": "lookup", "ns": namespace, "hashes": list(hashes)})
+        return int(reply["prefix_blocks"]), list(reply["tiers"])
+
+    async def prefetch(self, namespace: str, hashes: Sequence[bytes]) -> None:
+        await self._call({"op": "prefetch", "ns": namespace, "hashes": list(hashes)})
+
+    async def pin(self, namespace: str, hashes: Sequence[bytes],
+                  lease_s: float | None = None) -> list[bool]:
+        reply = await self._call({"op": "pin", "ns": namespace, "hashes": list(hashes),
+                                  "lease_s": lease_s})
+        return [bool(x) for x in reply["pinned"]]
+
+    async def release(self, namespace: str, hashes: Sequence[bytes]) -> int:
+        reply = await self._call({"op": "release", "ns": namespace, "hashes": list(hashes)})
+        return int(reply["released"])
+
+    async def delete(self, namespace: str, hashes: Sequence[bytes]) -> int:
+        reply = await self._call({"op": "delete", "ns": namespace, "hashes": list(hashes)})
+        return int(reply["deleted"])
+
+    async def flush(self) -> None:
+        await self._call({"op": "flush"})
+
+    async def stats(self) -> dict[str, Any]:
+        stats: dict[str, Any] = (await self._call({"op": "stats"}))["stats"]
+        return stats
+
+    async def health(self) -> dict[str, Any]:
+        health: dict[str, Any] = (await self._call({"op": "health"}))["health"]
+        return health
+
+    async def close(self) -> None:
+        self._closed = True
+        for conn in self._idle:
+            conn.close()
+        self._idle.clear()
+        if self._slab is not None:
+            self._slab.close()
+            self._slab = None
+
+    async def __aenter__(self) -> AsyncKVStoreClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- operations -----------------------------------------------------------------------
+    async def _put(self, conn: _Conn, ns: str, hashes: list[bytes], blocks: Sequence[Buffer],
+                   durable: bool) -> dict[str, int]:
+        assert self._info is not None
+        results = []
+        slab = self._slab
+        for lo, hi in batches([memoryview(b).nbytes for b in blocks], self._info):
+            hs, bs = hashes[lo:hi], blocks[lo:hi]
+            if slab is not None and not durable:
+                reply = (await conn.request({"op": "shm_reserve", "ns": ns, "hashes": hs},
+                                            timeout=self.timeout))[0]
+                for i, ext in enumerate(reply["extents"]):
+                    if ext is not None:
+                        slab.write(ext, bs[i])
+                req = {"op": "shm_commit", "ns": ns, "hashes": hs}
+            else:
+                req = {"op": "put", "ns": ns, "hashes": hs, "durable": durable,
+                       "sizes": [memoryview(b).nbytes for b in bs]}
+            payload = () if req["op"] == "shm_commit" else bs
+            results.append((await conn.request(req, payload, timeout=self.timeout))[0])
+        return merge_put(results)
+
+    async def _get(self, conn: _Conn, ns: str, hashes: list[bytes]) -> list[bytes | None]:
+        assert self._info is not None
+        out: list[bytes | None] = []
+        slab = self._slab
+        for lo, hi in batches(None, self._info, count=len(hashes)):
+            hs = hashes[lo:hi]
+            if slab is None:
+                out += (await conn.request({"op": "get", "ns": ns, "hashes": hs},
+                                           timeout=self.timeout))[1]
+                continue
+            reply = (await conn.request({"op": "shm_acquire", "ns": ns, "hashes": hs},
+                                        timeout=self.timeout))[0]
+            try:
+                out += [None if e is None else slab.read(e) for e in reply["extents"]]
+            finally:
+                await conn.request({"op": "shm_release", "ns": ns, "hashes": hs,
+                                    "noreply": True}, timeout=self.timeout)
+        return out
+
+    # -- connections ----------------------------------------------------------------------
+    async def _call(self, header: dict[str, Any]) -> dict[str, Any]:
+        async def one(conn: _Conn) -> dict[str, Any]:
+            return (await conn.request(header, timeout=self.timeout))[0]
+
+        return await self._retry(one)
+
+    async def _retry(self, fn: Callable[[_Conn], Awaitable[T]]) -> T:
+        for attempt in (0, 1):
+            conn: _Conn | None = None
+            try:
+                conn = await self._acquire()
+                result = await fn(conn)
+            except (OSError, TimeoutError, asyncio.IncompleteReadError, ProtocolError) as exc:
+                if isinstance(exc, KVStoreClientError) and not isinstance(
+                        exc, KVStoreUnavailableError | ProtocolError):
+                    raise
+                await self._discard(conn)
+                if attempt:
+                    raise KVStoreUnavailableError(f"kvstore at {self.url}: {exc!r}") from exc
+                continue
+            except BaseException:
+                await self._discard(conn)
+                raise
+            await self._give_back(conn)
+            return result
+        raise AssertionError("unreachable")
+
+    async def _acquire(self) -> _Conn:
+        if self._closed:
+            raise KVStoreClientError("client is closed")
+        async with self._freed:
+            while not self._idle and self._open >= self._pool_size:
+                await self._freed.wait()
+            if self._idle:
+                return self._idle.pop()
+            self._open += 1
+        try:
+            info = self._info or await self._discover()
+            conn = await _Conn.open(info, self.timeout)
+            hello = (await conn.request({"op": "hello", "token": self.token,
+                                         "owner": self.owner}, timeout=self.timeout))[0]
+            if hello.get("instance") != info.instance:
+                conn.close()
+                self._info = None
+                raise ProtocolError("server restarted during connect")
+            return conn
+        except BaseException:
+            async with self._freed:
+                self._open -= 1
+                self._freed.notify()
+            raise
+
+    async def _give_back(self, conn: _Conn) -> None:
+        async with self._freed:
+            if self._info is not None and conn.instance == self._info.instance \
+                    and not self._closed:
+                self._idle.append(conn)
+            else:
+                conn.close()
+                self._open -= 1
+            self._freed.notify()
+
+    async def _discard(self, conn: _Conn | None) -> None:
+        self._info = None  # rediscover on the next connect
+        if conn is None:
+            return
+        conn.close()
+        async with self._freed:
+            self._open -= 1
+            for stale in self._idle:
+                stale.close()
+            self._open -= len(self._idle)
+            self._idle.clear()
+            self._freed.notify_all()
+
+    async def _discover(self) -> ServerInfo:
+        try:
+            async with httpx.AsyncClient(timeout=self.timeout) as http:
+                r = await http.get(info_url(self.url), headers=auth_headers(self.token))
+        except httpx.HTTPError as exc:
+            raise KVStoreUnavailableError(f"cannot reach kvstore at {self.url}: {exc}") from exc
+        check_response(r.status_code, r.text, self.url)
+        info = parse_info(self.url, r.json())
+        if self._slab is not None:
+            self._slab.close()
+            self._slab = None
+        if self.use_shm is not False and info.shm_name:
+            self._slab = try_map(info.shm_name, info.shm_size)
+        if self.use_shm and self._slab is None:
+            raise KVStoreClientError(f"use_shm=True but the slab of {self.url} cannot be "
+                                     "mapped from this process", "shm")
+        self._info = info
+        return info

@@ -1,0 +1,278 @@
+"""Python client of the kvstore data plane (sync; :class:`AsyncKVStoreClient` for asyncio).
+
+``KVStoreClient(url)`` takes the REST base URL, discovers the data plane from ``/v1/info`` on
+first use and, when the server is on this host, talks over its Unix socket and moves block
+bytes through the host tier's shared memory (one memcpy; only control frames cross the
+socket). ``use_shm=False`` forces bytes over the socket; ``use_shm=True`` fails if the slab
+cannot be mapped.
+
+Thread-safe: each thread gets its own connection. After a server restart the next call
+reconnects (and remaps the new slab) and retries once; if the server stays away, calls raise
+:class:`KVStoreUnavailableError`, a ``ConnectionError``, so that callers can fall back.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import httpx
+
+from server.client_conn import FrameSocket
+from server.client_errors import (
+    AuthenticationError,
+    BadRequestError,
+    BlockSizeError,
+    CapacityError,
+    KVStoreClientError,
+    KVStoreUnavailableError,
+    NamespaceConflictError,
+    PermissionDeniedError,
+    ProtocolError,
+    StoreUnavailableError,
+    UnknownNamespaceError,
+)
+from server.client_plan import batches, merge_put
+from server.discovery import ServerInfo, auth_headers, check_response, info_url, parse_info
+from server.protocol import Buffer
+from server.shm import SlabMapping, try_map
+
+T = TypeVar("T")
+
+__all__ = [
+    "AsyncKVStoreClient", "AuthenticationError", "BadRequestError", "BlockSizeError",
+    "CapacityError", "KVStoreClient", "KVStoreClientError", "KVStoreUnavailableError",
+    "NamespaceConflictError", "PermissionDeniedError", "ProtocolError", "StoreUnavailableError",
+    "UnknownNamespaceError",
+]
+
+
+class KVStoreClient:
+    def __init__(self, url: str, token: str | None = None, *, use_shm: bool | None = None,
+                 timeout: float = 10.0) -> None:
+        self.url = url.rstrip("/")
+        self.token = token
+        self.use_shm = use_shm
+        self.timeout = timeout
+        self.owner = uuid.uuid4().hex  # pins and reservations of all our connections
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        self._conns: list[FrameSocket] = []
+        self._info: ServerInfo | None = None
+        self._slab: SlabMapping | None = None
+        self._closed = False
+
+    # -- public API -----------------------------------------------------------------------
+    def register_namespace(self, name: str, block_bytes: int, layout: dict[str, Any],
+                           hash_algo: str = "sha256", hash_seed: str | None = None,
+                           tenant: str | None = None) -> dict[str, Any]:
+        """Register (or confirm) a namespace. Returns its definition plus ``created``.
+        Raises :class:`NamespaceConflictError` if it exists with another definition."""
+        reply = self._call({"op": "register", "name": name, "block_bytes": block_bytes,
+                            "layout": layout, "hash_algo": hash_algo, "hash_seed": hash_seed,
+                            "tenant": tenant})
+        return {**reply["namespace"], "created": reply["created"]}
+
+    def put(self, namespace: str, hashes: Sequence[bytes], blocks: Sequence[Buffer], *,
+            durable: bool = False) -> dict[str, int]:
+        """Store blocks; ``{"stored", "existing", "refused"}``. With ``durable`` the reply
+        comes only once the blocks are on disk (they then survive ``kill -9``)."""
+        if len(hashes) != len(blocks):
+            raise ValueError(f"{len(hashes)} hashes but {len(blocks)} blocks")
+        return self._retry(lambda: self._put(namespace, list(hashes), blocks, durable))
+
+    def get(self, namespace: str, hashes: Sequence[bytes]) -> list[bytes | None]:
+        """Each block's bytes, or None for a miss."""
+        return self._retry(lambda: self._get(namespace, list(hashes), None))
+
+    def get_into(self, namespace: str, hashes: Sequence[bytes],
+                 buffers: Sequence[Buffer]) -> list[bool]:
+        """Copy each block into the matching writable buffer; True where found."""
+        return self._retry(lambda: self._get(namespace, list(hashes), buffers))
+
+    def lookup(self, namespace: str, hashes: Sequence[bytes]) -> tuple[int, list[str]]:
+        """``(prefix_blocks, tiers)``: the longest cached prefix and each block's tier."""
+        reply = self._call({"op": "lookup", "ns": namespace, "hashes": list(hashes)})
+        return int(reply["prefix_blocks"]), list(reply["tiers"])
+
+    def prefetch(self, namespace: str, hashes: Sequence[bytes]) -> None:
+        """Ask the server to onboard the blocks toward RAM; returns at once."""
+        self._call({"op": "prefetch", "ns": namespace, "hashes": list(hashes)})
+
+    def pin(self, namespace: str, hashes: Sequence[bytes],
+            lease_s: float | None = None) -> list[bool]:
+        """Pin blocks for ``lease_s`` seconds (server default if None); True where pinned."""
+        reply = self._call({"op": "pin", "ns": namespace, "hashes": list(hashes),
+                            "lease_s": lease_s})
+        return [bool(x) for x in reply["pinned"]]
+
+    def release(self, namespace: str, hashes: Sequence[bytes]) -> int:
+        return int(self._call({"op": "release", "ns": namespace,
+                               "hashes": list(hashes)})["released"])
+
+    def delete(self, namespace: str, hashes: Sequence[bytes]) -> int:
+        return int(self._call({"op": "delete", "ns": namespace,
+                               "hashes": list(hashes)})["deleted"])
+
+    def flush(self) -> None:
+        """Make every block stored so far durable on the server's persistent tiers."""
+        self._call({"op": "flush"})
+
+    def stats(self) -> dict[str, Any]:
+        stats: dict[str, Any] = self._call({"op": "stats"})["stats"]
+        return stats
+
+    def health(self) -> dict[str, Any]:
+        health: dict[str, Any] = self._call({"op": "health"})["health"]
+        return health
+
+    @property
+    def shm_active(self) -> bool:
+        """Whether block bytes move through shared memory (known after the first call)."""
+        return self._slab is not None
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            for conn in self._conns:
+                conn.close()
+            self._conns.clear()
+            if self._slab is not None:
+                self._slab.close()
+                self._slab = None
+
+    def __enter__(self) -> KVStoreClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- operations -----------------------------------------------------------------------
+    def _put(self, ns: str, hashes: list[bytes], blocks: Sequence[Buffer],
+             durable: bool) -> dict[str, int]:
+        conn, info, slab = self._session()
+        results = []
+        for lo, hi in batches([memoryview(b).nbytes for b in blocks], info):
+            hs, bs = hashes[lo:hi], blocks[lo:hi]
+            if slab is not None and not durable:
+                extents = conn.request({"op": "shm_reserve", "ns": ns, "hashes": hs})[0]
+                todo = [i for i, e in enumerate(extents["extents"]) if e is not None]
+                try:
+                    for i in todo:
+                        slab.write(extents["extents"][i], bs[i])
+                except BaseException:
+                    conn.request({"op": "shm_abort", "ns": ns, "hashes": hs})
+                    raise
+                results.append(conn.request({"op": "shm_commit", "ns": ns, "hashes": hs})[0])
+            else:
+                sizes = [memoryview(b).nbytes for b in bs]
+                results.append(conn.request({"op": "put", "ns": ns, "hashes": hs,
+                                             "sizes": sizes, "durable": durable}, bs)[0])
+        return merge_put(results)
+
+    def _get(self, ns: str, hashes: list[bytes], into: Sequence[Buffer] | None) -> list[Any]:
+        conn, info, slab = self._session()
+        out: list[Any] = []
+        for lo, hi in batches(None, info, count=len(hashes)):
+            hs = hashes[lo:hi]
+            if slab is None:
+                out += conn.request({"op": "get", "ns": ns, "hashes": hs},
+                                    into=None if into is None else into[lo:hi])[1]
+                continue
+            extents = conn.request({"op": "shm_acquire", "ns": ns, "hashes": hs})[0]["extents"]
+            try:
+                for i, ext in enumerate(extents):
+                    if ext is None:
+                        out.append(None if into is None else False)
+                    elif into is None:
+                        out.append(slab.read(ext))
+                    else:
+                        slab.read_into(ext, into[lo + i])
+                        out.append(True)
+            finally:  # no reply needed: the pins go with the lease if this frame is lost
+                conn.request({"op": "shm_release", "ns": ns, "hashes": hs, "noreply": True})
+        return out
+
+    # -- connections ----------------------------------------------------------------------
+    def _call(self, header: dict[str, Any]) -> dict[str, Any]:
+        return self._retry(lambda: self._session()[0].request(header)[0])
+
+    def _retry(self, fn: Callable[[], T]) -> T:
+        """Run ``fn``; on a broken connection reconnect (rediscovering the server) and run it
+        once more. Server-side errors are raised as they are."""
+        for attempt in (0, 1):
+            try:
+                return fn()
+            except (OSError, ProtocolError) as exc:
+                if isinstance(exc, KVStoreClientError) and not isinstance(
+                        exc, KVStoreUnavailableError | ProtocolError):
+                    raise
+                self._drop_connection()
+                if attempt:
+                    raise KVStoreUnavailableError(f"kvstore at {self.url}: {exc}") from exc
+        raise AssertionError("unreachable")
+
+    def _session(self) -> tuple[FrameSocket, ServerInfo, SlabMapping | None]:
+        if self._closed:
+            raise KVStoreClientError("client is closed")
+        conn: FrameSocket | None = getattr(self._local, "conn", None)
+        if conn is not None and self._info is not None \
+                and getattr(self._local, "instance", None) == self._info.instance:
+            return conn, self._info, self._slab
+        if conn is not None:  # from before a restart or a failure in another thread
+            self._forget(conn)
+        info = self._info or self._discover()
+        conn = FrameSocket.connect(info.target, self.timeout)
+        try:
+            hello = conn.request({"op": "hello", "token": self.token, "owner": self.owner})[0]
+        except BaseException:
+            conn.close()
+            raise
+        if hello.get("instance") != info.instance:  # restarted since we asked: start over
+            conn.close()
+            self._info = None
+            info = self._discover()
+            conn = FrameSocket.connect(info.target, self.timeout)
+            conn.request({"op": "hello", "token": self.token, "owner": self.owner})
+        with self._lock:
+            self._conns.append(conn)
+        self._local.conn, self._local.instance = conn, info.instance
+        return conn, info, self._slab
+
+    def _discover(self) -> ServerInfo:
+        try:
+            r = httpx.get(info_url(self.url), headers=auth_headers(self.token),
+                          timeout=self.timeout)
+        except httpx.HTTPError as exc:
+            raise KVStoreUnavailableError(f"cannot reach kvstore at {self.url}: {exc}") from exc
+        check_response(r.status_code, r.text, self.url)
+        info = parse_info(self.url, r.json())
+        with self._lock:
+            if self._slab is not None:
+                self._slab.close()
+                self._slab = None
+            if self.use_shm is not False and info.shm_name:
+                self._slab = try_map(info.shm_name, info.shm_size)
+            if self.use_shm and self._slab is None:
+                raise KVStoreClientError(f"use_shm=True but the slab of {self.url} cannot be "
+                                         "mapped from this process", "shm")
+            self._info = info
+        return info
+
+    def _drop_connection(self) -> None:
+        conn: FrameSocket | None = getattr(self._local, "conn", None)
+        self._local.conn = None
+        self._info = None  # rediscover: ports, socket or slab may have changed
+        if conn is not None:
+            self._forget(conn)
+
+    def _forget(self, conn: FrameSocket) -> None:
+        conn.close()
+        with self._lock:
+            if conn in self._conns:
+                self._conns.remove(conn)
+
+
+from server.aclient import AsyncKVStoreClient  # noqa: E402  (re-export; imports us lazily)

@@ -1,0 +1,65 @@
+"""Client side of the shared-memory path: map the server's host slab and copy block bytes in
+and out at the extents the server hands out (one memcpy per extent, no socket)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from typing import Any
+
+from server.protocol import Buffer
+
+Extents = Sequence[Sequence[int]]  # [(offset, length), ...] of one block
+
+
+class SlabMapping:
+    """The server's host slab, mapped read-write into this process."""
+
+    def __init__(self, name: str, size: int) -> None:
+        from kvstore.tiers.host import attach_slab  # untracked: exiting never unlinks it
+
+        self._shm: Any = attach_slab(name)
+        if self._shm.size < size:
+            self._shm.close()
+            raise OSError(f"shared memory {name} is {self._shm.size} bytes, expected {size}")
+        self.name = name
+        self.buf: memoryview = self._shm.buf
+
+    def write(self, extents: Extents, block: Buffer) -> None:
+        """Copy ``block`` into the slab at ``extents`` (which must add up to its size)."""
+        src = memoryview(block).cast("B")
+        pos = 0
+        for off, length in extents:
+            self.buf[off:off + length] = src[pos:pos + length]
+            pos += length
+        if pos != src.nbytes:
+            raise ValueError(f"extents cover {pos} bytes, block has {src.nbytes}")
+
+    def read(self, extents: Extents) -> bytes:
+        """The block's bytes as a new ``bytes`` (one copy)."""
+        if len(extents) == 1:
+            off, length = extents[0]
+            return bytes(self.buf[off:off + length])
+        return b"".join(self.buf[off:off + length] for off, length in extents)
+
+    def read_into(self, extents: Extents, dest: Buffer) -> int:
+        """Copy the block into ``dest`` (writable, large enough); returns bytes copied."""
+        out = memoryview(dest).cast("B")
+        pos = 0
+        for off, length in extents:
+            out[pos:pos + length] = self.buf[off:off + length]
+            pos += length
+        return pos
+
+    def close(self) -> None:
+        with contextlib.suppress(BufferError):  # a view still held: the OS unmaps at exit
+            self._shm.close()
+
+
+def try_map(name: str, size: int) -> SlabMapping | None:
+    """The mapping, or None if this process cannot open it (other host, other container,
+    other user)."""
+    try:
+        return SlabMapping(name, size)
+    except (OSError, ValueError):
+        return None
