@@ -16,7 +16,7 @@ DEFAULT_PREFIX = "kvstore"
 DEFAULT_MAX_WORKERS = 16  # threads per pool (reads, writes); connections = 2x this
 DEFAULT_CONNECT_TIMEOUT_S = 2.0  # seconds: a dead endpoint fails fast
 DEFAULT_READ_TIMEOUT_S = 10.0  # seconds: one block, not a whole batch
-DEFAULT_MAX_ATTEMPTS = 3  # botocore attempts per request (1 = no botocore retry)
+DEFAULT_MAX_ATTEMPTS = 3  # botocore attempts per request, the first included (1 = no retry)
 DEFAULT_RETRY_MODE = "standard"  # botocore: "standard" or "adaptive" (client-side rate limit)
 DEFAULT_QUEUE_BYTES = 256 << 20  # bytes: write-back queue bound
 DEFAULT_DEMOTE_RETRIES = 5  # our retries of one failed upload before it is dropped
@@ -136,7 +136,7 @@ def make_client(s: S3Settings, *, max_attempts: int | None = None) -> Any:
         max_pool_connections=2 * s.max_workers + 2,
         connect_timeout=s.connect_timeout_s,
         read_timeout=s.read_timeout_s,
-        retries={"mode": s.retry_mode, "max_attempts": max_attempts or s.max_attempts},
+        retries={"mode": s.retry_mode, "total_max_attempts": max_attempts or s.max_attempts},
         # Blocks carry their own xxh3 checksum, verified on read; botocore's extra CRC on
         # every body costs CPU and some S3-compatible servers reject the trailer headers.
         request_checksum_calculation="when_required",

@@ -99,7 +99,7 @@ class SeaweedServer:
             else:
                 self.ports = {}  # most likely a port race on first start: pick again
 
-    def stop(self, grace_s: float = 3.0) -> None:
+    def stop(self, grace_s: float = 2.0) -> None:
         """Stop the server (data stays; acknowledged writes are on disk). Idempotent. A
         graceful ``weed mini`` shutdown can take over ten seconds of reconnect attempts
         between its components, so after ``grace_s`` it is killed."""

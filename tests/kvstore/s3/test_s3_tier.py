@@ -181,7 +181,7 @@ def test_delete_removes_the_object_in_the_background(
 
 
 def test_unknown_option_is_refused_with_the_known_ones(seaweed: SeaweedServer) -> None:
-    with pytest.raises(ValueError, match="known: .*bucket"):
+    with pytest.raises(ValueError, match=r"known: .*bucket"):
         S3Tier(1 << 20, **seaweed.options(buckett="x"))
     with pytest.raises(ValueError, match="bucket"):
         S3Tier(1 << 20, bucket="")

@@ -1,0 +1,97 @@
+"""Two nodes on one bucket: what one writes, the other discovers and reads byte-identical;
+a miss storm is absorbed by the negative cache."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kvstore.tiers.s3 import S3Tier
+from tests.kvstore.tiers.contract import KiB, block, item, key
+
+MakeTier = Callable[..., S3Tier]
+
+
+def count_requests(tier: S3Tier, op: str) -> list[int]:
+    """A one-element counter of ``op`` requests that ``tier`` sends."""
+    counter = [0]
+
+    def hook(**_: Any) -> None:
+        counter[0] += 1
+
+    tier.client.meta.events.register(f"before-send.s3.{op}", hook)
+    return counter
+
+
+def test_block_written_by_one_node_is_discovered_and_read_by_another(make_tier: MakeTier) -> None:
+    node_a, node_b = make_tier(), make_tier()
+    blocks = {key(i): block(256 * KiB) for i in range(8)}
+    node_a.put_many([item(k, v, layout_id=3) for k, v in blocks.items()])
+    node_a.flush()
+    assert not node_b.contains(key(0))
+    assert node_b.get_many([key(0)]) == [None]  # not known yet: no blind GETs
+    metas = node_b.discover([*blocks, key(99)])
+    assert metas[:-1] == [item(k, v, layout_id=3)[2] for k, v in blocks.items()]
+    assert metas[-1] is None
+    assert all(node_b.contains(k) for k in blocks)
+    assert node_b.used_bytes() == 8 * 256 * KiB
+    assert node_b.stats()["discovered"] == 8
+    assert node_b.get_many(list(blocks)) == list(blocks.values())
+
+
+def test_discover_answers_known_blocks_without_asking_s3(make_tier: MakeTier) -> None:
+    tier = make_tier()
+    data = block(100)
+    tier.put_many([item(key(1), data)])
+    heads = count_requests(tier, "HeadObject")
+    assert tier.discover([key(1)]) == [item(key(1), data)[2]]  # still queued or uploaded
+    tier.flush()
+    assert tier.discover([key(1)]) == [item(key(1), data)[2]]
+    assert heads[0] == 0
+
+
+def test_negative_cache_absorbs_a_miss_storm_then_expires(make_tier: MakeTier) -> None:
+    writer = make_tier()
+    reader = make_tier(negative_ttl_s=0.5)
+    heads = count_requests(reader, "HeadObject")
+    missing = [key(i) for i in range(10)]
+    assert reader.discover(missing) == [None] * 10
+    assert heads[0] == 10
+    for _ in range(20):  # the storm: every lookup asks again
+        assert reader.discover(missing) == [None] * 10
+    assert heads[0] == 10
+    assert reader.stats()["negative_hits"] == 200
+    # Another node writes one of them: visible once the negative entry expires.
+    data = block(1000)
+    writer.put_many([item(key(3), data)])
+    writer.flush()
+    assert reader.discover([key(3)]) == [None]
+    time.sleep(0.6)
+    assert reader.discover([key(3)]) == [item(key(3), data)[2]]
+    assert heads[0] == 11
+    assert reader.get_many([key(3)]) == [data]
+
+
+def test_own_put_clears_the_negative_entry(make_tier: MakeTier) -> None:
+    tier = make_tier(negative_ttl_s=60)
+    assert tier.discover([key(1)]) == [None]
+    data = block(10)
+    tier.put_many([item(key(1), data)])
+    assert tier.discover([key(1)]) == [item(key(1), data)[2]]
+
+
+def test_block_another_node_evicted_becomes_a_miss(make_tier: MakeTier) -> None:
+    node_a, node_b = make_tier(), make_tier()
+    data = block(2000)
+    node_a.put_many([item(key(1), data)])
+    node_a.flush()
+    node_b.discover([key(1)])
+    node_a.delete([key(1)])
+    node_a.flush()
+    deadline = time.monotonic() + 10
+    while node_b.get_many([key(1)]) != [None] and time.monotonic() < deadline:
+        time.sleep(0.05)  # the delete is asynchronous
+    assert node_b.get_many([key(1)]) == [None]
+    assert not node_b.contains(key(1))
+    assert node_b.used_bytes() == 0
