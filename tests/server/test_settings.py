@@ -1,0 +1,76 @@
+"""Settings: sizes, precedence (flag > env > YAML > default), validation, tiers built."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from server.settings import load_settings, parse_size
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("512MiB", 512 << 20), ("10GiB", 10 << 30), ("1.5GB", 1_500_000_000), ("4096", 4096),
+    (4096, 4096), ("64 KiB", 64 << 10), ("2kb", 2000), ("0", 0),
+])
+def test_parse_size(text: object, expected: int) -> None:
+    assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize("bad", ["ten", "5XB", "-1", -1, True, "1e3", None, [1]])
+def test_parse_size_rejects(bad: object) -> None:
+    with pytest.raises(ValueError):
+        parse_size(bad)
+
+
+def test_precedence_flag_over_env_over_yaml(tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = tmp_path / "kv.yaml"
+    cfg.write_text("port: 9001\nhost_capacity: 512MiB\ndata_port: 9002\ndisk_capacity: 1GiB\n")
+    monkeypatch.setenv("KVSTORE_PORT", "9101")
+    monkeypatch.setenv("KVSTORE_DISK_CAPACITY", "2GiB")
+    s = load_settings(cfg, disk_capacity="3GiB")
+    assert s.port == 9101  # env beats YAML
+    assert s.data_port == 9002  # YAML beats the default
+    assert s.host_capacity == 512 << 20
+    assert s.disk_capacity == 3 << 30  # flag beats env
+
+
+def test_defaults_serve_without_configuration(tmp_path: Path) -> None:
+    s = load_settings(data_dir=str(tmp_path))
+    assert s.host == "127.0.0.1"
+    cfg = s.store_config()
+    assert [t.kind for t in cfg.tiers] == ["host", "disk"]
+    assert cfg.tiers[0].options["shm_name"] == s.shm
+    assert cfg.tiers[1].options["path"] == str(tmp_path / "lmdb")
+    assert cfg.namespaces_path == str(tmp_path / "namespaces.json")
+    assert s.socket_path == str(tmp_path / "kvstore.sock")
+
+
+def test_optional_tiers(tmp_path: Path) -> None:
+    s = load_settings(data_dir=str(tmp_path), device_capacity="1GiB", device="cuda:0",
+                      s3_bucket="b", s3_endpoint="http://127.0.0.1:9000", disk_capacity=0)
+    tiers = s.store_config().tiers
+    assert [t.kind for t in tiers] == ["device", "host", "s3"]
+    assert tiers[0].options == {"device": "cuda:0"}
+    assert tiers[2].options["bucket"] == "b"
+
+
+def test_bad_values_fail_loudly(tmp_path: Path) -> None:
+    with pytest.raises(ValidationError):
+        load_settings(port=0)
+    with pytest.raises(ValidationError):
+        load_settings(host_capacity="lots")
+    with pytest.raises(ValidationError):
+        load_settings(no_such_setting=1)
+    with pytest.raises(FileNotFoundError):
+        load_settings(tmp_path / "missing.yaml")
+    with pytest.raises(ValidationError, match="at least one tier"):
+        load_settings(host_capacity=0, disk_capacity=0)
+
+
+def test_shm_name_is_stable_per_data_dir(tmp_path: Path) -> None:
+    a = load_settings(data_dir=str(tmp_path / "a")).shm
+    assert a == load_settings(data_dir=str(tmp_path / "a")).shm
+    assert a != load_settings(data_dir=str(tmp_path / "b")).shm
