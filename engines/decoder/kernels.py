@@ -1,11 +1,14 @@
 """Block gather/scatter between the paged cache and kvstore's byte buffers.
 
 A block is one row of the block-major cache (see ``paged_kv``), so both directions are row
-copies. The torch version is the reference and the default. A numba version (CPU only) is
-chosen with ``set_backend("numba")`` (the CLI's ``--kernels numba``); numba is imported only
-then, and a machine without it fails with a clear error rather than at import. On CUDA the
-torch path gathers on the device and makes one device-to-host copy for the whole batch, which
-is what a custom kernel would do too, so no cupy kernel is needed (see bench results).
+copies. On CUDA, torch gathers on the device and makes one copy through pinned host memory for
+the whole batch, which is what a custom cupy kernel would do too. On the CPU the cache's memory
+is viewed as a numpy ``[num_blocks, block_bytes]`` array and rows are copied one by one
+("numpy", the default): measured on a shared 2-core machine, torch's ``index_select`` into a
+fresh buffer ran 5-10x slower (its intra-op threads fight for the cores), and a parallel numba
+kernel (``set_backend("numba")``, the CLI's ``--kernels numba``) only matched the row copies,
+both bound by page faults of the fresh output buffer (``bench/bench_engine.py`` measures all
+three). numba is imported only when chosen. Tests check every path against torch indexing.
 """
 
 from __future__ import annotations
@@ -16,8 +19,9 @@ from typing import Any
 import numpy as np
 import torch
 
-BACKENDS = ("torch", "numba")
-_backend = "torch"
+BACKENDS = ("numpy", "numba")
+_backend = "numpy"
+Buffer = bytes | bytearray | memoryview
 _numba_fns: tuple[Callable[..., Any], Callable[..., Any]] | None = None
 
 
@@ -48,31 +52,55 @@ def gather_blocks(cache: torch.Tensor, ids: Sequence[int]) -> list[memoryview]:
     cache writes do not change them)."""
     if not ids:
         return []
-    if cache.is_cuda or _backend == "torch":
+    n, row = len(ids), block_nbytes(cache)
+    if cache.is_cuda:
+        # gather on the device, then one device-to-host copy of the whole batch
         index = torch.as_tensor(ids, dtype=torch.long, device=cache.device)
-        rows = cache.index_select(0, index).view(torch.uint8).reshape(len(ids), -1)
-        return _split(rows.cpu().numpy(), len(ids))
+        rows = cache.index_select(0, index).view(torch.uint8).reshape(n, row)
+        host = torch.empty((n, row), dtype=torch.uint8, pin_memory=True)
+        host.copy_(rows)
+        return _split(host.numpy(), n)
     src = _rows(cache)
-    out = np.empty((len(ids), src.shape[1]), dtype=np.uint8)
-    _numba()[0](src, np.asarray(ids, dtype=np.int64), out)
-    return _split(out, len(ids))
+    out = np.empty((n, row), dtype=np.uint8)
+    if _backend == "numba":
+        _numba()[0](src, np.asarray(ids, dtype=np.int64), out)
+    else:
+        for j, i in enumerate(ids):
+            out[j] = src[i]
+    return _split(out, n)
 
 
-def scatter_blocks(cache: torch.Tensor, ids: Sequence[int], data: Sequence[bytes]) -> None:
-    """Write ``data[i]`` (exactly one block's bytes each) into cache block ``ids[i]``."""
+def scatter_blocks(cache: torch.Tensor, ids: Sequence[int], data: Sequence[Buffer]) -> None:
+    """Write ``data[i]`` (exactly one block's bytes each) into cache block ``ids[i]``. Raises
+    ``ValueError`` on a size mismatch before writing anything."""
     if not ids:
         return
-    if cache.is_cuda or _backend == "torch":
-        buf = np.frombuffer(b"".join(data), dtype=np.uint8)
-        rows = torch.from_numpy(buf.copy()).view(cache.dtype).view(len(ids), *cache.shape[1:])
+    row = block_nbytes(cache)
+    srcs = [np.frombuffer(d, dtype=np.uint8) for d in data]
+    if len(srcs) != len(ids) or any(s.size != row for s in srcs):
+        raise ValueError(f"scatter_blocks needs {len(ids)} buffers of {row} bytes")
+    if cache.is_cuda:
+        host = torch.empty((len(ids), row), dtype=torch.uint8, pin_memory=True)
+        stage = host.numpy()
+        for i, s in enumerate(srcs):
+            stage[i] = s
         index = torch.as_tensor(ids, dtype=torch.long, device=cache.device)
-        cache.index_copy_(0, index, rows.to(cache.device, non_blocking=True))
+        rows = host.to(cache.device, non_blocking=True).view(cache.dtype)
+        cache.index_copy_(0, index, rows.view(len(ids), *cache.shape[1:]))
+        torch.cuda.current_stream(cache.device).synchronize()  # host buffer is freed after
         return
     dst = _rows(cache)
-    srcs = [np.frombuffer(d, dtype=np.uint8) for d in data]
-    scatter = _numba()[1]
-    for i, s in zip(ids, srcs, strict=True):
-        scatter(dst, i, s)
+    if _backend == "numba":
+        scatter = _numba()[1]
+        for i, s in zip(ids, srcs, strict=True):
+            scatter(dst, i, s)
+    else:
+        for i, s in zip(ids, srcs, strict=True):
+            dst[i] = s  # a numpy row copy into the cache's own memory
+
+
+def block_nbytes(cache: torch.Tensor) -> int:
+    return cache[0].numel() * cache.element_size()
 
 
 def _numba() -> tuple[Callable[..., Any], Callable[..., Any]]:
