@@ -124,6 +124,10 @@ class HostTier(SlabTier):
         buf = self._buf
         if buf is None:
             raise RuntimeError("host tier is closed")
+        if len(extents) == 1:
+            off, length = extents[0]
+            buf[off : off + length] = data
+            return
         pos = 0
         for off, length in extents:
             buf[off : off + length] = data[pos : pos + length]

@@ -51,6 +51,7 @@ class SlabInfo(NamedTuple):
 class _Entry(NamedTuple):
     slots: np.ndarray  # int64 slot numbers, in block byte order
     size: int  # payload bytes (<= len(slots) * slot_bytes)
+    extents: Extents  # computed once at allocation: reads then touch no numpy scalars
 
 
 class SlabTier(Tier):
@@ -114,13 +115,18 @@ class SlabTier(Tier):
         self._free[self._nfree : self._nfree + n] = slots[::-1]
         self._nfree += n
 
-    def _extents(self, entry: _Entry) -> Extents:
-        slots, size = entry
-        if len(slots) == 0:
-            return []
+    def _entry(self, slots: np.ndarray, size: int, first: int, last: int) -> _Entry:
+        """The entry of a block on sorted ``slots``; ``first``/``last`` are its first and last
+        slot as Python ints (callers get them for a whole batch from one ``tolist``)."""
+        n = len(slots)
+        if n == 0:
+            return _Entry(slots, size, [])
+        if last - first == n - 1:  # one contiguous run: the common case
+            return _Entry(slots, size, [(first * self.slot_bytes, size)])
+        return _Entry(slots, size, self._runs(slots, size))
+
+    def _runs(self, slots: np.ndarray, size: int) -> Extents:
         sb = self.slot_bytes
-        if len(slots) == 1 or int(slots[-1]) - int(slots[0]) == len(slots) - 1:
-            return [(int(slots[0]) * sb, size)]  # one contiguous run: the common case
         breaks = np.flatnonzero(np.diff(slots) != 1) + 1
         starts = np.concatenate(([0], breaks))
         ends = np.concatenate((breaks, [len(slots)]))
@@ -144,9 +150,10 @@ class SlabTier(Tier):
                 raise CapacityError(
                     f"{self.name} tier: {n} slots needed, {self._nfree} free of {self.num_slots}"
                 )
-            entry = _Entry(self._pop(n), size)
+            slots = self._pop(n)
+            entry = self._entry(slots, size, *(slots[[0, -1]].tolist() if n else (0, 0)))
             self._reserved[key] = entry
-        return self._extents(entry)
+        return list(entry.extents)
 
     def publish(self, key: BlockKey) -> None:
         """Make a reserved key visible, freeing the slots of any copy it replaces. Raises
@@ -171,13 +178,13 @@ class SlabTier(Tier):
         it meanwhile). Raises ``KeyError`` if absent."""
         with self._lock:
             entry = self._index[key]
-        return self._extents(entry)
+        return list(entry.extents)
 
     def read(self, key: BlockKey) -> bytes:
         """The bytes of a stored key (one copy). Raises ``KeyError`` if absent."""
         with self._lock:
             entry = self._index[key]
-        return self._copy_out(self._extents(entry), entry.size)
+        return self._copy_out(entry.extents, entry.size)
 
     # -- Tier -------------------------------------------------------------------------------
     def put_many(self, items: Sequence[tuple[BlockKey, Buffer, BlockMeta]]) -> None:
@@ -207,14 +214,16 @@ class SlabTier(Tier):
             if replaced:
                 self._push(np.concatenate(replaced))
             slots = self._pop(needed)
+            ints = slots.tolist()
             entries, at = [], 0
             for n, size in zip(counts, sizes, strict=True):
-                entries.append(_Entry(slots[at : at + n], size))
+                first, last = (ints[at], ints[at + n - 1]) if n else (0, 0)
+                entries.append(self._entry(slots[at : at + n], size, first, last))
                 at += n
             self._reserved.update(zip(keys, entries, strict=True))  # charged, invisible
         try:
             for entry, view in zip(entries, views.values(), strict=True):
-                self._copy_in(self._extents(entry), view)
+                self._copy_in(entry.extents, view)
         except BaseException:
             for key in keys:
                 self.unreserve(key)
@@ -227,7 +236,7 @@ class SlabTier(Tier):
     def get_many(self, keys: Sequence[BlockKey]) -> list[bytes | None]:
         with self._lock:
             entries = [self._index.get(k) for k in keys]
-        return [None if e is None else self._copy_out(self._extents(e), e.size) for e in entries]
+        return [None if e is None else self._copy_out(e.extents, e.size) for e in entries]
 
     def contains(self, key: BlockKey) -> bool:
         return key in self._index
