@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
+
+from kvstore.types import BlockKey
 
 
 @dataclass(slots=True)
@@ -31,3 +34,56 @@ class Entry:
 
     def positions(self) -> list[int]:
         return [i for i in range(self.tiers.bit_length()) if self.tiers >> i & 1]
+
+
+_EMPTY: dict[bytes, Entry] = {}
+
+
+class BlockIndex:
+    """``(namespace, hash) -> Entry``, stored as one dict per namespace so that a lookup of a
+    long hash chain is a plain ``dict.get`` per hash, with no key tuple built."""
+
+    __slots__ = ("_by_ns", "_len")
+
+    def __init__(self) -> None:
+        self._by_ns: dict[str, dict[bytes, Entry]] = {}
+        self._len = 0
+
+    def namespace(self, name: str) -> dict[bytes, Entry]:
+        """The live map of one namespace (read-only for callers)."""
+        return self._by_ns.get(name, _EMPTY)
+
+    def get(self, key: BlockKey) -> Entry | None:
+        return self._by_ns.get(key[0], _EMPTY).get(key[1])
+
+    def __getitem__(self, key: BlockKey) -> Entry:
+        return self._by_ns[key[0]][key[1]]
+
+    def __contains__(self, key: object) -> bool:
+        ns, h = key  # type: ignore[misc]
+        return h in self._by_ns.get(ns, _EMPTY)
+
+    def __setitem__(self, key: BlockKey, entry: Entry) -> None:
+        per = self._by_ns.setdefault(key[0], {})
+        if key[1] not in per:
+            self._len += 1
+        per[key[1]] = entry
+
+    def pop(self, key: BlockKey, default: Entry | None = None) -> Entry | None:
+        per = self._by_ns.get(key[0])
+        if per is None or key[1] not in per:
+            return default
+        self._len -= 1
+        return per.pop(key[1])
+
+    def __delitem__(self, key: BlockKey) -> None:
+        if self.pop(key) is None:
+            raise KeyError(key)
+
+    def items(self) -> Iterator[tuple[BlockKey, Entry]]:
+        for ns, per in self._by_ns.items():
+            for h, entry in per.items():
+                yield (ns, h), entry
+
+    def __len__(self) -> int:
+        return self._len

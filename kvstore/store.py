@@ -32,7 +32,7 @@ from kvstore.errors import (
     KVStoreError,
     TierUnavailableError,
 )
-from kvstore.index import Entry
+from kvstore.index import BlockIndex, Entry
 from kvstore.leases import LeaseTable
 from kvstore.namespace import Namespace, NamespaceRegistry
 from kvstore.policy import Admission, Policy, make_admission, make_policy
@@ -73,8 +73,9 @@ class Store(SharedMemoryPath):
         self._policies: list[Policy] = [make_policy(c.policy) for c in self._tcfg]
         self._admissions: list[Admission] = [make_admission(c.admission) for c in self._tcfg]
         self._names = [t.name for t in self._tiers]
+        self._top_name = {1 << p: name for p, name in enumerate(self._names)}  # lowest bit
         self._lock = threading.RLock()
-        self._index: dict[BlockKey, Entry] = {}
+        self._index = BlockIndex()
         self._leases = LeaseTable()
         # shm writes in flight: key -> (owner, lease expiry, host-slab extents)
         self._reservations: dict[BlockKey, tuple[str, float, list[tuple[int, int]]]] = {}
@@ -182,17 +183,23 @@ class Store(SharedMemoryPath):
         """Longest prefix of ``hashes`` that is stored, and the top tier of each block in it.
         No side effects on recency, leases or stats."""
         self.namespace(namespace)
-        keys = self._keys(namespace, hashes)
+        if _check_hashes(hashes):
+            hashes = [bytes(h) for h in hashes]
+        # the hot loop of routing decisions: no per-block allocation beyond the key tuple
+        top_name = self._top_name
         tiers: list[str] = []
+        append = tiers.append
         with self._lock:
-            for key in keys:
-                entry = self._index.get(key)
-                if entry is None or entry.pending or not entry.tiers:
+            index = self._index.namespace(namespace)
+            for h in hashes:
+                entry = index.get(h)
+                if entry is None or not entry.tiers:  # pending entries have no tiers
                     break
-                tiers.append(self._names[entry.top()])
-        if len(tiers) < len(keys) and self._discover(keys[len(tiers):]):
+                append(top_name[entry.tiers & -entry.tiers])
+        n = len(tiers)
+        if n < len(hashes) and self._discover(self._keys(namespace, hashes[n:])):
             return self.lookup(namespace, hashes)
-        return LookupResult(len(tiers), tiers)
+        return LookupResult(n, tiers)
 
     def delete(self, namespace: str, hashes: Sequence[bytes]) -> int:
         """Remove blocks from every tier, pinned or not. Returns how many existed."""
@@ -733,15 +740,8 @@ class Store(SharedMemoryPath):
 
     # -- small helpers ------------------------------------------------------------------------
     def _keys(self, namespace: str, hashes: Sequence[bytes]) -> list[BlockKey]:
-        keys = []
-        for h in hashes:
-            if not isinstance(h, bytes | bytearray) or not 0 < len(h) <= MAX_HASH_BYTES:
-                raise InvalidHashError(
-                    f"block hash must be 1-{MAX_HASH_BYTES} bytes, got {type(h).__name__} "
-                    f"of length {len(h) if hasattr(h, '__len__') else '?'}"
-                )
-            keys.append((namespace, bytes(h)))
-        return keys
+        _check_hashes(hashes)
+        return [(namespace, bytes(h)) for h in hashes]
 
     def _tier_pos(self, name: str) -> int:
         try:
@@ -778,6 +778,22 @@ class Store(SharedMemoryPath):
     def _check_open(self) -> None:
         if self._closed:
             raise KVStoreError("the store is closed")
+
+
+def _check_hashes(hashes: Sequence[bytes]) -> bool:
+    """Validate a batch of hashes with C-level passes (no Python loop per hash). True if
+    some are bytearrays (unhashable: the caller converts them)."""
+    if not hashes:
+        return False
+    types = set(map(type, hashes))
+    if not types <= {bytes, bytearray}:
+        bad = next(h for h in hashes if not isinstance(h, bytes | bytearray))
+        raise InvalidHashError(f"block hash must be bytes, got {type(bad).__name__}")
+    lengths = set(map(len, hashes))
+    if min(lengths) < 1 or max(lengths) > MAX_HASH_BYTES:
+        raise InvalidHashError(f"block hash must be 1-{MAX_HASH_BYTES} bytes, got lengths "
+                               f"{sorted(lengths)}")
+    return bytearray in types
 
 
 def _now() -> float:

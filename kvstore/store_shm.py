@@ -19,7 +19,7 @@ from typing import Any
 
 from kvstore.checksum import checksum
 from kvstore.errors import CapacityError, KVStoreError
-from kvstore.index import Entry
+from kvstore.index import BlockIndex, Entry
 from kvstore.stats import NamespaceUsage
 from kvstore.tiers.base import BlockMeta
 from kvstore.types import BlockKey, PutResult
@@ -31,7 +31,7 @@ class SharedMemoryPath:
     """Mixin of :class:`kvstore.store.Store`; uses its lock, index and tiers."""
 
     _lock: Any
-    _index: dict[BlockKey, Entry]
+    _index: BlockIndex
     _tiers: list[Any]
     _reservations: dict[BlockKey, tuple[str, float, Extents]]  # owner, expiry, extents
 
