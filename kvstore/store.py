@@ -611,7 +611,8 @@ class Store(SharedMemoryPath):
 
     def _promote(self, key: BlockKey, entry: Entry, data: bytes) -> None:
         """Copy a block read from a lower tier into the top tier (the lower copy stays)."""
-        if entry.holds(0):
+        # an earlier promotion in the same batch may have cascaded into evicting this block
+        if entry.holds(0) or self._index.get(key) is not entry:
             return
         meta = BlockMeta(entry.layout_id, entry.checksum, entry.size)
         if self._write(0, [(key, data, meta)]):
