@@ -1,0 +1,261 @@
+"""The HTTP worker: one :class:`~engines.decoder.runner.Engine` behind FastAPI.
+
+The engine runs in one thread (:class:`EngineLoop`); request handlers hand it work through a
+queue and receive tokens through per-request asyncio queues, so new requests join the running
+batch at the next step. Roles: ``both`` serves ``/generate`` and ``/prefill``; ``prefill``
+only ``/prefill`` (compute the prompt's KV, store its full blocks in kvstore, return their
+hashes); ``decode`` only ``/generate``, whose prompt blocks come from kvstore when a prefill
+worker stored them.
+
+Routes: ``POST /generate`` (JSON or ``stream`` SSE), ``POST /prefill``, ``GET /info`` (block
+geometry and hash recipe, for routers), ``GET /kv/events?since=N`` (residency events),
+``GET /stats``, ``GET /health``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import queue
+import threading
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import FastAPI, HTTPException
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, Field
+
+from engines.decoder.runner import Engine
+from engines.decoder.sampler import SamplingParams
+from engines.decoder.scheduler import Sequence
+
+ROLES = ("both", "prefill", "decode")
+
+
+class GenerateRequest(BaseModel):
+    prompt_ids: list[int] = Field(min_length=1)
+    max_tokens: int = Field(16, ge=1)
+    temperature: float = Field(0.0, ge=0.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    seed: int | None = None
+    ignore_eos: bool = False
+    stop_token_ids: list[int] = []
+    stream: bool = False
+    block_hashes: list[str] | None = None  # disaggregated handoff: hex hashes from prefill
+
+    def params(self) -> SamplingParams:
+        return SamplingParams(self.max_tokens, self.temperature, self.top_p, self.seed,
+                              self.ignore_eos, tuple(self.stop_token_ids))
+
+
+class PrefillRequest(BaseModel):
+    prompt_ids: list[int] = Field(min_length=1)
+
+
+@dataclass(slots=True)
+class Pending:
+    """A request in flight: the engine thread pushes ``(token, seq)`` and then ``None``."""
+
+    loop: asyncio.AbstractEventLoop
+    tokens: asyncio.Queue[int | None] = field(default_factory=asyncio.Queue)
+    seq: Sequence | None = None
+    error: str | None = None
+
+    def push(self, item: int | None) -> None:
+        self.loop.call_soon_threadsafe(self.tokens.put_nowait, item)
+
+
+class EngineLoop:
+    """Runs ``engine.step()`` in a dedicated thread. ``lock`` guards the engine for readers
+    (stats, residency events) between steps."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.lock = threading.Lock()
+        self.inbox: queue.Queue[tuple[list[int], SamplingParams, Pending] | None] = queue.Queue()
+        self.thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
+        self.pending: dict[Sequence, Pending] = {}
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.inbox.put(None)
+        self.thread.join(timeout=30)
+
+    def submit(self, prompt: list[int], params: SamplingParams) -> Pending:
+        p = Pending(asyncio.get_running_loop())
+        self.inbox.put((prompt, params, p))
+        return p
+
+    def _run(self) -> None:
+        while True:
+            block = not self.engine.has_work()  # idle: sleep until a request arrives
+            try:
+                while True:
+                    item = self.inbox.get(block=block)
+                    if item is None:
+                        return
+                    self._admit(*item)
+                    block = False
+            except queue.Empty:
+                pass
+            with self.lock:
+                try:
+                    stepped = self.engine.step()
+                except Exception as exc:  # fail every request in flight, keep serving
+                    self._fail_all(repr(exc))
+                    continue
+            for seq in stepped:
+                p = self.pending[seq]
+                p.push(seq.tokens[-1])
+                if seq.finished:
+                    p.push(None)
+                    del self.pending[seq]
+
+    def _admit(self, prompt: list[int], params: SamplingParams, p: Pending) -> None:
+        try:
+            with self.lock:
+                p.seq = self.engine.add_request(prompt, params)
+        except ValueError as exc:
+            p.error = str(exc)
+            p.push(None)
+            return
+        self.pending[p.seq] = p
+
+    def _fail_all(self, why: str) -> None:
+        for seq, p in list(self.pending.items()):
+            self.engine.scheduler.abort(seq)
+            p.error = why
+            p.push(None)
+        self.pending.clear()
+
+
+def _hex(hashes: list[bytes]) -> list[str]:
+    return [h.hex() for h in hashes]
+
+
+def create_app(engine: Engine, role: str = "both") -> FastAPI:
+    """The worker's ASGI app; starts and stops the engine thread with the app's lifespan."""
+    if role not in ROLES:
+        raise ValueError(f"role must be one of {ROLES}, got {role!r}")
+    loop = EngineLoop(engine)
+    counters = {"requests": 0, "prefills": 0, "generated_tokens": 0, "cached_tokens": 0}
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        loop.start()
+        yield
+        loop.stop()
+
+    app = FastAPI(title="kvstore engine worker", lifespan=lifespan)
+
+    def prompt_hashes(prompt: list[int]) -> list[bytes]:
+        return list(engine.hasher.hash_blocks(prompt))
+
+    async def collect(p: Pending) -> list[int]:
+        out = []
+        while (tok := await p.tokens.get()) is not None:
+            out.append(tok)
+        if p.error:
+            raise HTTPException(400 if p.seq is None else 500, p.error)
+        return out
+
+    def summary(p: Pending, started: float) -> dict[str, Any]:
+        seq = p.seq
+        assert seq is not None
+        cached = seq.local_hit_tokens + seq.store_hit_tokens
+        counters["generated_tokens"] += len(seq.output)
+        counters["cached_tokens"] += cached
+        ttft = (seq.first_token_at - seq.arrival) if seq.first_token_at else None
+        return {"token_ids": seq.output, "finish_reason": seq.finish_reason,
+                "prompt_tokens": seq.num_prompt, "cached_tokens": cached,
+                "local_hit_tokens": seq.local_hit_tokens,
+                "store_hit_tokens": seq.store_hit_tokens, "ttft_s": ttft,
+                "latency_s": time.perf_counter() - started}
+
+    @app.post("/generate")
+    async def generate(req: GenerateRequest) -> Any:
+        if role == "prefill":
+            raise HTTPException(409, "this worker only prefills; send /generate to a decoder")
+        if req.block_hashes is not None:
+            # the handoff must name exactly the blocks we would look up, or the hash recipes
+            # differ and every lookup would silently miss
+            mine = _hex(prompt_hashes(req.prompt_ids))
+            if req.block_hashes != mine[:len(req.block_hashes)]:
+                raise HTTPException(409, "block_hashes do not match this worker's hash recipe")
+        try:
+            params = req.params()
+        except ValueError as exc:
+            raise HTTPException(422, str(exc)) from None
+        counters["requests"] += 1
+        started = time.perf_counter()
+        p = loop.submit(req.prompt_ids, params)
+        if not req.stream:
+            await collect(p)
+            return summary(p, started)
+
+        async def events() -> AsyncIterator[str]:
+            while (tok := await p.tokens.get()) is not None:
+                yield f"data: {json.dumps({'token_id': tok})}\n\n"
+            if p.error:
+                yield f"data: {json.dumps({'error': p.error})}\n\n"
+            else:
+                yield f"data: {json.dumps(summary(p, started))}\n\n"
+            yield "data: [DONE]\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    @app.post("/prefill")
+    async def prefill(req: PrefillRequest) -> dict[str, Any]:
+        """Compute the prompt's KV and store its full blocks; the reply is the handoff."""
+        if role == "decode":
+            raise HTTPException(409, "this worker only decodes")
+        if engine.connector is None:
+            raise HTTPException(409, "prefill needs --kvstore: blocks go to the store")
+        counters["prefills"] += 1
+        started = time.perf_counter()
+        p = loop.submit(req.prompt_ids, SamplingParams(max_tokens=1, ignore_eos=True))
+        first = await collect(p)
+        hashes = prompt_hashes(req.prompt_ids)
+        out = summary(p, started)
+        return {"prompt_ids": req.prompt_ids, "block_hashes": _hex(hashes),
+                "namespace": engine.namespace, "first_token": first[0],
+                "cached_tokens": out["cached_tokens"], "latency_s": out["latency_s"]}
+
+    @app.get("/info")
+    async def info() -> dict[str, Any]:
+        e = engine.ecfg
+        return {"role": role, "model_id": engine.model_cfg.model_id,
+                "block_size": e.block_size, "hash_algo": e.hash_algo, "hash_seed": e.hash_seed,
+                "namespace": engine.namespace, "block_bytes": engine.block_bytes,
+                "num_blocks": e.num_blocks, "kvstore": engine.connector is not None,
+                "device": e.device}
+
+    @app.get("/kv/events")
+    async def kv_events(since: int = 0) -> dict[str, Any]:
+        """Residency events after cursor ``since``. ``resync`` is true (and ``resident``
+        lists every resident hash) when events the caller has not seen were dropped."""
+        with loop.lock:
+            events, cursor = engine.blocks.events_since(since)
+            oldest = engine.blocks.events[0].seq if engine.blocks.events else cursor + 1
+            resync = since < oldest - 1 and since < cursor
+            resident = _hex(engine.blocks.resident_hashes()) if resync else []
+        return {"cursor": cursor, "resync": resync, "resident": resident,
+                "events": [{"seq": e.seq, "stored": e.stored, "hash": e.block_hash.hex()}
+                           for e in events]}
+
+    @app.get("/stats")
+    async def stats() -> dict[str, Any]:
+        with loop.lock:
+            return {"role": role, **counters, "engine": engine.stats(),
+                    "inflight": len(loop.pending)}
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return {"ok": loop.thread.is_alive(), "role": role}
+
+    return app
