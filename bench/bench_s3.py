@@ -247,8 +247,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--plot", metavar="PATH", help="write a PNG of both throughputs")
     parser.add_argument("--workers", type=int, default=16, help="threads (and connections)")
     args = parser.parse_args(argv)
-    reps = 4 if args.quick else 9
-    sizes = {256 * KiB: 32 if args.quick else 128, 2 * MiB: 16 if args.quick else 48}
+    reps = 3 if args.quick else 9
+    sizes = {256 * KiB: 24 if args.quick else 128, 2 * MiB: 12 if args.quick else 48}
 
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="bench-s3-") as tmp:

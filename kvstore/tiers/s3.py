@@ -74,7 +74,7 @@ class S3Tier(Tier):
         s = self.settings = S3Settings(**options)
         self.client = make_client(s)
         # The probe asks once and reports; botocore retries would only delay recovery.
-        self._probe_client = make_client(s, max_attempts=1)
+        self.probe_client = make_client(s, max_attempts=1)
         self._reads = ThreadPoolExecutor(s.max_workers, thread_name_prefix="kvstore-s3-read")
         self._writes = ThreadPoolExecutor(s.max_workers, thread_name_prefix="kvstore-s3-write")
         self._transfer = _transfer_config(s.multipart_threshold)
@@ -82,7 +82,9 @@ class S3Tier(Tier):
         self._known: dict[BlockKey, BlockMeta] = {}
         self._used = 0
         self._negative: dict[BlockKey, float] = {}  # key -> monotonic expiry of "not in S3"
-        self._counts = {"gets": 0, "hits": 0, "discovered": 0, "negative_hits": 0}
+        self._counts = dict.fromkeys(
+            ("gets", "hits", "discovered", "negative_hits", "over_capacity"), 0
+        )
         self._closed = False
         self.state = S3Health()
         self._queue = WriteBack(
@@ -169,11 +171,29 @@ class S3Tier(Tier):
         if keys and not self._closed:
             self._writes.submit(self._delete_objects, list(keys))
 
-    def discover(self, keys: Sequence[BlockKey]) -> list[BlockMeta | None]:
-        """Meta of each key that S3 holds, adopting blocks other nodes wrote (they become
-        known: ``contains`` is True and ``used_bytes`` counts them). Unknown keys are HEADed
-        in parallel; a "not there" answer is cached for ``negative_ttl_s`` so a miss storm
-        costs one request per key per TTL. While degraded, unknown keys answer None."""
+    def discover(self, keys: Sequence[BlockKey], *, prefix: bool = False) -> list[BlockMeta | None]:
+        """Meta of each key that S3 holds, adopting blocks other nodes wrote: they become
+        known (``contains`` is True, ``used_bytes`` counts them) as long as they fit in
+        ``capacity_bytes``; a block that would not fit is answered None and counted in
+        ``over_capacity``. Unknown keys are HEADed in parallel; a "not there" answer is cached
+        for ``negative_ttl_s`` so a miss storm costs one request per key per TTL. While
+        degraded, unknown keys answer None.
+
+        ``prefix=True`` is for hash chains: keys are asked in windows of ``2 * max_workers``
+        and asking stops after the first window with a miss, so the lookup of a long chain
+        that S3 holds only the start of costs a window, not a HEAD per block."""
+        if not prefix:
+            return self._discover(keys)
+        out: list[BlockMeta | None] = [None] * len(keys)
+        window = 2 * self.settings.max_workers
+        for start in range(0, len(keys), window):
+            metas = self._discover(keys[start : start + window])
+            out[start : start + len(metas)] = metas
+            if any(m is None for m in metas):
+                break
+        return out
+
+    def _discover(self, keys: Sequence[BlockKey]) -> list[BlockMeta | None]:
         out: list[BlockMeta | None] = [None] * len(keys)
         ask: list[int] = []
         now = time.monotonic()
@@ -198,6 +218,9 @@ class S3Tier(Tier):
                     key = keys[i]
                     if meta is not None:
                         if key not in self._known:
+                            if self._used + meta.size > self.capacity_bytes:
+                                self._counts["over_capacity"] += 1
+                                continue
                             self._remember(key, meta)
                             self._counts["discovered"] += 1
                         out[i] = meta
@@ -250,7 +273,8 @@ class S3Tier(Tier):
 
     def stats(self) -> dict[str, Any]:
         """Health plus traffic counters: ``gets``/``hits`` (blocks), ``discovered`` (blocks
-        adopted from other nodes), ``negative_hits``, ``blocks`` and ``used_bytes``."""
+        adopted from other nodes), ``negative_hits``, ``over_capacity`` (found but not adopted),
+        ``blocks`` and ``used_bytes``."""
         with self._lock:
             counts = dict(self._counts)
             counts.update(blocks=len(self._known), used_bytes=self._used)
@@ -261,7 +285,7 @@ class S3Tier(Tier):
         an error code, so bad credentials are named). Creates the bucket if configured."""
         s = self.settings
         try:
-            self._probe_client.list_objects_v2(Bucket=s.bucket, Prefix=s.key_prefix, MaxKeys=1)
+            self.probe_client.list_objects_v2(Bucket=s.bucket, Prefix=s.key_prefix, MaxKeys=1)
         except Exception as exc:
             if not (s.create_bucket and classify(exc) == NO_BUCKET and self._create_bucket()):
                 self._report(exc)
@@ -285,7 +309,7 @@ class S3Tier(Tier):
         self._writes.shutdown(wait=True)
         self._reads.shutdown(wait=True)
         self.client.close()
-        self._probe_client.close()
+        self.probe_client.close()
 
     # -- S3 calls (pool threads) ----------------------------------------------------------
     def _upload(self, key: BlockKey, data: bytes, meta: BlockMeta) -> None:
@@ -356,7 +380,7 @@ class S3Tier(Tier):
         if s.region != "us-east-1":
             kwargs["CreateBucketConfiguration"] = {"LocationConstraint": s.region}
         try:
-            self._probe_client.create_bucket(**kwargs)
+            self.probe_client.create_bucket(**kwargs)
         except Exception as exc:
             self._report(exc)
             return False

@@ -95,3 +95,29 @@ def test_block_another_node_evicted_becomes_a_miss(make_tier: MakeTier) -> None:
     assert node_b.get_many([key(1)]) == [None]
     assert not node_b.contains(key(1))
     assert node_b.used_bytes() == 0
+
+
+def test_prefix_discovery_stops_after_the_first_window_with_a_miss(make_tier: MakeTier) -> None:
+    writer = make_tier()
+    reader = make_tier(max_workers=2)  # windows of 4 keys
+    chain = [key(i) for i in range(40)]
+    writer.put_many([item(k, block(100)) for k in chain[:6]])  # S3 holds the first 6
+    writer.flush()
+    heads = count_requests(reader, "HeadObject")
+    metas = reader.discover(chain, prefix=True)
+    assert [m is not None for m in metas] == [True] * 6 + [False] * 34
+    assert heads[0] == 8  # two windows of 4, not 40 requests
+    assert reader.discover(chain, prefix=True)[:6] == metas[:6]
+    assert heads[0] == 8  # known blocks and the negative entries answer the second time
+
+
+def test_discovery_does_not_adopt_past_capacity(make_tier: MakeTier) -> None:
+    writer = make_tier()
+    writer.put_many([item(key(i), block(1000)) for i in range(3)])
+    writer.flush()
+    small = make_tier(capacity=2500)
+    metas = small.discover([key(0), key(1), key(2)])
+    assert [m is not None for m in metas] == [True, True, False]
+    assert small.used_bytes() == 2000 <= small.capacity_bytes
+    assert small.stats()["over_capacity"] == 1
+    assert not small.contains(key(2))
