@@ -1,0 +1,152 @@
+"""What one engine's KV block is, and the namespace and hash recipe that follow from it.
+
+Both sides of the connector derive the same :class:`KVLayout` from vLLM's config, so the
+scheduler (which only looks blocks up) and every worker (which moves their bytes) name the same
+namespace without talking to each other. The worker then checks the layout against the real
+KV tensors before it moves a byte.
+
+A block's bytes are the engine's own pages, copied whole, layer after layer: nothing here
+reinterprets them, so the packing inside a page (CPU: K transposed then V for float32, AMX
+tiles for bfloat16) must be part of the namespace identity, or two engines that pack
+differently would exchange garbage that no checksum can catch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+from kvstore.keys import none_hash
+
+_SLUG_RE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+@dataclass(frozen=True, slots=True)
+class KVLayout:
+    """One rank's KV block: ``num_layers`` pages of ``2 * num_kv_heads * block_size *
+    head_dim`` elements of ``dtype``, packed as ``layout_name`` says."""
+
+    model_id: str
+    num_layers: int
+    num_kv_heads: int
+    head_dim: int
+    block_size: int
+    dtype: str
+    layout_name: str
+    tp_rank: int = 0
+    tp_size: int = 1
+
+    @property
+    def itemsize(self) -> int:
+        return torch.empty((), dtype=getattr(torch, self.dtype)).element_size()
+
+    @property
+    def page_bytes(self) -> int:
+        """Bytes of one block in one layer."""
+        return 2 * self.num_kv_heads * self.block_size * self.head_dim * self.itemsize
+
+    @property
+    def block_bytes(self) -> int:
+        """Bytes of one block across all layers: what the store holds per hash."""
+        return self.num_layers * self.page_bytes
+
+    def to_store_layout(self) -> dict[str, Any]:
+        """The layout document the store registers (``kvstore.namespace.Layout`` fields)."""
+        return {
+            "model_id": self.model_id,
+            "num_layers": self.num_layers,
+            "num_kv_heads": self.num_kv_heads,
+            "head_dim": self.head_dim,
+            "block_size": self.block_size,
+            "dtype": self.dtype,
+            "layout_name": self.layout_name,
+            "extra": {"tp_rank": self.tp_rank, "tp_size": self.tp_size, "engine": "vllm"},
+        }
+
+    def namespace(self, override: str | None = None) -> str:
+        """The store namespace: ``override`` plus the rank when set, else the model name and a
+        digest of everything that makes two blocks interchangeable. The hash algorithm and seed
+        are deliberately not in the name: an engine that hashes differently must be refused by
+        the store (loudly), not given a fresh namespace with a silent zero hit rate."""
+        rank = f".tp{self.tp_rank}of{self.tp_size}" if self.tp_size > 1 else ""
+        if override:
+            return f"{override}{rank}"
+        doc = asdict(self)
+        doc.pop("tp_rank")
+        digest = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
+        model = _SLUG_RE.sub("-", self.model_id.rstrip("/").rsplit("/", 1)[-1])[:64] or "model"
+        return f"vllm.{model.strip('-.') or 'model'}.{digest}{rank}"
+
+
+def hash_recipe(algo: str, env: Mapping[str, str]) -> tuple[str, str | None]:
+    """``(algo, seed)`` that the engine hashes blocks with: vLLM seeds ``NONE_HASH`` from
+    ``PYTHONHASHSEED`` when set, else from a fixed string (SHA-256 algorithms) or random bytes
+    per process (xxhash algorithms).
+
+    Raises ``RuntimeError`` when the engine's hashes cannot be reproduced by any other process
+    (xxhash without ``PYTHONHASHSEED``): every lookup would miss, and failing at start says why.
+    """
+    seed = env.get("PYTHONHASHSEED")
+    try:
+        none_hash(algo, seed)
+    except ValueError as exc:
+        raise RuntimeError(
+            f"KVStoreConnector cannot share blocks hashed with prefix_caching_hash_algo="
+            f"{algo!r} here: {exc}"
+        ) from exc
+    return algo, seed
+
+
+def dtype_name(dtype: torch.dtype | str) -> str:
+    """``torch.bfloat16`` -> ``"bfloat16"``; vLLM cache dtype strings pass through."""
+    return str(dtype).removeprefix("torch.")
+
+
+def layout_from_vllm(vllm_config: Any, tp_rank: int = 0) -> KVLayout:
+    """The KV layout this vLLM config produces on rank ``tp_rank``.
+
+    Raises ``NotImplementedError`` for what the connector does not move yet: quantized
+    (fp8) KV caches, MLA, and hybrid models with more than one KV cache group.
+    """
+    model = vllm_config.model_config
+    parallel = vllm_config.parallel_config
+    cache = vllm_config.cache_config
+    if model.use_mla:
+        raise NotImplementedError("KVStoreConnector does not support MLA models yet")
+    if cache.cache_dtype not in ("auto", None):
+        raise NotImplementedError(
+            f"KVStoreConnector moves unquantized KV only; cache_dtype={cache.cache_dtype!r}"
+        )
+    dtype = model.dtype
+    block_size = int(cache.block_size)
+    head_dim = int(model.get_head_size())
+    return KVLayout(
+        model_id=str(model.model),
+        num_layers=int(model.get_num_layers(parallel)),
+        num_kv_heads=int(model.get_num_kv_heads(parallel)),
+        head_dim=head_dim,
+        block_size=block_size,
+        dtype=dtype_name(dtype),
+        layout_name=_packing(vllm_config, dtype, block_size, head_dim),
+        tp_rank=tp_rank,
+        tp_size=int(parallel.tensor_parallel_size),
+    )
+
+
+def _packing(vllm_config: Any, dtype: torch.dtype, block_size: int, head_dim: int) -> str:
+    """The attention backend's page layout. On CPU the page interior depends on the kernel
+    family vLLM picks for dtype, block size and head size (``amx``, ``vec``, ``vec16``,
+    ``neon``...), the same choice its CPU attention backend makes."""
+    device = str(vllm_config.device_config.device_type)
+    if device != "cpu":
+        # CUDA backends keep K and V as plain [block_size, heads, head_dim] pages.
+        return f"{device}:NHD"
+    from vllm.v1.attention.backends.cpu_attn import _get_attn_isa
+
+    return f"cpu_attn:{_get_attn_isa(dtype, block_size, head_dim, 'auto')}"

@@ -1,0 +1,40 @@
+"""What the scheduler side tells the worker side each step.
+
+One :class:`KVStoreConnectorMetadata` per engine step crosses from the scheduler process to
+every worker (pickled in vLLM's multiprocess mode), so it holds only plain lists, ints and
+bytes: which stored blocks to copy into which pages (loads) and which freshly computed pages to
+store under which hashes (saves).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorMetadata
+
+
+@dataclass(slots=True)
+class BlockTransfer:
+    """Blocks of one request: ``hashes[i]`` is stored in (load) or taken from (save) the engine
+    page ``block_ids[i]``. Both lists have the same length."""
+
+    req_id: str
+    block_ids: list[int]
+    hashes: list[bytes]
+
+    def __post_init__(self) -> None:
+        if len(self.block_ids) != len(self.hashes):
+            raise ValueError(
+                f"request {self.req_id}: {len(self.block_ids)} pages for "
+                f"{len(self.hashes)} hashes"
+            )
+
+
+@dataclass
+class KVStoreConnectorMetadata(KVConnectorMetadata):
+    """This step's work. Loads are asynchronous: each load's request waits in vLLM until the
+    worker reports it finished (or failed). Saves name pages that this step's forward pass
+    fills, so the worker copies them out in ``wait_for_save``, after the forward."""
+
+    loads: list[BlockTransfer] = field(default_factory=list)
+    saves: list[BlockTransfer] = field(default_factory=list)

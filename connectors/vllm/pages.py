@@ -1,0 +1,118 @@
+"""The engine's paged KV tensors seen as whole blocks of bytes.
+
+A stored block is the concatenation, in layer order, of that block's page in every layer,
+copied byte for byte. Pages are never reinterpreted, so whatever packing the attention backend
+uses inside a page (CPU: ``[num_kv_heads, block_size, 2 * head_size]`` with ISA-dependent
+tiling; CUDA: K and V planes) round-trips exactly. The only thing this module needs to know
+about a layer's tensor is which dimension indexes blocks, found as the one whose size is the
+engine's block count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+
+@dataclass(frozen=True, slots=True)
+class _Layer:
+    name: str
+    tensor: torch.Tensor
+    block_dim: int
+    page_bytes: int
+
+
+class PagedKV:
+    """Block-granular copies between the engine's KV pages and flat byte buffers.
+
+    Built once from ``register_kv_caches``; it keeps references to the engine's tensors, never
+    copies of them. ``gather`` and ``scatter`` are the only paths that touch page bytes.
+    """
+
+    def __init__(self, kv_caches: dict[str, torch.Tensor], num_blocks: int) -> None:
+        """Raises ``ValueError`` when a layer has no dimension of size ``num_blocks`` or the
+        layers disagree on page size (a hybrid model this connector cannot move)."""
+        if not kv_caches:
+            raise ValueError("no KV cache tensors to register")
+        layers: list[_Layer] = []
+        for name, tensor in kv_caches.items():
+            dims = [d for d, size in enumerate(tensor.shape) if size == num_blocks]
+            if not dims:
+                raise ValueError(
+                    f"layer {name}: KV tensor of shape {tuple(tensor.shape)} has no block "
+                    f"dimension of size {num_blocks}"
+                )
+            # CPU pages are [blocks, ...]; CUDA's FlashAttention pages are [2, blocks, ...].
+            kv_planes = tensor.dim() > 1 and tensor.shape[0] == 2 and tensor.shape[1] == num_blocks
+            dim = 1 if kv_planes and tensor.shape[0] != num_blocks else dims[0]
+            page_bytes = tensor.numel() // num_blocks * tensor.element_size()
+            layers.append(_Layer(name, tensor, dim, page_bytes))
+        sizes = {layer.page_bytes for layer in layers}
+        if len(sizes) != 1:
+            raise ValueError(f"layers have different page sizes {sorted(sizes)}")
+        self._layers = layers
+        self.num_blocks = num_blocks
+        self.page_bytes = layers[0].page_bytes
+        self.block_bytes = self.page_bytes * len(layers)
+        self.device = layers[0].tensor.device
+        self.dtype = layers[0].tensor.dtype
+
+    @property
+    def num_layers(self) -> int:
+        return len(self._layers)
+
+    @property
+    def page_shape(self) -> tuple[int, ...]:
+        """The shape of one block's page in one layer (the block dimension removed)."""
+        first = self._layers[0]
+        shape = list(first.tensor.shape)
+        del shape[first.block_dim]
+        return tuple(shape)
+
+    def gather(self, block_ids: Sequence[int]) -> torch.Tensor:
+        """A new ``uint8`` CPU tensor ``[len(block_ids), block_bytes]``: row ``i`` is block
+        ``block_ids[i]``. The copy is a snapshot: the pages may be reused right after."""
+        n = len(block_ids)
+        out = torch.empty((n, self.block_bytes), dtype=torch.uint8)
+        if n == 0:
+            return out
+        idx = torch.tensor(block_ids, dtype=torch.long, device=self.device)
+        pb = self.page_bytes
+        for i, layer in enumerate(self._layers):
+            pages = layer.tensor.index_select(layer.block_dim, idx).movedim(layer.block_dim, 0)
+            out[:, i * pb : (i + 1) * pb] = pages.reshape(n, -1).view(torch.uint8).cpu()
+        return out
+
+    def scatter(self, block_ids: Sequence[int], data: torch.Tensor) -> None:
+        """Write row ``i`` of ``data`` (``uint8 [len(block_ids), block_bytes]``) into block
+        ``block_ids[i]`` of every layer. Raises ``ValueError`` on a shape mismatch."""
+        n = len(block_ids)
+        if tuple(data.shape) != (n, self.block_bytes) or data.dtype != torch.uint8:
+            raise ValueError(
+                f"expected uint8 [{n}, {self.block_bytes}], got {data.dtype} {tuple(data.shape)}"
+            )
+        if n == 0:
+            return
+        idx = torch.tensor(block_ids, dtype=torch.long, device=self.device)
+        data = data.to(self.device)
+        pb = self.page_bytes
+        for i, layer in enumerate(self._layers):
+            shape = list(layer.tensor.shape)
+            del shape[layer.block_dim]
+            pages = data[:, i * pb : (i + 1) * pb].contiguous().view(layer.tensor.dtype)
+            src = pages.reshape(n, *shape).movedim(0, layer.block_dim)
+            layer.tensor.index_copy_(layer.block_dim, idx, src)
+
+    def stack(self, blocks: Sequence[bytes | bytearray | memoryview]) -> torch.Tensor:
+        """``uint8 [len(blocks), block_bytes]`` from raw blocks, ready for :meth:`scatter`.
+        Raises ``ValueError`` for a block of the wrong size."""
+        out = np.empty((len(blocks), self.block_bytes), dtype=np.uint8)
+        for i, block in enumerate(blocks):
+            row = np.frombuffer(block, dtype=np.uint8)
+            if row.size != self.block_bytes:
+                raise ValueError(f"block of {row.size} bytes, expected {self.block_bytes}")
+            out[i] = row
+        return torch.from_numpy(out)

