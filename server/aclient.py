@@ -172,9 +172,14 @@ class AsyncKVStoreClient:
             if slab is not None and not durable:
                 reply = (await conn.request({"op": "shm_reserve", "ns": ns, "hashes": hs},
                                             timeout=self.timeout))[0]
-                for i, ext in enumerate(reply["extents"]):
-                    if ext is not None:
-                        slab.write(ext, bs[i])
+                try:
+                    for i, ext in enumerate(reply["extents"]):
+                        if ext is not None:
+                            slab.write(ext, bs[i])
+                except BaseException:
+                    await conn.request({"op": "shm_abort", "ns": ns, "hashes": hs},
+                                       timeout=self.timeout)
+                    raise
                 req = {"op": "shm_commit", "ns": ns, "hashes": hs}
             else:
                 req = {"op": "put", "ns": ns, "hashes": hs, "durable": durable,

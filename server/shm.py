@@ -7,6 +7,7 @@ import contextlib
 from collections.abc import Sequence
 from typing import Any
 
+from server.client_errors import BlockSizeError
 from server.protocol import Buffer
 
 Extents = Sequence[Sequence[int]]  # [(offset, length), ...] of one block
@@ -28,12 +29,14 @@ class SlabMapping:
     def write(self, extents: Extents, block: Buffer) -> None:
         """Copy ``block`` into the slab at ``extents`` (which must add up to its size)."""
         src = memoryview(block).cast("B")
+        want = sum(length for _, length in extents)
+        if want != src.nbytes:
+            raise BlockSizeError(f"block of {src.nbytes} bytes does not match its namespace, "
+                                 f"whose blocks are {want} bytes", "block_size")
         pos = 0
         for off, length in extents:
             self.buf[off:off + length] = src[pos:pos + length]
             pos += length
-        if pos != src.nbytes:
-            raise ValueError(f"extents cover {pos} bytes, block has {src.nbytes}")
 
     def read(self, extents: Extents) -> bytes:
         """The block's bytes as a new ``bytes`` (one copy)."""

@@ -1,0 +1,141 @@
+"""The Python clients against a live server: shared memory and socket paths, threads,
+asyncio, restarts and an unreachable server."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import threading
+
+import pytest
+
+from server.client import (
+    AsyncKVStoreClient,
+    BlockSizeError,
+    KVStoreClient,
+    KVStoreUnavailableError,
+    NamespaceConflictError,
+    UnknownNamespaceError,
+)
+from server.launcher import ServerProc, free_port
+
+BLOCK = 256 << 10  # spans several host slots: exercises multi-extent copies
+
+
+def h(i: int, salt: str = "") -> bytes:
+    return hashlib.sha256(f"{salt}{i}".encode()).digest()
+
+
+def blk(i: int) -> bytes:
+    return hashlib.sha256(str(i).encode()).digest() * (BLOCK // 32)
+
+
+@pytest.mark.parametrize("use_shm", [True, False])
+def test_roundtrip_over_both_paths(server: ServerProc, ns_name: str, use_shm: bool) -> None:
+    with KVStoreClient(server.url, use_shm=use_shm) as c:
+        assert c.register_namespace(ns_name, BLOCK, {"model_id": "m"})["created"] is True
+        assert c.register_namespace(ns_name, BLOCK, {"model_id": "m"})["created"] is False
+        hashes = [h(i, ns_name) for i in range(12)]
+        assert c.put(ns_name, hashes, [blk(i) for i in range(12)]) == \
+            {"stored": 12, "existing": 0, "refused": 0}
+        assert c.shm_active is use_shm
+        assert c.put(ns_name, hashes[:2], [blk(0), blk(1)])["existing"] == 2
+        got = c.get(ns_name, [*hashes, h(99, ns_name)])
+        assert got[:12] == [blk(i) for i in range(12)] and got[12] is None
+        bufs = [bytearray(BLOCK) for _ in range(3)]
+        assert c.get_into(ns_name, [hashes[0], h(98), hashes[2]], bufs) == [True, False, True]
+        assert bufs[0] == blk(0) and bufs[2] == blk(2)
+        assert c.lookup(ns_name, [*hashes[:3], h(97), hashes[4]]) == (3, ["host"] * 3)
+        assert c.pin(ns_name, hashes[:2] + [h(96)], lease_s=5) == [True, True, False]
+        assert c.release(ns_name, hashes[:2]) == 2
+        c.prefetch(ns_name, hashes[:3])
+        assert c.delete(ns_name, hashes[:1]) == 1
+        assert c.get(ns_name, hashes[:1]) == [None]
+        stats = c.stats()
+        assert stats["namespaces"][ns_name]["blocks"] == 11
+        assert c.health()["ok"] is True
+        c.flush()
+
+
+def test_client_errors_name_the_problem(server: ServerProc, ns_name: str) -> None:
+    with KVStoreClient(server.url) as c:
+        c.register_namespace(ns_name, 64, {})
+        with pytest.raises(NamespaceConflictError):
+            c.register_namespace(ns_name, 128, {})
+        with pytest.raises(BlockSizeError):
+            c.put(ns_name, [h(1)], [b"x" * 63])
+        with pytest.raises(UnknownNamespaceError):
+            c.get("missing-" + ns_name, [h(1)])
+        with pytest.raises(ValueError):
+            c.put(ns_name, [h(1)], [])
+        assert c.lookup(ns_name, [h(1)]) == (0, [])
+
+
+def test_unreachable_server_raises_connection_error() -> None:
+    c = KVStoreClient(f"http://127.0.0.1:{free_port()}", timeout=2)
+    with pytest.raises(ConnectionError):
+        c.stats()
+    with pytest.raises(KVStoreUnavailableError):
+        c.lookup("x", [h(1)])
+
+
+def test_many_threads_share_one_client(server: ServerProc, ns_name: str) -> None:
+    errors: list[BaseException] = []
+    with KVStoreClient(server.url) as c:
+        c.register_namespace(ns_name, BLOCK, {})
+
+        def work(t: int) -> None:
+            try:
+                for i in range(5):
+                    key = h(t * 100 + i, ns_name)
+                    c.put(ns_name, [key], [blk(t * 100 + i)])
+                    assert c.get(ns_name, [key]) == [blk(t * 100 + i)]
+            except BaseException as exc:  # surfaced below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert errors == []
+
+
+def test_async_client(server: ServerProc, ns_name: str) -> None:
+    async def main() -> None:
+        async with AsyncKVStoreClient(server.url) as c:
+            await c.register_namespace(ns_name, BLOCK, {})
+            hashes = [h(i, ns_name) for i in range(8)]
+            results = await asyncio.gather(*(c.put(ns_name, [k], [blk(i)])
+                                             for i, k in enumerate(hashes)))
+            assert sum(r["stored"] for r in results) == 8
+            assert await c.get(ns_name, hashes) == [blk(i) for i in range(8)]
+            assert await c.lookup(ns_name, hashes) == (8, ["host"] * 8)
+            assert await c.pin(ns_name, hashes[:1]) == [True]
+            assert await c.release(ns_name, hashes[:1]) == 1
+            assert await c.delete(ns_name, hashes[:1]) == 1
+            await c.prefetch(ns_name, hashes)
+            assert (await c.health())["ok"]
+            assert ns_name in (await c.stats())["namespaces"]
+        async with AsyncKVStoreClient(server.url, use_shm=False) as c:
+            assert await c.get(ns_name, hashes[1:3]) == [blk(1), blk(2)]
+            with pytest.raises(UnknownNamespaceError):
+                await c.get("nope-" + ns_name, hashes[:1])
+
+    asyncio.run(main())
+
+
+def test_client_reconnects_after_restart(make_server, ns_name: str) -> None:
+    srv = make_server()
+    with KVStoreClient(srv.url) as c:
+        c.register_namespace(ns_name, BLOCK, {})
+        c.put(ns_name, [h(1)], [blk(1)])
+        assert c.shm_active
+        srv.restart()  # graceful: blocks spill to disk, the new slab is a new segment
+        assert c.get(ns_name, [h(1)]) == [blk(1)]
+        assert c.shm_active
+        c.put(ns_name, [h(2)], [blk(2)])
+        assert c.get(ns_name, [h(2)]) == [blk(2)]
+        srv.stop()
+        with pytest.raises(ConnectionError):
+            c.get(ns_name, [h(1)])
