@@ -56,8 +56,9 @@ _DELETE_BATCH = 1000  # keys per DeleteObjects request (the S3 maximum)
 
 class S3Tier(Tier):
     """Blocks as objects in ``bucket`` under ``prefix``; options are the fields of
-    :class:`~kvstore.tiers.s3_client.S3Settings`. Construction never fails because S3 is down
-    (the tier starts degraded and recovers); it fails on bad options."""
+    :class:`~kvstore.tiers.s3_client.S3Settings` (``endpoint`` is accepted for
+    ``endpoint_url``). Construction never fails because S3 is down (the tier starts degraded
+    and recovers); it fails on bad options."""
 
     name = "s3"
     persistent = True
@@ -65,6 +66,10 @@ class S3Tier(Tier):
 
     def __init__(self, capacity_bytes: int, **options: Any) -> None:
         super().__init__(capacity_bytes)
+        if "endpoint" in options:  # the server's --s3-endpoint spelling
+            endpoint = options.pop("endpoint")
+            if options.setdefault("endpoint_url", endpoint) != endpoint:
+                raise ValueError("s3 options 'endpoint' and 'endpoint_url' disagree")
         known_options = {f.name for f in fields(S3Settings)}
         unknown = sorted(set(options) - known_options)
         if unknown:

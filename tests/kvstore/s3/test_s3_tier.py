@@ -185,3 +185,16 @@ def test_unknown_option_is_refused_with_the_known_ones(seaweed: SeaweedServer) -
         S3Tier(1 << 20, **seaweed.options(buckett="x"))
     with pytest.raises(ValueError, match="bucket"):
         S3Tier(1 << 20, bucket="")
+    with pytest.raises(ValueError, match="disagree"):
+        S3Tier(1 << 20, bucket="b", endpoint="http://a:1", endpoint_url="http://b:1")
+
+
+def test_endpoint_alias_of_the_server_settings(seaweed: SeaweedServer, prefix: str) -> None:
+    options = seaweed.options(prefix=prefix)
+    options["endpoint"] = options.pop("endpoint_url")
+    tier = S3Tier(1 << 20, **options)
+    try:
+        assert tier.settings.endpoint_url == seaweed.endpoint_url
+        assert tier.health()["ok"] is True
+    finally:
+        tier.close()
