@@ -73,7 +73,12 @@ class Store(SharedMemoryPath):
         self._policies: list[Policy] = [make_policy(c.policy) for c in self._tcfg]
         self._admissions: list[Admission] = [make_admission(c.admission) for c in self._tcfg]
         self._names = [t.name for t in self._tiers]
-        self._top_name = {1 << p: name for p, name in enumerate(self._names)}  # lowest bit
+        # name of the top tier for every tier bitmask (None for no tier)
+        self._top_name_by_mask: list[str | None] = [None] + [
+            self._names[(m & -m).bit_length() - 1] for m in range(1, 1 << len(self._names))
+        ]
+        # tiers shared with other nodes (S3): consulted for blocks missing from our index
+        self._shared = [t for t in self._tiers if getattr(t, "discover", None) is not None]
         self._lock = threading.RLock()
         self._index = BlockIndex()
         self._leases = LeaseTable()
@@ -183,22 +188,31 @@ class Store(SharedMemoryPath):
         """Longest prefix of ``hashes`` that is stored, and the top tier of each block in it.
         No side effects on recency, leases or stats."""
         self.namespace(namespace)
-        if _check_hashes(hashes):
-            hashes = [bytes(h) for h in hashes]
-        # the hot loop of routing decisions: no per-block allocation beyond the key tuple
-        top_name = self._top_name
+        # The hot loop of routing decisions: one dict.get and one list index per block. Only
+        # bytes are ever indexed, so a hit proves its hash valid; the tail after the first
+        # miss is validated below.
+        by_mask = self._top_name_by_mask
         tiers: list[str] = []
         append = tiers.append
         with self._lock:
-            index = self._index.namespace(namespace)
-            for h in hashes:
-                entry = index.get(h)
-                if entry is None or not entry.tiers:  # pending entries have no tiers
-                    break
-                append(top_name[entry.tiers & -entry.tiers])
+            get = self._index.namespace(namespace).get
+            try:
+                for h in hashes:
+                    entry = get(h)
+                    if entry is None:
+                        break
+                    name = by_mask[entry.tiers]
+                    if name is None:  # pending shm write: not visible yet
+                        break
+                    append(name)
+            except TypeError:  # an unhashable "hash"
+                pass
         n = len(tiers)
-        if n < len(hashes) and self._discover(self._keys(namespace, hashes[n:])):
-            return self.lookup(namespace, hashes)
+        if n < len(hashes):
+            if _check_hashes(hashes[n:]):
+                return self.lookup(namespace, [bytes(h) for h in hashes])
+            if self._shared and self._discover(self._keys(namespace, hashes[n:])):
+                return self.lookup(namespace, hashes)
         return LookupResult(n, tiers)
 
     def delete(self, namespace: str, hashes: Sequence[bytes]) -> int:
@@ -672,12 +686,10 @@ class Store(SharedMemoryPath):
         """Ask shared tiers (those with ``discover``, i.e. S3) about keys missing from the
         index, and index what they hold. True if anything was found."""
         found = False
-        for pos, tier in enumerate(self._tiers):
-            discover = getattr(tier, "discover", None)
-            if discover is None:
-                continue
+        for tier in self._shared:
+            pos = self._tiers.index(tier)
             try:
-                metas = discover(list(keys))
+                metas = tier.discover(list(keys))
             except Exception as exc:
                 log.warning("%s discover failed: %s", tier.name, exc)
                 continue

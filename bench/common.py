@@ -1,0 +1,97 @@
+"""Pieces every benchmark shares: machine facts, interleaved timing, the JSON report of
+``shared/BENCH.md`` and a plain table."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+
+def machine() -> dict[str, Any]:
+    def version(dist: str) -> str | None:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return None
+
+    return {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "torch": version("torch"),
+        "platform": platform.platform(),
+    }
+
+
+def timed(fn: Callable[[], object]) -> float:
+    """Seconds one call of ``fn`` takes."""
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def interleaved(
+    cases: Sequence[Callable[[], object]], reps: int, warmup: int = 2
+) -> list[float]:
+    """Median seconds of each case, run A B C A B C ... after ``warmup`` rounds, so that a
+    noisy neighbour slows every case alike."""
+    for _ in range(warmup):
+        for fn in cases:
+            fn()
+    samples: list[list[float]] = [[] for _ in cases]
+    for _ in range(reps):
+        for i, fn in enumerate(cases):
+            samples[i].append(timed(fn))
+    return [statistics.median(s) for s in samples]
+
+
+def row(
+    case: str,
+    unit: str,
+    value: float,
+    baseline: str | None = None,
+    baseline_value: float | None = None,
+    *,
+    higher_is_better: bool,
+    target: float | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """One result row; ``ratio`` is oriented so that higher is always better."""
+    ratio = None
+    if baseline_value is not None and value:
+        ratio = value / baseline_value if higher_is_better else baseline_value / value
+    meets = None if target is None or ratio is None else ratio >= target
+    return {
+        "case": case, **extra, "unit": unit, "value": value, "baseline": baseline,
+        "baseline_value": baseline_value, "ratio": ratio, "target": target,
+        "meets_target": meets,
+    }
+
+
+def report(bench: str, rows: list[dict[str, Any]], json_path: str | None) -> None:
+    """Print ``rows`` as a table and write the JSON report when asked."""
+    cols = list(dict.fromkeys(k for r in rows for k in r))
+    cells = [[_fmt(r.get(c)) for c in cols] for r in rows]
+    widths = [max(len(c), *(len(x[i]) for x in cells)) for i, c in enumerate(cols)]
+    print("  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True)))
+    for x in cells:
+        print("  ".join(v.ljust(w) for v, w in zip(x, widths, strict=True)))
+    if json_path:
+        Path(json_path).parent.mkdir(parents=True, exist_ok=True)
+        doc = {"bench": bench, "machine": machine(), "rows": rows}
+        Path(json_path).write_text(json.dumps(doc, indent=1))
+        print(f"wrote {json_path}")
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
