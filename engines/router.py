@@ -1,0 +1,330 @@
+"""KV-aware routing over engine workers.
+
+The router hashes each prompt with the workers' recipe (block size, algorithm, seed from their
+``/info``) and scores every live worker::
+
+    score = block_size * ((1 - s) * local + s * max(store, local)) - load_weight * inflight
+
+``local`` is the prefix (in blocks) the worker holds in its own paged cache, known from its
+residency events (``/kv/events``, pulled after every request and by a background poller);
+``store`` is the prefix kvstore holds, which any worker can load instead of computing, at a
+cost: ``s`` (``store_weight``) says how much a loadable block is worth relative to a resident
+one. ``inflight`` counts requests the router has running on the worker. Ties rotate so that
+equal workers share load. ``round-robin`` ignores all of this (the baseline).
+
+A worker that refuses a connection or answers 5xx is marked down for ``retry_s`` and the
+request goes to the next-best worker; the background poller brings it back when ``/health``
+answers again. With prefill workers configured, generation is disaggregated
+(:mod:`engines.disagg`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from engines import disagg
+from engines.store_io import BlockStore, open_store
+from kvstore.keys import BlockHasher
+
+log = logging.getLogger(__name__)
+
+POLICIES = ("kv", "round-robin")
+RETRY_S = 5.0  # seconds a failed worker is skipped before it is tried again
+POLL_S = 1.0  # seconds between background health and residency polls
+_FAILURES = (httpx.TransportError,)
+
+
+class WorkerDown(Exception):
+    """The worker could not serve the request (connection refused, 5xx): try another."""
+
+
+class NoWorker(Exception):
+    """No live worker is left for the request."""
+
+
+@dataclass(slots=True, eq=False)
+class Worker:
+    url: str
+    role: str = "both"
+    up: bool = True
+    down_until: float = 0.0
+    inflight: int = 0
+    cursor: int = 0
+    resident: set[bytes] = field(default_factory=set)
+    routed: int = 0
+    failures: int = 0
+    prompt_tokens: int = 0
+    hit_tokens: int = 0  # prefix tokens the worker reported it did not compute
+
+    def available(self, now: float) -> bool:
+        return self.up or now >= self.down_until
+
+    def local_prefix(self, hashes: list[bytes]) -> int:
+        n = 0
+        for h in hashes:
+            if h not in self.resident:
+                break
+            n += 1
+        return n
+
+
+class Router:
+    """Routing state and request forwarding; owned by one asyncio loop."""
+
+    def __init__(self, workers: list[str], *, prefill_workers: list[str] | None = None,
+                 policy: str = "kv", kvstore: str | BlockStore | None = None,
+                 load_weight: float = 32.0, store_weight: float = 0.5,
+                 timeout: float = 600.0) -> None:
+        if policy not in POLICIES:
+            raise ValueError(f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
+        if not workers:
+            raise ValueError("the router needs at least one worker")
+        self.workers = [Worker(u.rstrip("/")) for u in workers]
+        self.prefill = [Worker(u.rstrip("/"), role="prefill") for u in prefill_workers or []]
+        self.policy, self.load_weight, self.store_weight = policy, load_weight, store_weight
+        self.store = open_store(kvstore) if isinstance(kvstore, str) else kvstore
+        self.client = httpx.AsyncClient(timeout=timeout)
+        self.hasher: BlockHasher | None = None
+        self.namespace = ""
+        self.model_id = ""
+        self._rr = itertools.count()
+        self._poller: asyncio.Task[None] | None = None
+        self.totals = {"requests": 0, "failed": 0, "retries": 0, "prompt_tokens": 0,
+                       "hit_tokens": 0, "store_prefix_tokens": 0}
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    async def start(self, poll: bool = True) -> None:
+        """Learn the hash recipe from the first worker that answers ``/info``."""
+        for w in self.workers + self.prefill:
+            try:
+                r = await self.client.get(f"{w.url}/info", timeout=10.0)
+                r.raise_for_status()
+            except (httpx.HTTPError, ValueError):
+                self._mark_down(w)
+                continue
+            info = r.json()
+            w.role = info["role"]
+            if self.hasher is None:
+                self.hasher = BlockHasher(info["hash_algo"], info["hash_seed"],
+                                          info["block_size"])
+                self.namespace, self.model_id = info["namespace"], info["model_id"]
+        if self.hasher is None:
+            raise NoWorker("no worker answered /info")
+        if poll:
+            self._poller = asyncio.create_task(self._poll_forever())
+
+    async def close(self) -> None:
+        if self._poller is not None:
+            self._poller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._poller
+        await self.client.aclose()
+        if self.store is not None and hasattr(self.store, "close"):
+            self.store.close()
+
+    # -- routing ------------------------------------------------------------------------------
+    async def rank(self, pool: list[Worker], hashes: list[bytes]) -> tuple[list[Worker], int]:
+        """Live workers of ``pool``, best first, and the kvstore prefix (blocks)."""
+        now = time.monotonic()
+        live = [w for w in pool if w.available(now)]
+        if not live:
+            raise NoWorker("every worker is down")
+        turn = next(self._rr)
+        rotated = [live[(turn + i) % len(live)] for i in range(len(live))]
+        if self.policy == "round-robin":
+            return rotated, 0
+        stored = await self._store_prefix(hashes)
+        assert self.hasher is not None
+        bs, s = self.hasher.block_size, self.store_weight
+
+        def score(w: Worker) -> float:
+            local = w.local_prefix(hashes)
+            return bs * ((1 - s) * local + s * max(stored, local)) - self.load_weight * w.inflight
+
+        # sorted() is stable, so equal scores keep the rotation (round-robin among equals)
+        return sorted(rotated, key=score, reverse=True), stored
+
+    async def generate(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Forward one non-streaming generation; retries on the next worker when one fails.
+        Raises :class:`NoWorker` when none can serve it."""
+        hashes, order, stored = await self._plan(body)
+        for w in order:
+            try:
+                doc = await self._attempt(w, body, hashes)
+            except WorkerDown:
+                self.totals["retries"] += 1
+                continue
+            self._account(w, body, doc, stored)
+            return {**doc, "worker": w.url}
+        self.totals["failed"] += 1
+        raise NoWorker("every worker failed")
+
+    async def stream(self, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        """Forward a streaming generation: yields ``{"token_id": t}`` then the summary.
+        Falls back to another worker only before the first token."""
+        hashes, order, stored = await self._plan(body)
+        for w in order:
+            started = False
+            w.inflight += 1
+            try:
+                req_body = await self._body_for(body, hashes)
+                async with self.client.stream("POST", f"{w.url}/generate",
+                                              json={**req_body, "stream": True}) as r:
+                    if r.status_code >= 500:
+                        raise WorkerDown(f"{w.url}: {r.status_code}")
+                    if r.status_code >= 400:
+                        await r.aread()
+                        raise httpx.HTTPStatusError(r.text, request=r.request, response=r)
+                    async for line in r.aiter_lines():
+                        if not line.startswith("data: ") or line == "data: [DONE]":
+                            continue
+                        doc = json.loads(line[6:])
+                        if "token_id" in doc:
+                            started = True
+                            yield doc
+                        elif "error" in doc:
+                            raise WorkerDown(doc["error"]) if not started else RuntimeError(
+                                doc["error"])
+                        else:
+                            self._account(w, body, doc, stored)
+                            yield {**doc, "worker": w.url}
+                    return
+            except (WorkerDown, *_FAILURES) as exc:
+                if started:
+                    raise
+                self._mark_down(w, exc)
+                self.totals["retries"] += 1
+            finally:
+                w.inflight -= 1
+                await self.sync(w)
+        self.totals["failed"] += 1
+        raise NoWorker("every worker failed")
+
+    async def sync(self, w: Worker) -> None:
+        """Pull ``w``'s residency events since the last pull."""
+        try:
+            r = await self.client.get(f"{w.url}/kv/events", params={"since": w.cursor},
+                                      timeout=10.0)
+            r.raise_for_status()
+        except (httpx.HTTPError, ValueError):
+            return
+        doc = r.json()
+        if doc["resync"] or doc["cursor"] < w.cursor:  # dropped events, or a restarted worker
+            w.resident = {bytes.fromhex(h) for h in doc["resident"]}
+        for e in doc["events"]:
+            h = bytes.fromhex(e["hash"])
+            if e["stored"]:
+                w.resident.add(h)
+            else:
+                w.resident.discard(h)
+        w.cursor = doc["cursor"]
+
+    def stats(self) -> dict[str, Any]:
+        t = self.totals
+        return {
+            "policy": self.policy, **t,
+            "prefix_hit_rate": t["hit_tokens"] / t["prompt_tokens"] if t["prompt_tokens"] else 0,
+            "workers": {w.url: {"role": w.role, "up": w.up, "inflight": w.inflight,
+                                "routed": w.routed, "failures": w.failures,
+                                "prompt_tokens": w.prompt_tokens, "hit_tokens": w.hit_tokens,
+                                "resident_blocks": len(w.resident)}
+                        for w in self.workers + self.prefill},
+        }
+
+    # -- internals ----------------------------------------------------------------------------
+    async def _plan(self, body: dict[str, Any]) -> tuple[list[bytes], list[Worker], int]:
+        assert self.hasher is not None, "Router.start() first"
+        hashes = list(self.hasher.hash_blocks(body["prompt_ids"]))
+        order, stored = await self.rank(self.workers, hashes)
+        return hashes, order, stored
+
+    async def _body_for(self, body: dict[str, Any], hashes: list[bytes]) -> dict[str, Any]:
+        """The decode worker's body: with prefill workers, run the prefill first and attach
+        the handoff."""
+        if not self.prefill:
+            return body
+        order, _ = await self.rank(self.prefill, hashes)
+        for p in order:
+            try:
+                handoff = await disagg.prefill(self.client, p.url, body["prompt_ids"])
+            except httpx.HTTPStatusError as exc:
+                if exc.response.status_code < 500:
+                    raise
+                self._mark_down(p, exc)
+                continue
+            except _FAILURES as exc:
+                self._mark_down(p, exc)
+                continue
+            p.routed += 1
+            await self.sync(p)
+            return disagg.decode_body(handoff, body)
+        raise NoWorker("every prefill worker failed")
+
+    async def _attempt(self, w: Worker, body: dict[str, Any],
+                       hashes: list[bytes]) -> dict[str, Any]:
+        w.inflight += 1
+        try:
+            req_body = await self._body_for(body, hashes)
+            r = await self.client.post(f"{w.url}/generate", json=req_body)
+            if r.status_code >= 500:
+                raise WorkerDown(f"{w.url}: {r.status_code} {r.text[:200]}")
+            r.raise_for_status()  # 4xx: the request is bad, another worker would refuse it too
+            doc: dict[str, Any] = r.json()
+            return doc
+        except (WorkerDown, *_FAILURES) as exc:
+            self._mark_down(w, exc)
+            raise WorkerDown(str(exc)) from exc
+        finally:
+            w.inflight -= 1
+            await self.sync(w)
+
+    def _account(self, w: Worker, body: dict[str, Any], doc: dict[str, Any],
+                 stored: int) -> None:
+        n = len(body["prompt_ids"])
+        hit = int(doc.get("cached_tokens", 0))
+        w.up, w.routed = True, w.routed + 1
+        w.prompt_tokens += n
+        w.hit_tokens += hit
+        t = self.totals
+        t["requests"] += 1
+        t["prompt_tokens"] += n
+        t["hit_tokens"] += hit
+        assert self.hasher is not None
+        t["store_prefix_tokens"] += stored * self.hasher.block_size
+
+    def _mark_down(self, w: Worker, why: object = None) -> None:
+        log.warning("worker %s is down: %s", w.url, why)
+        w.up, w.failures = False, w.failures + 1
+        w.down_until = time.monotonic() + RETRY_S
+
+    async def _store_prefix(self, hashes: list[bytes]) -> int:
+        if self.store is None or not hashes or not self.namespace:
+            return 0
+        try:
+            return await asyncio.to_thread(self.store.lookup, self.namespace, hashes)
+        except Exception:  # the store is advisory here: routing goes on without it
+            log.exception("kvstore lookup failed")
+            return 0
+
+    async def _poll_forever(self) -> None:
+        while True:
+            await asyncio.sleep(POLL_S)
+            for w in self.workers + self.prefill:
+                if not w.up:
+                    try:
+                        r = await self.client.get(f"{w.url}/health", timeout=2.0)
+                        w.up = r.status_code == 200
+                    except httpx.HTTPError:
+                        continue
+                if w.up and w.role != "prefill":
+                    await self.sync(w)
