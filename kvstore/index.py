@@ -60,8 +60,9 @@ class BlockIndex:
         return self._by_ns[key[0]][key[1]]
 
     def __contains__(self, key: object) -> bool:
-        ns, h = key  # type: ignore[misc]
-        return h in self._by_ns.get(ns, _EMPTY)
+        if not isinstance(key, tuple) or len(key) != 2:
+            return False
+        return key[1] in self._by_ns.get(key[0], _EMPTY)
 
     def __setitem__(self, key: BlockKey, entry: Entry) -> None:
         per = self._by_ns.setdefault(key[0], {})

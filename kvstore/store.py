@@ -78,7 +78,9 @@ class Store(SharedMemoryPath):
             self._names[(m & -m).bit_length() - 1] for m in range(1, 1 << len(self._names))
         ]
         # tiers shared with other nodes (S3): consulted for blocks missing from our index
-        self._shared = [t for t in self._tiers if getattr(t, "discover", None) is not None]
+        self._shared: list[Any] = [
+            t for t in self._tiers if getattr(t, "discover", None) is not None
+        ]
         self._lock = threading.RLock()
         self._index = BlockIndex()
         self._leases = LeaseTable()
@@ -354,14 +356,14 @@ class Store(SharedMemoryPath):
                     continue
                 if not entry.tiers:
                     raise IntegrityError(f"{_fmt(key)} indexed in no tier")
-                u = usage.setdefault(key[0], [0, 0])
-                u[0] += 1
-                u[1] += entry.size
-            for name, u in self._ns_usage.items():
+                counted = usage.setdefault(key[0], [0, 0])
+                counted[0] += 1
+                counted[1] += entry.size
+            for name, have in self._ns_usage.items():
                 want = usage.get(name, [0, 0])
-                if [u.blocks, u.bytes] != want:
+                if [have.blocks, have.bytes] != want:
                     raise IntegrityError(
-                        f"namespace {name}: counted {u.blocks} blocks/{u.bytes} bytes, "
+                        f"namespace {name}: counted {have.blocks} blocks/{have.bytes} bytes, "
                         f"index has {want[0]}/{want[1]}"
                     )
             for key in self._leases.pinned_keys():
