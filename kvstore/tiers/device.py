@@ -13,6 +13,7 @@ import warnings
 import torch
 
 from kvstore.config import DEFAULT_SLOT_BYTES
+from kvstore.tiers.base import Buffer
 from kvstore.tiers.slab import Extents, SlabInfo, SlabTier
 
 # torch.frombuffer warns that a read-only buffer (every ``bytes``) becomes a writable tensor;
@@ -56,8 +57,8 @@ class DeviceTier(SlabTier):
             raise RuntimeError("device tier is closed")
         return self._slab
 
-    def _copy_in(self, extents: Extents, data: memoryview) -> None:
-        if data.nbytes == 0:
+    def _copy_in(self, extents: Extents, data: Buffer) -> None:
+        if len(data) == 0:
             return  # frombuffer refuses empty buffers; nothing to copy
         slab, src = self._live(), torch.frombuffer(data, dtype=torch.uint8)
         pos = 0

@@ -27,6 +27,7 @@ from multiprocessing.shared_memory import SharedMemory
 import numpy as np
 
 from kvstore.config import DEFAULT_SLOT_BYTES
+from kvstore.tiers.base import Buffer
 from kvstore.tiers.slab import Extents, SlabInfo, SlabTier
 
 log = logging.getLogger(__name__)
@@ -118,7 +119,7 @@ class HostTier(SlabTier):
         assert self._buf is not None
         return self._buf[offset : offset + length]
 
-    def _copy_in(self, extents: Extents, data: memoryview) -> None:
+    def _copy_in(self, extents: Extents, data: Buffer) -> None:
         # memoryview slice assignment is a bare memcpy; numpy slicing costs a few microseconds
         # per call, which shows at 64 KiB blocks.
         buf = self._buf
@@ -128,9 +129,9 @@ class HostTier(SlabTier):
             off, length = extents[0]
             buf[off : off + length] = data
             return
-        pos = 0
+        src, pos = memoryview(data), 0  # slices of a view, not of bytes: no copies
         for off, length in extents:
-            buf[off : off + length] = data[pos : pos + length]
+            buf[off : off + length] = src[pos : pos + length]
             pos += length
 
     def _copy_out(self, extents: Extents, size: int) -> bytes:

@@ -131,3 +131,28 @@ def test_closed_slab_refuses_writes(slab: SlabTier) -> None:
         slab.put_many([item(key(1), block(10))])
     with pytest.raises(RuntimeError):
         slab.reserve(key(1), 10)
+
+
+def test_batched_reserve_and_publish_are_all_or_nothing(slab: SlabTier) -> None:
+    with pytest.raises(CapacityError):
+        slab.reserve_many([(key(1), 4 * SLOT), (key(2), 5 * SLOT)])
+    assert slab.used_bytes() == 0 and slab.reserve(key(1), SLOT)  # nothing was kept
+    with pytest.raises(ValueError):
+        slab.reserve_many([(key(2), 1), (key(2), 1)])
+    blocks = {key(2): block(10), key(3): block(2 * SLOT)}
+    extents = slab.reserve_many([(k, len(v)) for k, v in blocks.items()])
+    for data, ext in zip(blocks.values(), extents, strict=True):
+        write_at(slab, ext, data)
+    with pytest.raises(KeyError):  # key(4) was never reserved: nothing is published
+        slab.publish_many([key(2), key(3), key(4)])
+    assert not slab.contains(key(2))
+    slab.publish_many([key(2), key(3)])
+    assert slab.get_many([key(2), key(3)]) == list(blocks.values())
+    assert slab.used_bytes() == 4 * SLOT  # key(1) is still reserved
+
+
+def test_put_many_accepts_wide_item_buffers(slab: SlabTier) -> None:
+    words = np.arange(3000, dtype=np.int32)  # 12000 bytes as 3000 items
+    slab.put_many([(key(1), memoryview(words), item(key(1), b"")[2])])
+    assert slab.get_many([key(1)]) == [words.tobytes()]
+    assert slab.used_bytes() == slab.charge(12000)

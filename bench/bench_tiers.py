@@ -1,0 +1,375 @@
+"""How fast are the device, host and disk tiers against a plain copy of the same bytes?
+
+Each measured case runs interleaved (A B A B ...) with its baseline in the same process, after a
+warm-up, and reports the median of the repetitions:
+
+- ``host put``/``host get``: ``put_many``/``get_many`` of a batch vs a numpy memcpy of the same
+  blocks into a preallocated buffer; ``host shm put``/``host shm get``: the zero-copy client
+  path (reserve, copy into the slab at the extents, publish; extents, copy out into the
+  client's buffer) vs the same memcpy. Target: 0.70 of memcpy (DESIGN.md section 6).
+- ``device put``/``device get``: the same on a CPU tensor slab (no target; on a GPU the copies
+  cross PCIe and memcpy is the wrong baseline).
+- ``disk put``/``disk get``: ``put_many``/``get_many`` vs raw py-lmdb puts/gets of the same
+  values (header included), same batch, same environment flags (sync, metasync, readahead).
+  Target: 0.80 of raw LMDB.
+
+Latency rows give p50/p99 of single-block calls against single-block baselines.
+
+    python bench/bench_tiers.py [--quick] [--json PATH] [--plot PATH] [--dir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+import lmdb
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from kvstore.checksum import checksum
+from kvstore.tiers.base import BlockMeta
+from kvstore.tiers.device import DeviceTier
+from kvstore.tiers.disk import DiskTier, encode_key, pack_value
+from kvstore.tiers.host import HostTier
+from kvstore.tiers.slab import SlabTier
+
+KiB, MiB = 1 << 10, 1 << 20
+SIZES = (64 * KiB, 256 * KiB, 1 * MiB, 4 * MiB)
+TARGETS = {"host": 0.70, "disk": 0.80}
+
+
+def timed(fn: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def interleave(a: Callable[[], object], b: Callable[[], object], reps: int) -> tuple[list, list]:
+    """Times of ``a`` and of ``b``, alternated after one warm-up of each."""
+    a(), b()
+    ta, tb = [], []
+    for _ in range(reps):
+        ta.append(timed(a))
+        tb.append(timed(b))
+    return ta, tb
+
+
+def make_blocks(size: int, n: int) -> list[bytes]:
+    raw = np.random.default_rng(size).integers(0, 256, size * n, dtype=np.uint8).tobytes()
+    view = memoryview(raw)
+    return [bytes(view[i * size : (i + 1) * size]) for i in range(n)]
+
+
+def row(
+    case: str,
+    size: int,
+    unit: str,
+    value: float,
+    base: str | None,
+    base_value: float | None,
+    target: float | None,
+) -> dict[str, Any]:
+    ratio = None
+    if base_value:
+        ratio = value / base_value if unit == "GB/s" else base_value / value
+    return {
+        "case": case,
+        "block_bytes": size,
+        "unit": unit,
+        "value": round(value, 3),
+        "baseline": base,
+        "baseline_value": None if base_value is None else round(base_value, 3),
+        "ratio": None if ratio is None else round(ratio, 3),
+        "target": target,
+        "meets_target": None if target is None or ratio is None else ratio >= target,
+    }
+
+
+def throughput_rows(
+    case: str, size: int, nbytes: int, ta: list, tb: list, base: str, target: float | None
+) -> dict[str, Any]:
+    value, base_value = (nbytes / statistics.median(t) / 1e9 for t in (ta, tb))
+    return row(case, size, "GB/s", value, base, base_value, target)
+
+
+def latency_rows(case: str, size: int, ta: list, tb: list, base: str) -> list[dict[str, Any]]:
+    out = []
+    for q, label in ((50, "p50"), (99, "p99")):
+        a, b = (float(np.percentile(np.array(t) * 1e6, q)) for t in (ta, tb))
+        out.append(row(f"{case} {label}", size, "us", a, base, b, None))
+    return out
+
+
+def page_aligned(n: int) -> np.ndarray:
+    """A buffer at the alignment of a slab slot. memcpy speed at 64 KiB-4 MiB depends on where
+    source and destination sit within a page (glibc picks ``rep movsb``, which on some CPUs
+    slows down several times at unlucky relative offsets), so the baseline copies between
+    buffers aligned as the tier's are, and the ratio measures the tier, not the alignment."""
+    raw = np.empty(n + 4096, np.uint8)
+    start = -raw.ctypes.data % 4096
+    return raw[start : start + n]
+
+
+def copier(dst: np.ndarray, srcs: list[np.ndarray]) -> Callable[[], None]:
+    """memcpy of each source block into its place in ``dst``: the baseline of every copy."""
+    size = len(srcs[0])
+
+    def run() -> None:
+        for i, src in enumerate(srcs):
+            np.copyto(dst[i * size : (i + 1) * size], src)
+
+    return run
+
+
+def bench_slab(kind: str, tier: SlabTier, size: int, batch: int, reps: int, lat_n: int) -> list:
+    blocks = make_blocks(size, batch)
+    keys = [(kind, i.to_bytes(8, "big")) for i in range(batch)]
+    items = [(k, b, BlockMeta(0, 0, size)) for k, b in zip(keys, blocks, strict=True)]
+    srcs = [np.frombuffer(b, np.uint8) for b in blocks]
+    dst, out = page_aligned(batch * size), page_aligned(batch * size)
+    memcpy_in = copier(dst, srcs)
+    memcpy_out = copier(out, [dst[i * size : (i + 1) * size] for i in range(batch)])
+    target = TARGETS.get(kind)
+    nbytes = batch * size
+    put, get = (lambda: tier.put_many(items)), (lambda: tier.get_many(keys))
+    rows = [
+        throughput_rows(
+            f"{kind} put", size, nbytes, *interleave(put, memcpy_in, reps), "memcpy", target
+        ),
+        throughput_rows(
+            f"{kind} get", size, nbytes, *interleave(get, memcpy_out, reps), "memcpy", target
+        ),
+    ]
+    if isinstance(tier, HostTier):
+        rows += bench_shm(tier, keys, srcs, out, memcpy_in, memcpy_out, reps)
+    one, one_dst = items[:1], dst[:size]
+    rows += latency_rows(
+        f"{kind} put latency",
+        size,
+        *interleave(lambda: tier.put_many(one), copier(one_dst, srcs[:1]), lat_n),
+        "memcpy",
+    )
+    rows += latency_rows(
+        f"{kind} get latency",
+        size,
+        *interleave(lambda: tier.get_many(keys[:1]), copier(out[:size], [one_dst]), lat_n),
+        "memcpy",
+    )
+    tier.close()
+    return rows
+
+
+def bench_shm(
+    tier: HostTier,
+    keys: list,
+    srcs: list,
+    out: np.ndarray,
+    memcpy_in: Callable,
+    memcpy_out: Callable,
+    reps: int,
+) -> list:
+    """The zero-copy client path, with the slab mapped as a numpy array as a client maps it."""
+    slab = np.frombuffer(tier.view(0, tier.slab_bytes), np.uint8)
+    size = len(srcs[0])
+    shm_keys = [("shm", k[1]) for k in keys]
+
+    def put() -> None:  # the store's reserve_write / commit_write: one batch each way
+        for extents, src in zip(
+            tier.reserve_many([(k, size) for k in shm_keys]), srcs, strict=True
+        ):
+            pos = 0
+            for off, n in extents:
+                np.copyto(slab[off : off + n], src[pos : pos + n])
+                pos += n
+        tier.publish_many(shm_keys)
+
+    def get() -> None:
+        for i, k in enumerate(shm_keys):
+            pos = i * size
+            for off, n in tier.extents(k):
+                np.copyto(out[pos : pos + n], slab[off : off + n])
+                pos += n
+
+    nbytes = len(srcs) * size
+    return [
+        throughput_rows(
+            "host shm put",
+            size,
+            nbytes,
+            *interleave(put, memcpy_in, reps),
+            "memcpy",
+            TARGETS["host"],
+        ),
+        throughput_rows(
+            "host shm get",
+            size,
+            nbytes,
+            *interleave(get, memcpy_out, reps),
+            "memcpy",
+            TARGETS["host"],
+        ),
+    ]
+
+
+def bench_disk(root: str, size: int, batch: int, reps: int, lat_n: int) -> list:
+    blocks = make_blocks(size, batch)
+    keys = [("disk", i.to_bytes(8, "big")) for i in range(batch)]
+    metas = [BlockMeta(1, checksum(b), size) for b in blocks]
+    items = list(zip(keys, blocks, metas, strict=True))
+    tier = DiskTier(2 * batch * size, path=os.path.join(root, f"tier-{size}"))
+    env = lmdb.open(
+        os.path.join(root, f"raw-{size}"),
+        map_size=tier.map_size(),
+        subdir=True,
+        readahead=True,
+        sync=True,
+        metasync=True,
+        writemap=False,
+        max_dbs=0,
+    )
+    raw = [(encode_key(k), bytes(pack_value(b, m))) for k, b, m in items]
+
+    def raw_put(pairs: list = raw) -> None:
+        with env.begin(write=True) as txn:
+            for k, v in pairs:
+                txn.put(k, v)
+
+    def raw_get(pairs: list = raw) -> list:
+        # Keeps every value until the batch is done, as get_many's caller does: freeing each
+        # one at once would let malloc hand the same warm pages back (no page faults).
+        with env.begin() as txn:
+            return [txn.get(k) for k, _ in pairs]
+
+    nbytes = batch * size
+    rows = [
+        throughput_rows(
+            "disk put",
+            size,
+            nbytes,
+            *interleave(lambda: tier.put_many(items), raw_put, reps),
+            "raw lmdb",
+            TARGETS["disk"],
+        ),
+        throughput_rows(
+            "disk get",
+            size,
+            nbytes,
+            *interleave(lambda: tier.get_many(keys), raw_get, reps),
+            "raw lmdb",
+            TARGETS["disk"],
+        ),
+    ]
+    rows += latency_rows(
+        "disk put latency",
+        size,
+        *interleave(lambda: tier.put_many(items[:1]), lambda: raw_put(raw[:1]), lat_n),
+        "raw lmdb",
+    )
+    rows += latency_rows(
+        "disk get latency",
+        size,
+        *interleave(lambda: tier.get_many(keys[:1]), lambda: raw_get(raw[:1]), lat_n),
+        "raw lmdb",
+    )
+    tier.close()
+    env.close()
+    return rows
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    head = f"{'case':<24}{'block':>8}{'value':>10} {'unit':<5}{'baseline':>10}{'base':>10}"
+    print(head + f"{'ratio':>8}{'target':>8}  ok")
+    for r in rows:
+        kib = f"{r['block_bytes'] // KiB}K"
+        fmt = lambda v, w: f"{'-':>{w}}" if v is None else f"{v:>{w}.3f}"  # noqa: E731
+        ok = {True: "yes", False: "NO", None: ""}[r["meets_target"]]
+        print(
+            f"{r['case']:<24}{kib:>8}{fmt(r['value'], 10)} {r['unit']:<5}"
+            f"{r['baseline'] or '-':>10}{fmt(r['baseline_value'], 10)}{fmt(r['ratio'], 8)}"
+            f"{fmt(r['target'], 8)}  {ok}"
+        )
+
+
+def plot(rows: list[dict[str, Any]], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tp = [r for r in rows if r["unit"] == "GB/s"]
+    cases = sorted({r["case"] for r in tp}, key=[r["case"] for r in tp].index)
+    fig, ax = plt.subplots(figsize=(11, 4.5))
+    width = 0.8 / len(SIZES)
+    for j, size in enumerate(SIZES):
+        ratios = [
+            next((r["ratio"] for r in tp if r["case"] == c and r["block_bytes"] == size), 0)
+            for c in cases
+        ]
+        ax.bar(np.arange(len(cases)) + j * width, ratios, width, label=f"{size // KiB} KiB")
+    for t in set(TARGETS.values()):
+        ax.axhline(t, color="grey", linestyle="--", linewidth=0.8)
+    ax.set_xticks(np.arange(len(cases)) + 0.4 - width / 2, cases, rotation=20)
+    ax.set_ylabel("ratio to baseline (higher is better)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="well under a minute, every row")
+    ap.add_argument("--json", metavar="PATH")
+    ap.add_argument("--plot", metavar="PATH")
+    ap.add_argument("--dir", help="where the LMDB files go (default: a temporary directory)")
+    args = ap.parse_args(argv)
+    reps, lat_n = (11, 40) if args.quick else (31, 200)
+    # 32 blocks per batch, fewer for big blocks: a batch of tens of ms is preempted on a busy
+    # machine every time, which blurs the A/B comparison more than it adds.
+    batch_bytes = (8 if args.quick else 32) * MiB
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(dir=args.dir) as root:
+        jobs = [(kind, size) for size in SIZES for kind in ("host", "device", "disk")]
+        for kind, size in tqdm(jobs, desc="tiers", leave=False):
+            batch = max(1, min(32, batch_bytes // size))
+            if kind == "disk":
+                rows += bench_disk(root, size, batch, reps, lat_n)
+                continue
+            # a batch, its shm copy, the shm copy that replaces it, and a latency block
+            cap = 3 * batch * size + size
+            tier: SlabTier = (
+                HostTier(cap, pin=False) if kind == "host" else DeviceTier(cap, device="cpu")
+            )
+            rows += bench_slab(kind, tier, size, batch, reps, lat_n)
+    rows.sort(
+        key=lambda r: (r["case"].split()[0], "latency" in r["case"], r["case"], r["block_bytes"])
+    )
+    print_table(rows)
+    result = {
+        "bench": "tiers",
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "torch_threads": torch.get_num_threads(),
+            "lmdb": lmdb.__version__,
+        },
+        "rows": rows,
+    }
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=2)
+    if args.plot:
+        plot(rows, args.plot)
+
+
+if __name__ == "__main__":
+    main()
