@@ -143,10 +143,16 @@ def measure_size(
     group_metas = [BlockMeta(1, checksum(g), len(g)) for g in grouped]
     times_group: dict[str, list[float]] = {"gp": [], "gg": []}
     try:
-        ours_put(), raw.put(raw_names, blocks, metas), ours_get(), raw.get(raw_names)  # warm-up
+        ours_put()  # warm-up: connections open, objects exist
+        raw.put(raw_names, blocks, metas)
+        ours_get()
+        raw.get(raw_names)
         for rep in range(reps):
             # A B on even repetitions, B A on odd ones; gets are cheap, so three pairs a rep.
-            plan = [("op", ours_put), ("rp", lambda: raw.put(raw_names, blocks, metas))]
+            plan: list[tuple[str, Callable[[], object]]] = [
+                ("op", ours_put),
+                ("rp", lambda: raw.put(raw_names, blocks, metas)),
+            ]
             plan += [("og", ours_get), ("rg", lambda: raw.get(raw_names))] * GET_ROUNDS
             for i in range(0, len(plan), 2):
                 pair = plan[i : i + 2]

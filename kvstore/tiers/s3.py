@@ -23,11 +23,12 @@ node then reads a miss and forgets it).
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import fields
 from typing import Any
@@ -173,8 +174,8 @@ class S3Tier(Tier):
             for key in keys:
                 self._forget(key)
         self._queue.cancel(keys)
-        if keys and not self._closed:
-            self._writes.submit(self._delete_objects, list(keys))
+        if keys:
+            self._background(self._delete_objects, list(keys))
 
     def discover(self, keys: Sequence[BlockKey], *, prefix: bool = False) -> list[BlockMeta | None]:
         """Meta of each key that S3 holds, adopting blocks other nodes wrote: they become
@@ -405,8 +406,15 @@ class S3Tier(Tier):
                 self._forget(key)
 
     def _on_orphan(self, key: BlockKey) -> None:
-        if not self._closed:
-            self._writes.submit(self._delete_objects, [key])
+        self._background(self._delete_objects, [key])
+
+    def _background(self, fn: Callable[[list[BlockKey]], None], keys: list[BlockKey]) -> None:
+        """Run ``fn(keys)`` on the write pool; after close (pool shut down) skip it: the
+        objects stay as orphans, which are still valid blocks."""
+        if self._closed:
+            return
+        with contextlib.suppress(RuntimeError):  # close() shut the pool down meanwhile
+            self._writes.submit(fn, keys)
 
     def _remember(self, key: BlockKey, meta: BlockMeta) -> None:
         """Caller holds ``_lock``."""
