@@ -100,8 +100,7 @@ class HostTier(SlabTier):
             size=self.slab_bytes,
         )
         self._buf: memoryview | None = self._shm.buf
-        self._arr = np.ndarray(self.slab_bytes, dtype=np.uint8, buffer=self._shm.buf)
-        self.pinned = _cuda_register(self._arr) if pin else None
+        self.pinned = _cuda_register(np.frombuffer(self._buf, np.uint8)) if pin else None
         self._finalizer = weakref.finalize(self, _release, self._shm, self.pinned)
 
     @property
@@ -115,16 +114,17 @@ class HostTier(SlabTier):
         """A writable view of the slab (no copy); valid until :meth:`close`."""
         if offset < 0 or length < 0 or offset + length > self.slab_bytes:
             raise ValueError(f"extent ({offset}, {length}) outside slab of {self.slab_bytes}")
-        self._check_open()
-        assert self._buf is not None
-        return self._buf[offset : offset + length]
+        return self._live()[offset : offset + length]
+
+    def _live(self) -> memoryview:
+        if self._buf is None:
+            raise RuntimeError("host tier is closed")
+        return self._buf
 
     def _copy_in(self, extents: Extents, data: Buffer) -> None:
         # memoryview slice assignment is a bare memcpy; numpy slicing costs a few microseconds
         # per call, which shows at 64 KiB blocks.
-        buf = self._buf
-        if buf is None:
-            raise RuntimeError("host tier is closed")
+        buf = self._live()
         if len(extents) == 1:
             off, length = extents[0]
             buf[off : off + length] = data
@@ -135,9 +135,7 @@ class HostTier(SlabTier):
             pos += length
 
     def _copy_out(self, extents: Extents, size: int) -> bytes:
-        buf = self._buf
-        if buf is None:
-            raise RuntimeError("host tier is closed")
+        buf = self._live()
         if len(extents) == 1:
             off, length = extents[0]
             return buf[off : off + length].tobytes()
@@ -150,7 +148,6 @@ class HostTier(SlabTier):
             self._closed = True
             self._index.clear()
             self._reserved.clear()
-            # Our own exports of the mapping must go before SharedMemory.close() can unmap it.
+            # Our own export of the mapping must go before SharedMemory.close() can unmap it.
             self._buf = None
-            del self._arr
         self._finalizer()

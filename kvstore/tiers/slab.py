@@ -12,10 +12,11 @@ runs, and a block of n slots freed and followed by an allocation of n slots gets
 back. This is a stack, not a best-fit allocator: after churn of mixed sizes a block may span
 several runs, which costs one extent each and nothing else.
 
-Two-phase writes (the store's zero-copy shared-memory path): :meth:`SlabTier.reserve` allocates
-and charges slots for a key that stays invisible, a client writes the bytes at the returned
-extents, then :meth:`SlabTier.publish` makes the key visible (replacing any stored copy) or
-:meth:`SlabTier.unreserve` frees the slots.
+Two-phase writes (the store's zero-copy shared-memory path): :meth:`SlabTier.reserve` (or
+``reserve_many`` for a batch) allocates and charges slots for a key that stays invisible, a
+client writes the bytes at the returned extents, then :meth:`SlabTier.publish` (``publish_many``)
+makes the key visible, replacing any stored copy, or :meth:`SlabTier.unreserve` frees the
+slots. ``put_many`` is the same three steps with the copy done here.
 
 Locking: ``_lock`` guards the free list, the index and the reservations. Byte copies run
 outside it: the store never touches one key from two threads at once, and a key's slots cannot
@@ -246,7 +247,7 @@ class SlabTier(Tier):
         try:
             for entry, data in zip(entries, datas.values(), strict=True):
                 self._copy_in(entry[2], data)
-        except BaseException:
+        except BaseException:  # nothing of the batch becomes visible; replaced keys stay gone
             for key in keys:
                 self.unreserve(key)
             raise
@@ -263,10 +264,9 @@ class SlabTier(Tier):
 
     def delete(self, keys: Sequence[BlockKey]) -> None:
         with self._lock:
-            for key in keys:
-                entry = self._index.pop(key, None)
-                if entry is not None:
-                    self._push(entry[0])
+            gone = [e[0] for k in keys if (e := self._index.pop(k, None)) is not None]
+            if gone:
+                self._push(np.concatenate(gone))
 
     def __len__(self) -> int:
         return len(self._index)
