@@ -195,8 +195,6 @@ def test_bad_config_is_refused() -> None:
         ([1, True, 3], "bool"),
         ([1, "2", 3], "str"),
         ([1, None], "NoneType"),
-        ([1, -1], "-1"),
-        ([2**64], "2\\*\\*64"),
         ("abcd", "not a string"),
     ],
 )
