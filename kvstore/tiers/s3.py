@@ -23,7 +23,6 @@ node then reads a miss and forgets it).
 
 from __future__ import annotations
 
-import contextlib
 import io
 import logging
 import threading
@@ -92,6 +91,8 @@ class S3Tier(Tier):
             ("gets", "hits", "discovered", "negative_hits", "over_capacity"), 0
         )
         self._closed = False
+        self._background_tasks = 0  # deletes queued or running on the write pool
+        self._background_idle = threading.Condition(self._lock)
         self.state = S3Health()
         self._queue = WriteBack(
             self._writes,
@@ -300,8 +301,18 @@ class S3Tier(Tier):
         return True
 
     def flush(self) -> None:
-        """Wait (up to ``flush_timeout_s``) until the write-back queue is empty."""
-        if not self._queue.wait_idle(self.settings.flush_timeout_s):
+        """Wait (up to ``flush_timeout_s`` in all) until the write-back queue is empty and
+        background deletes are done."""
+        deadline = time.monotonic() + self.settings.flush_timeout_s
+        drained = self._queue.wait_idle(self.settings.flush_timeout_s)
+        with self._background_idle:
+            drained = (
+                self._background_idle.wait_for(
+                    lambda: not self._background_tasks, max(0.0, deadline - time.monotonic())
+                )
+                and drained
+            )
+        if not drained:
             log.warning("s3 tier flush timed out with %s", self._queue.stats())
 
     def close(self) -> None:
@@ -409,12 +420,29 @@ class S3Tier(Tier):
         self._background(self._delete_objects, [key])
 
     def _background(self, fn: Callable[[list[BlockKey]], None], keys: list[BlockKey]) -> None:
-        """Run ``fn(keys)`` on the write pool; after close (pool shut down) skip it: the
-        objects stay as orphans, which are still valid blocks."""
+        """Run ``fn(keys)`` on the write pool, counted so that ``flush`` can wait for it.
+        After close (pool shut down) skip it: the objects stay as orphans, which are still
+        valid blocks. Caller must not hold ``_lock``."""
         if self._closed:
             return
-        with contextlib.suppress(RuntimeError):  # close() shut the pool down meanwhile
-            self._writes.submit(fn, keys)
+        with self._lock:
+            self._background_tasks += 1
+        try:
+            self._writes.submit(self._run_background, fn, keys)
+        except RuntimeError:  # close() shut the pool down meanwhile
+            self._background_done()
+
+    def _run_background(self, fn: Callable[[list[BlockKey]], None], keys: list[BlockKey]) -> None:
+        try:
+            fn(keys)
+        finally:
+            self._background_done()
+
+    def _background_done(self) -> None:
+        with self._lock:
+            self._background_tasks -= 1
+            if not self._background_tasks:
+                self._background_idle.notify_all()
 
     def _remember(self, key: BlockKey, meta: BlockMeta) -> None:
         """Caller holds ``_lock``."""

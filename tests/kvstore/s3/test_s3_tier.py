@@ -14,7 +14,6 @@ from kvstore.tiers.base import Tier
 from kvstore.tiers.s3 import S3Tier
 from kvstore.tiers.s3_seaweed import SeaweedServer
 from tests.kvstore.s3.conftest import FAST
-from tests.kvstore.s3.faults import wait_for
 from tests.kvstore.tiers.contract import KiB, TierContract, block, item, key
 
 MiB = 1 << 20
@@ -177,7 +176,8 @@ def test_delete_removes_the_object_in_the_background(
         )
         return {o["Key"].rsplit("/", 1)[1] for o in resp.get("Contents", [])}
 
-    wait_for(lambda: listed() == {key(2)[1].hex()}, what="objects deleted")
+    tier.flush()
+    assert listed() == {key(2)[1].hex()}
 
 
 def test_unknown_option_is_refused_with_the_known_ones(seaweed: SeaweedServer) -> None:
