@@ -85,6 +85,11 @@ class SlabTier(Tier):
         """Write ``data`` (bytes, bytearray or a flat byte memoryview whose length is the sum
         of the extent lengths) at the extents, in order."""
 
+    def _copy_in_many(self, extents: list[Extents], datas: list[Buffer]) -> None:
+        """:meth:`_copy_in` for a batch; subclasses may override it with a tighter loop."""
+        for ext, data in zip(extents, datas, strict=True):
+            self._copy_in(ext, data)
+
     @abstractmethod
     def _copy_out(self, extents: Extents, size: int) -> bytes:
         """A fresh ``bytes`` of the slab at the extents, concatenated."""
@@ -128,11 +133,10 @@ class SlabTier(Tier):
         self._free[self._nfree : self._nfree + n] = slots[::-1]
         self._nfree += n
 
-    def _alloc(self, sizes: list[int]) -> list[_Entry]:
-        """Entries for blocks of ``sizes`` from one pop. Caller holds ``_lock`` and checked
-        that enough slots are free."""
+    def _alloc(self, sizes: list[int], counts: list[int]) -> list[_Entry]:
+        """Entries for blocks of ``sizes`` taking ``counts`` slots, from one pop. Caller holds
+        ``_lock`` and checked that enough slots are free."""
         sb = self.slot_bytes
-        counts = [-(-n // sb) for n in sizes]
         slots = self._pop(sum(counts))
         ints = slots.tolist()  # one conversion for the batch instead of numpy scalars per block
         entries: list[_Entry] = []
@@ -176,8 +180,9 @@ class SlabTier(Tier):
             busy = [k for k in keys if k in self._reserved]
             if busy:
                 raise ValueError(f"{self.name} tier: already reserved: {busy[:3]!r}")
-            self._check_room(sum(map(self._nslots, sizes)), self._nfree)
-            entries = self._alloc(sizes)
+            counts = [self._nslots(n) for n in sizes]
+            self._check_room(sum(counts), self._nfree)
+            entries = self._alloc(sizes, counts)
             self._reserved.update(zip(keys, entries, strict=True))
         return [list(e[2]) for e in entries]
 
@@ -226,9 +231,11 @@ class SlabTier(Tier):
             # bytes and bytearray copy as they are; other buffers are viewed as flat bytes
             # (a memoryview of wider items would otherwise count items, not bytes).
             datas[key] = buf if type(buf) in (bytes, bytearray) else memoryview(buf).cast("B")
-        keys = list(datas)
-        sizes = [len(d) for d in datas.values()]
-        needed = sum(map(self._nslots, sizes))
+        keys, blocks = list(datas), list(datas.values())
+        sizes = [len(d) for d in blocks]
+        sb = self.slot_bytes
+        counts = [-(-n // sb) for n in sizes]
+        needed = sum(counts)
         with self._lock:
             self._check_open()
             busy = [k for k in keys if k in self._reserved]
@@ -242,11 +249,10 @@ class SlabTier(Tier):
                 for key in keys:
                     self._index.pop(key, None)
                 self._push(np.concatenate(replaced))
-            entries = self._alloc(sizes)
+            entries = self._alloc(sizes, counts)
             self._reserved.update(zip(keys, entries, strict=True))  # charged, invisible
         try:
-            for entry, data in zip(entries, datas.values(), strict=True):
-                self._copy_in(entry[2], data)
+            self._copy_in_many([e[2] for e in entries], blocks)
         except BaseException:  # nothing of the batch becomes visible; replaced keys stay gone
             for key in keys:
                 self.unreserve(key)
