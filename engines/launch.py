@@ -1,5 +1,7 @@
 """Start ``kvstore-engine serve`` and ``kvstore-router`` as real processes on loopback ports,
-for end-to-end tests and benchmarks: readiness by polling ``/health``, stop by SIGTERM."""
+for end-to-end tests and benchmarks (readiness by polling ``/health``, stop by SIGTERM), or
+serve an app from a thread of this process (:class:`ThreadServer`) where processes would not
+fit the machine."""
 
 from __future__ import annotations
 
@@ -8,8 +10,10 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -101,3 +105,35 @@ def router_proc(workers: list[str], *, policy: str = "kv", kvstore: str | None =
     if kvstore:
         cmd += ["--kvstore", kvstore]
     return Proc(cmd, port)
+
+
+class ThreadServer:
+    """An ASGI app (with a ``/health`` route) on a loopback port, served by uvicorn from a
+    daemon thread of this process."""
+
+    def __init__(self, app: Any) -> None:
+        import uvicorn
+
+        self.port = free_port()
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port,
+                                                    log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> ThreadServer:
+        self.thread.start()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{self.url}/health", timeout=1.0).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                time.sleep(0.05)
+        raise RuntimeError(f"server on {self.url} did not start")
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=30)

@@ -106,18 +106,15 @@ class Attention(nn.Module):
         n_seq, max_q = b.query_pos.shape
         keys = k_cache[b.block_tables].flatten(1, 2).transpose(1, 2)  # [B, n_kv, S, d]
         values = v_cache[b.block_tables].flatten(1, 2).transpose(1, 2)
-        groups = self.n_heads // self.n_kv
-        if groups > 1:
-            keys = keys.repeat_interleave(groups, dim=1)
-            values = values.repeat_interleave(groups, dim=1)
         qp = q.new_zeros(n_seq, max_q, self.n_heads, self.head_dim)
         qp[b.seq_index, b.q_index] = q
         # causal over absolute positions: row i sees keys 0..query_pos[i]; padding rows have
         # position 0 so they see one key (never a fully masked row, which would give NaN)
         key_pos = torch.arange(keys.shape[2], device=x.device)
         mask = key_pos[None, None, :] <= b.query_pos[:, :, None]
-        out = F.scaled_dot_product_attention(
-            qp.transpose(1, 2), keys.to(q.dtype), values.to(q.dtype), attn_mask=mask[:, None]
+        out = F.scaled_dot_product_attention(  # query head h reads KV head h // groups
+            qp.transpose(1, 2), keys.to(q.dtype), values.to(q.dtype), attn_mask=mask[:, None],
+            enable_gqa=self.n_heads != self.n_kv,
         )
         out = out.transpose(1, 2)[b.seq_index, b.q_index]  # back to [T, H, d]
         return self.o_proj(out.reshape(t, -1))

@@ -118,6 +118,14 @@ class Engine:
         tokens, batch, _ = self._build(plan)
         return self.model(tokens, batch, self.cache)
 
+    def reset_prefix_cache(self) -> None:
+        """Forget every resident block (as after a restart; kvstore keeps its copies). Only
+        while idle; raises ``RuntimeError`` otherwise."""
+        if self.has_work():
+            raise RuntimeError("reset_prefix_cache needs an idle engine")
+        self.blocks = BlockManager(self.ecfg.num_blocks)
+        self.scheduler.blocks = self.blocks
+
     def stats(self) -> dict[str, Any]:
         out: dict[str, Any] = dict(self.scheduler.stats)
         out.update(steps=self.steps, free_blocks=self.blocks.num_free,

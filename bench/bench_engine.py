@@ -1,0 +1,298 @@
+"""The built-in decoder engine: KV-aware vs round-robin routing, TTFT with kvstore reuse, our
+decoder vs transformers, block copy kernels.
+
+Rows (each a ratio against a baseline measured in the same run, BENCH.md):
+- routing: a multi-tenant multi-turn chat (shared system prompt per tenant, histories that
+  grow by each answer) through the router to 2 workers, KV-aware vs round-robin: prefix hit
+  rate, client TTFT p50/p99, output tokens/s. Workers and router are served over loopback
+  HTTP from threads of this process (several processes would not fit a 2-core machine);
+- TTFT of a long shared prefix on a fresh engine, loading the prefix from a ``kvstore serve``
+  process vs recomputing it;
+- decode tokens/s of our engine vs ``transformers``' ``generate`` (same checkpoint, greedy,
+  batch 1 and batch 8);
+- block gather/scatter GB/s of the CPU kernels vs a plain memcpy of the same bytes.
+
+``--quick`` runs every row in about a minute on small sizes; ``--json PATH`` writes the report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from common import interleaved, report, row
+
+from engines.decoder import kernels
+from engines.decoder.config import EngineConfig
+from engines.decoder.runner import Engine
+from engines.decoder.sampler import SamplingParams
+from engines.launch import ThreadServer
+from engines.router import Router
+from engines.router_app import create_app as router_app
+from engines.store_io import RemoteStore
+from engines.worker import create_app as worker_app
+
+VOCAB = 512
+
+
+def make_model(path: Path, quick: bool) -> Path:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    size = dict(hidden_size=128, intermediate_size=344, num_hidden_layers=2,
+                num_attention_heads=4) if quick else dict(
+        hidden_size=256, intermediate_size=688, num_hidden_layers=4, num_attention_heads=8)
+    cfg = LlamaConfig(vocab_size=VOCAB, num_key_value_heads=2, max_position_embeddings=8192,
+                      **size)
+    LlamaForCausalLM(cfg).to(torch.float32).save_pretrained(path)
+    return path
+
+
+# -- decoder vs transformers -----------------------------------------------------------------
+def bench_decode(model: Path, quick: bool) -> list[dict[str, Any]]:
+    from transformers import LlamaForCausalLM
+
+    new, plen = (16, 32) if quick else (64, 64)
+    reps = 2 if quick else 5
+    hf = LlamaForCausalLM.from_pretrained(model, dtype=torch.float32).eval()
+    engine = Engine(model, EngineConfig(block_size=16, num_blocks=256, max_batch_tokens=1024))
+    rows = []
+    for batch in (1, 8):
+        rng = random.Random(batch)
+        prompts = [[rng.randrange(VOCAB) for _ in range(plen)] for _ in range(batch)]
+        params = SamplingParams(max_tokens=new, ignore_eos=True)
+
+        def ours(prompts: list[list[int]] = prompts, params: SamplingParams = params) -> None:
+            engine.reset_prefix_cache()  # no reuse across repetitions: measure the decoder
+            engine.generate(prompts, params)
+
+        ids = torch.tensor(prompts)
+
+        def theirs(ids: torch.Tensor = ids) -> None:
+            with torch.no_grad():
+                hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new,
+                            min_new_tokens=new, do_sample=False, pad_token_id=0)
+
+        t_ours, t_hf = interleaved([ours, theirs], reps, warmup=1)
+        toks = batch * new
+        rows.append(row(f"decode tokens/s, batch {batch}", "tokens/s", toks / t_ours,
+                        "transformers generate", toks / t_hf, higher_is_better=True,
+                        prompt_tokens=plen, new_tokens=new))
+    return rows
+
+
+# -- TTFT with kvstore reuse -----------------------------------------------------------------
+def bench_ttft_reuse(model: Path, quick: bool, tmp: Path) -> list[dict[str, Any]]:
+    from server.launcher import ServerProc
+
+    prefix_len = 512 if quick else 2048
+    reps = 3 if quick else 7
+    rng = random.Random(7)
+    prefix = [rng.randrange(VOCAB) for _ in range(prefix_len)]
+    ecfg = EngineConfig(block_size=16, num_blocks=prefix_len // 16 + 16,
+                        max_batch_tokens=prefix_len + 64)
+    server = ServerProc(tmp / "kv", host_capacity="512MiB").start()
+    try:
+        store = RemoteStore(server.url)
+        with_store = Engine(model, ecfg, store)
+        without = Engine(model, ecfg)
+        with_store.generate([prefix + [1]], SamplingParams(max_tokens=1))  # fills kvstore
+        ttft: dict[str, float] = {}
+
+        def first_token(engine: Engine, key: str) -> None:
+            engine.reset_prefix_cache()  # a fresh worker: nothing resident
+            seq = engine.add_request(prefix + [rng.randrange(VOCAB) for _ in range(8)],
+                                     SamplingParams(max_tokens=1))
+            while engine.has_work():
+                engine.step()
+            assert seq.first_token_at is not None
+            ttft[key] = seq.first_token_at - seq.arrival
+
+        samples: dict[str, list[float]] = {"reuse": [], "recompute": []}
+        for i in range(reps + 1):
+            first_token(with_store, "reuse")
+            first_token(without, "recompute")
+            if i:  # the first round is warm-up
+                for k in samples:
+                    samples[k].append(ttft[k])
+        hit = with_store.stats()["kvstore"]["loaded_blocks"]
+        store.close()
+    finally:
+        server.stop()
+    reuse, recompute = (statistics.median(samples[k]) for k in ("reuse", "recompute"))
+    return [row(f"TTFT, {prefix_len}-token shared prefix + 8", "s", reuse,
+                "recompute prefix", recompute, higher_is_better=False,
+                loaded_blocks=hit, block_bytes=with_store.block_bytes)]
+
+
+# -- routing -------------------------------------------------------------------------------
+def chat_workload(seed: int, quick: bool) -> list[list[list[int]]]:
+    """Conversations, each a list of user messages; tenants share a system prompt."""
+    rng = random.Random(seed)
+    tenants, users, turns = (4, 2, 3) if quick else (6, 3, 4)
+    sys_len = 128 if quick else 384
+    convs = []
+    for _ in range(tenants):
+        system = [rng.randrange(VOCAB) for _ in range(sys_len)]
+        for _ in range(users):
+            msgs = [[rng.randrange(VOCAB) for _ in range(rng.randrange(8, 24))]
+                    for _ in range(turns)]
+            convs.append([system, *msgs])
+    rng.shuffle(convs)
+    return convs
+
+
+async def run_chat(url: str, convs: list[list[list[int]]], max_tokens: int,
+                   concurrency: int) -> dict[str, float]:
+    ttfts: list[float] = []
+    out_tokens = 0
+    sem = asyncio.Semaphore(concurrency)
+
+    async def conversation(client: httpx.AsyncClient, conv: list[list[int]]) -> None:
+        nonlocal out_tokens
+        history = list(conv[0])
+        for msg in conv[1:]:
+            history += msg
+            body = {"prompt": history, "max_tokens": max_tokens, "temperature": 0,
+                    "ignore_eos": True, "stream": True}
+            async with sem:
+                start = time.perf_counter()
+                first = None
+                answer: list[int] = []
+                async with client.stream("POST", f"{url}/v1/completions", json=body) as r:
+                    async for line in r.aiter_lines():
+                        if not line.startswith("data: {"):
+                            continue
+                        ids = json.loads(line[6:])["choices"][0]["token_ids"]
+                        if ids and first is None:
+                            first = time.perf_counter() - start
+                        answer += ids
+            assert first is not None, "no token streamed"
+            ttfts.append(first)
+            out_tokens += len(answer)
+            history += answer
+
+    start = time.perf_counter()
+    async with httpx.AsyncClient(timeout=600) as client:
+        await asyncio.gather(*(conversation(client, c) for c in convs))
+    wall = time.perf_counter() - start
+    ttfts.sort()
+    return {"ttft_p50": float(np.percentile(ttfts, 50)), "ttft_p99": float(
+        np.percentile(ttfts, 99)), "tokens_per_s": out_tokens / wall}
+
+
+def bench_routing(model: Path, quick: bool) -> list[dict[str, Any]]:
+
+    reps = 1 if quick else 3
+    ecfg = EngineConfig(block_size=16, num_blocks=48 if quick else 96, max_batch_tokens=512)
+    workers = [ThreadServer(worker_app(Engine(model, ecfg))).start() for _ in range(2)]
+    urls = [w.url for w in workers]
+    results: dict[str, list[dict[str, float]]] = {"kv": [], "round-robin": []}
+    try:
+        for rep in range(reps):
+            for policy in ("round-robin", "kv"):  # A B A B: both see the same drift
+                # a fresh workload per run: nothing either policy placed earlier helps it
+                convs = chat_workload(1000 * rep + (policy == "kv"), quick)
+                router = ThreadServer(router_app(Router(urls, policy=policy))).start()
+                try:
+                    res = asyncio.run(run_chat(router.url, convs, 8, 4 if quick else 8))
+                    st = httpx.get(f"{router.url}/stats").json()
+                finally:
+                    router.stop()
+                res["hit_rate"] = st["prefix_hit_rate"]
+                results[policy].append(res)
+                print(f"  routing rep {rep} {policy}: {res}", flush=True)
+    finally:
+        for w in workers:
+            w.stop()
+
+    def med(policy: str, key: str) -> float:
+        return statistics.median(r[key] for r in results[policy])
+
+    return [
+        row("routing prefix hit rate, KV-aware", "fraction", med("kv", "hit_rate"),
+            "round-robin", med("round-robin", "hit_rate"), higher_is_better=True),
+        row("routing TTFT p50, KV-aware", "s", med("kv", "ttft_p50"), "round-robin",
+            med("round-robin", "ttft_p50"), higher_is_better=False),
+        row("routing TTFT p99, KV-aware", "s", med("kv", "ttft_p99"), "round-robin",
+            med("round-robin", "ttft_p99"), higher_is_better=False),
+        row("routing throughput, KV-aware", "tokens/s", med("kv", "tokens_per_s"),
+            "round-robin", med("round-robin", "tokens_per_s"), higher_is_better=True),
+    ]
+
+
+# -- kernels -------------------------------------------------------------------------------
+def bench_kernels(quick: bool) -> list[dict[str, Any]]:
+    cache = torch.randn(128, 8, 2, 16, 8, 64)  # 128 blocks of 512 KiB (a 8-layer GQA model)
+    ids = list(range(0, 128, 2))
+    nbytes = len(ids) * kernels.block_nbytes(cache)
+    src = cache.view(torch.uint8).reshape(128, -1).numpy()
+    data = [bytes(b) for b in kernels.gather_blocks(cache, ids)]
+    reps = 5 if quick else 15
+
+    def memcpy() -> None:
+        out = np.empty((len(ids), src.shape[1]), np.uint8)
+        np.copyto(out, src[:len(ids)])
+
+    def gather(backend: str) -> Any:
+        return lambda: (kernels.set_backend(backend), kernels.gather_blocks(cache, ids))
+
+    def scatter(backend: str) -> Any:
+        return lambda: (kernels.set_backend(backend), kernels.scatter_blocks(cache, ids, data))
+
+    cases = [memcpy, gather("numpy"), gather("numba"), scatter("numpy"), scatter("numba")]
+    times = interleaved(cases, reps, warmup=1)
+    kernels.set_backend("numpy")
+    gbs = [nbytes / t / 1e9 for t in times]
+    names = ["gather numpy", "gather numba", "scatter numpy", "scatter numba"]
+    return [row(f"block {n}", "GB/s", g, "memcpy into a fresh buffer", gbs[0],
+                higher_is_better=True, blocks=len(ids))
+            for n, g in zip(names, gbs[1:], strict=True)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--json", default=None)
+    p.add_argument("--only", default="kernels,decode,ttft,routing",
+                   help="comma-separated sections to run")
+    args = p.parse_args(argv)
+    torch.set_num_threads(1)  # the machine is shared; one thread per engine keeps runs stable
+    sections = set(args.only.split(","))
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as tmp_dir:
+        tmp = Path(tmp_dir)
+        model = make_model(tmp / "model", args.quick)
+        if "kernels" in sections:
+            print("kernels...", flush=True)
+            rows += bench_kernels(args.quick)
+        if "decode" in sections:
+            print("decoder vs transformers...", flush=True)
+            rows += bench_decode(model, args.quick)
+        if "ttft" in sections:
+            print("TTFT with kvstore reuse...", flush=True)
+            rows += bench_ttft_reuse(model, args.quick, tmp)
+        if "routing" in sections:
+            print("routing...", flush=True)
+            rows += bench_routing(model, args.quick)
+    report("engine", rows, args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
