@@ -16,6 +16,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from kvstore.errors import KVStoreError
 from server import routes_blocks, routes_health, routes_namespaces, routes_ops
@@ -36,8 +37,11 @@ log = logging.getLogger("kvstore.server")
 _MAPPED = (KVStoreError, AuthError, ForbiddenError, BlockNotFoundError, InvalidRequestError)
 
 
-def _error(status: int, code: str, message: str, **extra: Any) -> JSONResponse:
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+def _error(status: int, code: str, message: str, headers: dict[str, str] | None = None,
+           **extra: Any) -> JSONResponse:
+    headers = dict(headers or {})
+    if status == 401:
+        headers["WWW-Authenticate"] = "Bearer"
     return JSONResponse({"error": code, "message": message, **extra}, status_code=status,
                         headers=headers)
 
@@ -60,7 +64,19 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
 
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
-    return _error(exc.status_code, "http_error", str(exc.detail))
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:  # Starlette lists one route's methods; list the whole path's
+        headers["Allow"] = ", ".join(_allowed_methods(request))
+    return _error(exc.status_code, "http_error", str(exc.detail), headers=headers)
+
+
+def _allowed_methods(request: Request) -> list[str]:
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        match, _ = route.matches(request.scope)  # PARTIAL: the path matches, the method not
+        if match != Match.NONE:
+            methods |= set(getattr(route, "methods", None) or ())
+    return sorted(methods)
 
 
 async def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
@@ -102,4 +118,19 @@ def create_app(store: Any, settings: ServerSettings, info: InfoOut, metrics: Ser
         return response
 
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_request_bytes)
+    if not settings.auth_enabled():
+        app.openapi = lambda: _without_security(app)  # type: ignore[method-assign]
     return app
+
+
+def _without_security(app: FastAPI) -> dict[str, Any]:
+    """The schema as served when no token is configured: no operation asks for one."""
+    if app.openapi_schema is None:
+        schema = FastAPI.openapi(app)
+        for item in schema.get("paths", {}).values():
+            for op in item.values():
+                op.pop("security", None)
+                op.get("responses", {}).pop("401", None)
+        schema.get("components", {}).pop("securitySchemes", None)
+        app.openapi_schema = schema
+    return app.openapi_schema

@@ -30,7 +30,7 @@ StoreDep = Annotated[Any, Depends(get_store)]
 PrincipalDep = Annotated[Principal, Depends(current_principal)]
 
 _DESCRIPTIONS = {
-    400: "bad input: block of the wrong size, hash of the wrong length",
+    400: "bad input: unparseable body, block of the wrong size, hash of the wrong length",
     401: "missing or invalid bearer token",
     403: "the token's tenant may not use this namespace",
     404: "unknown namespace or block",

@@ -20,7 +20,7 @@ router = APIRouter(prefix="/v1", tags=["namespaces"])
     response_model=NamespaceOut,
     responses={
         200: {"model": NamespaceOut, "description": "an identical namespace already exists"},
-        **errors(401, 403, 409, 413, 422),
+        **errors(400, 401, 403, 409, 413, 422),
     },
 )
 def register_namespace(

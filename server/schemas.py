@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from kvstore.namespace import Layout, Namespace
 
@@ -13,6 +13,15 @@ NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@+=-]{0,127}$"
 HEX_PATTERN = r"^(?:[0-9a-fA-F]{2}){1,64}$"
 MAX_BATCH = 65536  # hashes per request; the server may configure less
 
+
+
+def _no_bool(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise ValueError("expected an integer, got a boolean")
+    return value
+
+
+Int = Annotated[int, BeforeValidator(_no_bool)]  # JSON true is not 1 here
 HexHash = Annotated[str, Field(pattern=HEX_PATTERN, description="block hash, 1-64 bytes as hex")]
 NamespaceName = Annotated[str, Field(pattern=NAME_PATTERN, description="namespace name")]
 Count = Annotated[int, Field(ge=0)]
@@ -24,10 +33,10 @@ class LayoutModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     model_id: str = Field("", max_length=512)
-    num_layers: int = Field(0, ge=0, le=1 << 20)
-    num_kv_heads: int = Field(0, ge=0, le=1 << 20)
-    head_dim: int = Field(0, ge=0, le=1 << 20)
-    block_size: int = Field(0, ge=0, le=1 << 20)
+    num_layers: Int = Field(0, ge=0, le=1 << 20)
+    num_kv_heads: Int = Field(0, ge=0, le=1 << 20)
+    head_dim: Int = Field(0, ge=0, le=1 << 20)
+    block_size: Int = Field(0, ge=0, le=1 << 20)
     dtype: str = Field("", max_length=64)
     layout_name: str = Field("", max_length=128)
     extra: dict[str, Any] = Field(default_factory=dict)
@@ -40,13 +49,12 @@ class NamespaceIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: NamespaceName
-    block_bytes: int = Field(gt=0, le=1 << 31, description="size of every block, bytes")
+    block_bytes: Int = Field(gt=0, le=1 << 31, description="size of every block, bytes")
     layout: LayoutModel = Field(default_factory=LayoutModel)
     hash_algo: Literal["sha256", "sha256_cbor", "xxhash_cbor"] = "sha256"
     hash_seed: str | None = Field(None, max_length=1024)
-    tenant: str | None = Field(
-        None, max_length=128, description="admin only: bind the namespace to this tenant"
-    )
+    tenant: str | None = Field(None, min_length=1, max_length=128,
+                               description="admin only: bind the namespace to this tenant")
 
     def to_namespace(self, tenant: str | None) -> Namespace:
         return Namespace(
