@@ -28,6 +28,10 @@ Such hashes never match across processes, so here a seed is required for them: a
 without a seed raises ``ValueError`` instead of silently yielding a zero hit rate.
 
 Not covered: requests with prompt embeddings (vLLM adds a digest of the embedding tensor).
+A caveat inherited from pickle (``sha256``, ``xxhash``): it writes an object that occurs twice
+in one block's key as a back-reference, so a block whose extra keys repeat the *same* string
+object (say ``lora_name`` passed as ``lora_path`` too) hashes differently from one holding two
+equal copies. vLLM has the same property; real keys (names, paths, content hashes) differ.
 """
 
 from __future__ import annotations
@@ -154,7 +158,11 @@ def _as_tokens(token_ids: Sequence[int]) -> tuple[int, ...]:
 
 
 def _check_mm(mm_hashes: Sequence[MMHash | tuple[str, int, int]]) -> list[MMHash]:
-    out = [MMHash(*m) for m in mm_hashes]
+    """``mm_hashes`` as :class:`MMHash` entries, or ``ValueError`` naming the bad one."""
+    try:
+        out = [MMHash(*m) for m in mm_hashes]
+    except TypeError:
+        raise ValueError("mm_hashes entries must be (identifier, offset, length)") from None
     prev = -1
     for m in out:
         if not isinstance(m.identifier, str):
@@ -171,9 +179,9 @@ def _check_mm(mm_hashes: Sequence[MMHash | tuple[str, int, int]]) -> list[MMHash
 
 def _mm_keys(mm: list[MMHash], start: int, end: int, idx: int) -> tuple[list[Any], int]:
     """vLLM's walk over the sorted multimodal inputs for block ``[start, end)``, from input
-    ``idx`` on: ``("mm", identifier, offset - start)`` for each input overlapping the block, and the
-    input the next block starts from. Kept step for step so that odd layouts (touching or
-    overlapping spans) give vLLM's keys, not merely plausible ones."""
+    ``idx`` on: ``("mm", identifier, offset - start)`` for each input overlapping the block,
+    and the input the next block starts from. Kept step for step so that odd layouts (touching
+    or overlapping spans) give vLLM's keys, not merely plausible ones."""
     keys: list[Any] = []
     last = mm[-1]
     if last.offset + last.length <= start:
@@ -244,6 +252,12 @@ class BlockHasher:
                 "cache_salt enters only the first block of a prompt; with parent set the "
                 "tokens continue a prompt, so hash the salted prompt from its start"
             )
+        if (lora_name is None) != (lora_path is None):
+            raise ValueError("lora_name and lora_path go together: vLLM hashes both")
+        mm = _check_mm(mm_hashes) if mm_hashes else []
+        lora: list[Any] = [("lora", lora_name, lora_path)] if lora_name is not None else []
+        salt: list[Any] = [("cache_salt", cache_salt)] if cache_salt else []
+
         hash_fn = _HASH_FNS[self.algo]
         bs = self.block_size
         end = len(toks) - len(toks) % bs
@@ -251,14 +265,8 @@ class BlockHasher:
         out: list[BlockHash] = []
         if end == 0:
             return out
-
-        if (lora_name is None) != (lora_path is None):
-            raise ValueError("lora_name and lora_path go together: vLLM hashes both")
-        lora: list[Any] = [("lora", lora_name, lora_path)] if lora_name is not None else []
-        salt: list[Any] = [("cache_salt", cache_salt)] if cache_salt else []
-        if mm_hashes:
+        if mm:
             # Multimodal prompts build keys per block, as vLLM does; rare and short.
-            mm = _check_mm(mm_hashes)
             idx = 0
             for start in range(0, end, bs):
                 mm_keys, idx = _mm_keys(mm, start, start + bs, idx)

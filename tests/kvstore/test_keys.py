@@ -155,6 +155,8 @@ def test_salt_enters_first_block_and_changes_the_chain() -> None:
     assert lora_x != h.hash_blocks(tokens, lora_name="x", lora_path="/other")
     with pytest.raises(ValueError, match="lora_name and lora_path"):
         h.hash_blocks(tokens, lora_name="x")
+    with pytest.raises(ValueError, match="lora_name and lora_path"):
+        h.hash_blocks([], lora_path="/x")  # checked even when there is no full block
 
 
 def test_multimodal_keys_follow_vllm_walk() -> None:
@@ -217,6 +219,8 @@ def test_bad_multimodal_spans_are_refused() -> None:
         h.hash_blocks(list(range(8)), mm_hashes=[("b", 4, 2), ("a", 0, 2)])
     with pytest.raises(ValueError, match="length"):
         h.hash_blocks(list(range(8)), mm_hashes=[("a", 0, 0)])
+    with pytest.raises(ValueError, match="offset, length"):
+        h.hash_blocks(list(range(8)), mm_hashes=[("a", 0)])  # type: ignore[list-item]
     with pytest.raises(ValueError, match="identifier"):
         h.hash_blocks(list(range(8)), mm_hashes=[(b"a", 0, 1)])  # type: ignore[list-item]
 
