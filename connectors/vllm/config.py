@@ -16,9 +16,10 @@ TIMEOUT_S = 5.0  # seconds per store call
 LEASE_S = 60.0  # seconds a load's pins outlive a crashed engine
 RETRY_AFTER_S = 1.0  # seconds of silence after the store was unreachable
 
-_KNOWN_KEYS = frozenset(
-    {"kvstore_url", "token", "namespace", "timeout_s", "lease_s", "retry_after_s", "on_load_error"}
-)
+_KNOWN_KEYS = frozenset({
+    "kvstore_url", "token", "namespace", "timeout_s", "lease_s", "retry_after_s",
+    "on_load_error", "prefetch",
+})
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +33,9 @@ class ConnectorConfig:
     pinned for a load stay pinned if this engine dies; ``retry_after_s`` is how long the
     connector stops calling a server it found unreachable; ``on_load_error`` is what vLLM does
     with a request whose stored blocks could not be loaded: ``"recompute"`` them (the connector
-    sets vLLM's ``kv_load_failure_policy`` accordingly) or ``"fail"`` the request.
+    sets vLLM's ``kv_load_failure_policy`` accordingly) or ``"fail"`` the request;
+    ``prefetch`` asks the store to stage a request's blocks in RAM as soon as the scheduler
+    sees it (turn off where the store's lower tiers are slow to scan and hits are rare).
     """
 
     url: str
@@ -42,6 +45,7 @@ class ConnectorConfig:
     lease_s: float = LEASE_S
     retry_after_s: float = RETRY_AFTER_S
     on_load_error: str = "recompute"
+    prefetch: bool = True
 
     def __post_init__(self) -> None:
         if self.on_load_error not in ("recompute", "fail"):
@@ -83,4 +87,5 @@ class ConnectorConfig:
             lease_s=float(extra.get("lease_s", LEASE_S)),
             retry_after_s=float(extra.get("retry_after_s", RETRY_AFTER_S)),
             on_load_error=str(extra.get("on_load_error", "recompute")),
+            prefetch=bool(extra.get("prefetch", True)),
         )

@@ -110,13 +110,14 @@ class KVStoreConnector(KVConnectorBase_V1):
                 BlockHasher(algo, seed, layout.block_size),
                 load=ktc.is_kv_consumer,
                 save=ktc.is_kv_producer,
+                prefetch=cfg.prefetch,
             )
             logger.info(
                 "KVStoreConnector: kvstore %s, namespace %s (%s, seed %s)",
                 cfg.url, link.namespace, algo, "PYTHONHASHSEED" if seed else "default",
             )
         else:
-            self._worker = WorkerSide(layout, make_link)
+            self._worker = WorkerSide(layout, make_link, cfg.timeout_s)
 
     # -- properties vLLM reads ---------------------------------------------------------------
 

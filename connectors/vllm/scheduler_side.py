@@ -55,12 +55,14 @@ class SchedulerSide:
         *,
         load: bool = True,
         save: bool = True,
+        prefetch: bool = True,
     ) -> None:
         self._link = link
         self._bs = block_size
         self._hasher: BlockHasher | None = hasher
         self._load = load
         self._save = save
+        self._prefetch = prefetch
         self._reqs: dict[str, _Req] = {}
         self._loads: list[BlockTransfer] = []
         self.stats = KVStoreConnectorStats()
@@ -73,7 +75,7 @@ class SchedulerSide:
         self._reqs[request.request_id] = _Req(request)
         if self._hasher is not None:
             self._check_hashes(request)
-        if self._load and request.block_hashes:
+        if self._load and self._prefetch and request.block_hashes:
             self._link.prefetch(request.block_hashes)
 
     def get_num_new_matched_tokens(self, request: Request, num_computed_tokens: int) -> int:

@@ -14,6 +14,7 @@ stores them, so the engine never waits for the network on the save path.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import queue
 import threading
@@ -45,8 +46,11 @@ class WorkerSide:
     up a load.
     """
 
-    def __init__(self, layout: KVLayout, make_link: Callable[[], StoreLink]) -> None:
+    def __init__(
+        self, layout: KVLayout, make_link: Callable[[], StoreLink], flush_timeout_s: float
+    ) -> None:
         self.layout = layout
+        self._flush_timeout_s = flush_timeout_s
         self._make_link = make_link
         self._pages: PagedKV | None = None
         self._load_link: StoreLink | None = None
@@ -82,6 +86,9 @@ class WorkerSide:
             logger.warning("kvstore unreachable at start; the connector will retry")
         self._saver = threading.Thread(target=self._save_loop, name="kvstore-save", daemon=True)
         self._saver.start()
+        # A process that exits right after its last request must still store that request's
+        # blocks: atexit runs before daemon threads are stopped, so flush there too.
+        atexit.register(self.shutdown, self._flush_timeout_s)
         logger.info(
             "KVStoreConnector: %d layers, page %s %s, %d bytes per block, namespace %s",
             pages.num_layers, pages.page_shape, lay.dtype, pages.block_bytes,
@@ -189,7 +196,8 @@ class WorkerSide:
             return self._stats.take()
 
     def shutdown(self, timeout_s: float) -> None:
-        """Store what is queued (up to ``timeout_s``), then stop the save thread."""
+        """Store what is queued (up to ``timeout_s``), then stop the save thread. Idempotent:
+        vLLM's shutdown and the exit hook may both call it."""
         if self._saver is not None:
             self.flush(timeout_s)
             self._saves.put(None)
@@ -197,3 +205,4 @@ class WorkerSide:
             self._saver = None
         if self._load_link is not None:
             self._load_link.close()
+            self._load_link = None

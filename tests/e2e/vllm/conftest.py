@@ -2,10 +2,13 @@
 
 - ``tiny_llama``: a random Llama checkpoint (GQA, head_dim 32) built with ``transformers`` in a
   temp folder once per session; no weights are downloaded.
-- ``kvstore_server``: a real ``kvstore serve`` subprocess on free loopback ports, which the
-  test may stop, start again (same ports, same data folder) or corrupt.
+- ``kvstore_server``: a real ``kvstore serve`` subprocess on free loopback ports (one per test
+  module), which a test may stop, start again (same ports, same data folder) or corrupt.
 - ``engine``: a factory of :class:`EngineProc`, each one vLLM engine in a fresh process
-  (``engine_proc.py``), stopped at teardown.
+  (``engine_proc.py``), stopped when the module is done.
+
+Engine processes are what costs time (~30-60 s each to import vLLM and load on two busy
+cores), so each module starts as few as its story needs and its tests share them.
 """
 
 from __future__ import annotations
@@ -109,9 +112,10 @@ class KVStoreServer:
         return KVStoreClient(self.url)
 
 
-@pytest.fixture
-def kvstore_server(tmp_path: Path) -> Iterator[KVStoreServer]:
-    server = KVStoreServer(tmp_path / "kvdata")
+@pytest.fixture(scope="module")
+def kvstore_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KVStoreServer]:
+    """One server per test module (a module's tests share the blocks its engines stored)."""
+    server = KVStoreServer(tmp_path_factory.mktemp("kvstore") / "data")
     server.start()
     yield server
     server.stop()
@@ -195,9 +199,10 @@ def engine_spec(model: str, dtype: str, url: str | None, **extra: Any) -> dict[s
     return spec
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def engine() -> Iterator[Any]:
-    """``engine(spec, multiprocess=False) -> EngineProc``; every engine is closed after."""
+    """``engine(spec, multiprocess=False) -> EngineProc``; every engine a module started is
+    closed when the module is done."""
     started: list[EngineProc] = []
 
     def start(spec: dict[str, Any], multiprocess: bool = False) -> EngineProc:
@@ -208,3 +213,30 @@ def engine() -> Iterator[Any]:
     yield start
     for proc in started:
         proc.close()
+
+
+@pytest.fixture(scope="session")
+def make_spec() -> Any:
+    """:func:`engine_spec`, for test modules (which cannot import this conftest)."""
+    return engine_spec
+
+
+def expected_hit_tokens(prompt: list[int], stored: list[list[int]]) -> int:
+    """Tokens of ``prompt`` a fresh engine should load: its longest run of leading full blocks
+    that equals the leading full blocks of a sequence whose KV was stored (``stored`` holds
+    each stored sequence's tokens whose KV was computed: prompt plus all outputs but the
+    last)."""
+    best = 0
+    for seq in stored:
+        n = 0
+        limit = min(len(prompt), len(seq)) // BLOCK
+        while n < limit and prompt[n * BLOCK : (n + 1) * BLOCK] == seq[n * BLOCK : (n + 1) * BLOCK]:
+            n += 1
+        best = max(best, n)
+    return best * BLOCK
+
+
+@pytest.fixture(scope="session")
+def hit_tokens() -> Any:
+    """:func:`expected_hit_tokens`, for test modules."""
+    return expected_hit_tokens

