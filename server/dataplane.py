@@ -138,7 +138,8 @@ class Connection(asyncio.BufferedProtocol):
             rid = header.get("id", 0)
             rid = rid if isinstance(rid, int) and not isinstance(rid, bool) else 0
             noreply = header.get("noreply") is True
-            op = header["op"] if header.get("op") in self.plane.ops.table else "unknown"
+            name = header.get("op")
+            op = name if isinstance(name, str) and name in self.plane.ops.table else "unknown"
             fields, blobs = await self.plane.ops.dispatch(self.session, header, payload)
             reply: dict[str, Any] = {"id": rid, "ok": True, **fields}
             status = "ok"
