@@ -28,7 +28,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import lmdb
 import numpy as np
@@ -45,6 +45,15 @@ from kvstore.tiers.slab import SlabTier
 KiB, MiB = 1 << 10, 1 << 20
 SIZES = (64 * KiB, 256 * KiB, 1 * MiB, 4 * MiB)
 TARGETS = {"host": 0.70, "disk": 0.80}
+
+
+class Plan(NamedTuple):
+    reps: int  # interleaved repetitions of each case and its baseline
+    lat_n: int  # single-block calls for the latency percentiles
+    batch_bytes: int  # bytes per batched call: 32 blocks, fewer when they are big
+
+    def batch(self, size: int) -> int:
+        return max(1, min(32, self.batch_bytes // size))
 
 
 def timed(fn: Callable[[], object]) -> float:
@@ -331,24 +340,34 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--plot", metavar="PATH")
     ap.add_argument("--dir", help="where the LMDB files go (default: a temporary directory)")
     args = ap.parse_args(argv)
-    reps, lat_n = (11, 40) if args.quick else (31, 200)
-    # 32 blocks per batch, fewer for big blocks: a batch of tens of ms is preempted on a busy
-    # machine every time, which blurs the A/B comparison more than it adds.
-    batch_bytes = (8 if args.quick else 32) * MiB
+    # Tiers copy, they do not compute: torch's intra-op pool only adds wake-ups to a CPU copy_
+    # of a few hundred KiB, and on a busy machine a copy_ waiting for its second thread took
+    # 30x longer than the copy. (On CUDA the copy is a cudaMemcpy and this does not matter.)
+    torch.set_num_threads(1)
+    load_before = os.getloadavg()[0]
+    # Memory copies: short repetitions (a batch of at most 2 MiB: 32 blocks of 64 KiB, one of
+    # 4 MiB), many of them. On a shared machine a repetition of several ms is preempted more
+    # often than not and medians then measure the neighbours; sub-ms ones mostly are not.
+    # Disk: each put is an fsync'd commit that dominates the time; fewer, larger batches.
+    mem = Plan(reps=51, lat_n=100, batch_bytes=2 * MiB)
+    disk = Plan(reps=7, lat_n=20, batch_bytes=8 * MiB)
+    if not args.quick:
+        mem = Plan(reps=201, lat_n=400, batch_bytes=2 * MiB)
+        disk = Plan(reps=15, lat_n=60, batch_bytes=16 * MiB)
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(dir=args.dir) as root:
         jobs = [(kind, size) for size in SIZES for kind in ("host", "device", "disk")]
         for kind, size in tqdm(jobs, desc="tiers", leave=False):
-            batch = max(1, min(32, batch_bytes // size))
             if kind == "disk":
-                rows += bench_disk(root, size, batch, reps, lat_n)
+                rows += bench_disk(root, size, disk.batch(size), disk.reps, disk.lat_n)
                 continue
+            batch = mem.batch(size)
             # a batch, its shm copy, the shm copy that replaces it, and a latency block
             cap = 3 * batch * size + size
             tier: SlabTier = (
                 HostTier(cap, pin=False) if kind == "host" else DeviceTier(cap, device="cpu")
             )
-            rows += bench_slab(kind, tier, size, batch, reps, lat_n)
+            rows += bench_slab(kind, tier, size, batch, mem.reps, mem.lat_n)
     rows.sort(
         key=lambda r: (r["case"].split()[0], "latency" in r["case"], r["case"], r["block_bytes"])
     )
@@ -361,6 +380,7 @@ def main(argv: list[str] | None = None) -> None:
             "torch": torch.__version__,
             "torch_threads": torch.get_num_threads(),
             "lmdb": lmdb.__version__,
+            "loadavg_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
         },
         "rows": rows,
     }

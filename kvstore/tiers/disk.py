@@ -77,23 +77,24 @@ class _RemapGate:
     """Many readers, or one remap: ``set_mapsize`` must not run under an open read txn."""
 
     def __init__(self) -> None:
-        self._cond = threading.Condition()
+        # A plain Lock under the Condition and enter/leave methods rather than a
+        # contextmanager: the gate is taken once per get_many, and the default RLock plus a
+        # generator cost more than the LMDB lookups of a small batch.
+        self._cond = threading.Condition(threading.Lock())
         self._readers = 0
         self._remapping = False
 
-    @contextmanager
-    def shared(self) -> Iterator[None]:
+    def enter(self) -> None:
         with self._cond:
             while self._remapping:
                 self._cond.wait()
             self._readers += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._readers -= 1
-                if not self._readers:
-                    self._cond.notify_all()
+
+    def leave(self) -> None:
+        with self._cond:
+            self._readers -= 1
+            if not self._readers and self._remapping:
+                self._cond.notify_all()
 
     @contextmanager
     def exclusive(self) -> Iterator[None]:
@@ -230,22 +231,25 @@ class DiskTier(Tier):
     # -- reads ----------------------------------------------------------------------------
     def get_many(self, keys: Sequence[BlockKey]) -> list[bytes | None]:
         out: list[bytes | None] = []
-        with self._gate.shared():
+        hs = HEADER.size
+        self._gate.enter()
+        try:
             self._check_open()
-            try:
-                with self._env.begin(buffers=True) as txn:
-                    for key in keys:
-                        value = txn.get(encode_key(key))
-                        meta = None if value is None else unpack_header(value)
-                        if meta is None:
-                            if value is not None:
-                                log.warning("disk tier: bad header for %r; treated as absent", key)
-                            out.append(None)
-                        else:
-                            # The memoryview points into the map: slice it, copy once.
-                            out.append(bytes(value[HEADER.size : HEADER.size + meta.size]))
-            except lmdb.Error as exc:
-                raise TierUnavailableError(f"disk tier: read failed: {exc}") from exc
+            with self._env.begin(buffers=True) as txn:
+                for key in keys:
+                    value = txn.get(encode_key(key))
+                    meta = None if value is None else unpack_header(value)
+                    if meta is not None:
+                        # The memoryview points into the map: slice it, copy once.
+                        out.append(bytes(value[hs : hs + meta.size]))
+                        continue
+                    if value is not None:
+                        log.warning("disk tier: bad header for %r; treated as absent", key)
+                    out.append(None)
+        except lmdb.Error as exc:
+            raise TierUnavailableError(f"disk tier: read failed: {exc}") from exc
+        finally:
+            self._gate.leave()
         return out
 
     def contains(self, key: BlockKey) -> bool:
@@ -258,8 +262,15 @@ class DiskTier(Tier):
     def _headers(self) -> list[tuple[bytes, BlockMeta]]:
         """Every valid (encoded key, meta), read in one txn; values with a bad header are
         logged and skipped. Only the header bytes of each value are touched."""
+        self._gate.enter()
+        try:
+            return self._read_headers()
+        finally:
+            self._gate.leave()
+
+    def _read_headers(self) -> list[tuple[bytes, BlockMeta]]:
         found: list[tuple[bytes, BlockMeta]] = []
-        with self._gate.shared(), self._env.begin(buffers=True) as txn:
+        with self._env.begin(buffers=True) as txn:
             for raw, value in txn.cursor():
                 meta = unpack_header(value)  # a memoryview: reads 32 bytes, copies none
                 if meta is None:
