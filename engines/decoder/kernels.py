@@ -99,6 +99,14 @@ def scatter_blocks(cache: torch.Tensor, ids: Sequence[int], data: Sequence[Buffe
             dst[i] = s  # a numpy row copy into the cache's own memory
 
 
+def row_views(cache: torch.Tensor, ids: Sequence[int]) -> list[memoryview]:
+    """Writable views of CPU cache blocks ``ids`` (for stores that copy into buffers). A block
+    left half-written by a failed copy is harmless: the caller only keeps blocks reported
+    complete and recomputes the rest."""
+    rows = _rows(cache)
+    return [memoryview(rows[i]) for i in ids]
+
+
 def block_nbytes(cache: torch.Tensor) -> int:
     return cache[0].numel() * cache.element_size()
 

@@ -103,3 +103,26 @@ def test_store_failures_fall_back_to_recompute(gqa_model: Path, store: Store, mo
     assert out == baseline(gqa_model, prompt)
     assert hit == (0 if mode == "raise" else 7 // 2 * BS)
     assert engine.blocks.num_free == ECFG.num_blocks
+
+
+class IntoStore(LocalStore):
+    """A store that copies into caller buffers, as the shared-memory client does."""
+
+    def get_into(self, namespace: str, hashes: Sequence[bytes],
+                 buffers: Sequence[memoryview]) -> list[bool]:
+        found = []
+        for data, buf in zip(self.get(namespace, hashes), buffers, strict=True):
+            if data is not None:
+                buf[:] = data
+            found.append(data is not None)
+        return found
+
+
+def test_loads_straight_into_cache_rows(gqa_model: Path, store: Store) -> None:
+    prompt = rand(23, 6)
+    run(Engine(gqa_model, ECFG, LocalStore(store)), prompt)
+    engine = Engine(gqa_model, ECFG, IntoStore(store))
+    out, hit = run(engine, prompt)
+    assert hit == 20
+    assert out == baseline(gqa_model, prompt)
+    assert engine.connector is not None and engine.connector.stats["loaded_blocks"] == 5
