@@ -213,7 +213,7 @@ class Store(SharedMemoryPath):
         if n < len(hashes):
             if _check_hashes(hashes[n:]):
                 return self.lookup(namespace, [bytes(h) for h in hashes])
-            if self._shared and self._discover(self._keys(namespace, hashes[n:])):
+            if self._shared and self._discover(self._keys(namespace, hashes[n:]), prefix=True):
                 return self.lookup(namespace, hashes)
         return LookupResult(n, tiers)
 
@@ -296,6 +296,10 @@ class Store(SharedMemoryPath):
                     occupancy=tier.used_bytes() / tier.capacity_bytes,
                     policy=self._tcfg[pos].policy,
                 )
+                # tier-specific counters (S3: pending uploads, drops, errors) under "backend"
+                backend = getattr(tier, "stats", None)
+                if backend is not None:
+                    doc["backend"] = backend()
                 tiers[self._names[pos]] = doc
             capacity = sum(t.capacity_bytes for t in self._tiers)
             namespaces = {}
@@ -601,6 +605,15 @@ class Store(SharedMemoryPath):
                     continue
                 entry = entries[i] = self._index.get(key)
                 data = out[i]
+                if data is None and entry is not None and entry.holds(pos) \
+                        and not self._tiers[pos].contains(key):
+                    # the tier lost it behind our back (an S3 upload dropped after retries,
+                    # an object deleted by another node): forget that copy
+                    self._remove_from(pos, key, entry)
+                    if not entry.tiers:
+                        self._drop_entry(key, entry)
+                        self._ns_counters(key[0]).dropped += 1
+                        self._totals.dropped += 1
                 # a persistent-tier read ran unlocked: the block may have left meanwhile
                 # (memory-tier reads ran under the lock and are valid as read)
                 left = self._tiers[pos].persistent and (entry is None or not entry.holds(pos))
@@ -684,14 +697,15 @@ class Store(SharedMemoryPath):
                 1 for k in keys if (e := self._index.get(k)) is not None and e.holds(0)
             )
 
-    def _discover(self, keys: Sequence[BlockKey]) -> bool:
+    def _discover(self, keys: Sequence[BlockKey], *, prefix: bool = False) -> bool:
         """Ask shared tiers (those with ``discover``, i.e. S3) about keys missing from the
-        index, and index what they hold. True if anything was found."""
+        index, and index what they hold. With ``prefix`` the keys are a hash chain and the
+        tier may stop asking after the first miss. True if anything was found."""
         found = False
         for tier in self._shared:
             pos = self._tiers.index(tier)
             try:
-                metas = tier.discover(list(keys))
+                metas = tier.discover(list(keys), prefix=prefix)
             except Exception as exc:
                 log.warning("%s discover failed: %s", tier.name, exc)
                 continue
