@@ -73,8 +73,13 @@ def _release(shm: SharedMemory, pinned: int | None) -> None:
     try:
         shm.close()
     except BufferError:
-        # A caller still holds a view(); the mapping goes when it does. The name goes now.
+        # A caller still holds a view(); the mapping goes when the last view does (mmap
+        # unmaps on dealloc). Drop SharedMemory's handle on it, or its __del__ would try to
+        # close it again and print the same BufferError at collection. The name goes now.
         log.debug("host tier: slab %s still has exported views at close", shm.name)
+        shm._mmap = None  # type: ignore[attr-defined]
+        os.close(shm._fd)  # type: ignore[attr-defined]
+        shm._fd = -1  # type: ignore[attr-defined]
     # Not shm.unlink(): it would unregister from the tracker a second time, and the tracker
     # process prints a traceback for a name it does not know.
     with contextlib.suppress(FileNotFoundError):
