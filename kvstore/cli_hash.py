@@ -13,7 +13,9 @@ import json
 import sys
 from typing import Any
 
-from kvstore.keys import ALGOS
+from kvstore.keys import ALGOS, BlockHasher
+
+_JSON_TYPES = {dict: "object", str: "string", int: "number", float: "number", bool: "boolean"}
 
 
 def add_parser(subparsers: Any) -> None:
@@ -42,8 +44,6 @@ def _fail(message: str) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Hash the token list on stdin with the options in ``args``; return the exit status."""
-    from kvstore.keys import BlockHasher  # the module is light; imported here like every handler
-
     try:
         hasher = BlockHasher(args.algo, args.seed, args.block_size)
     except ValueError as e:
@@ -55,7 +55,8 @@ def run(args: argparse.Namespace) -> int:
     # JSON true/false decode to bool and 1.0 to float: both are refused by hash_blocks, but
     # checking the shape here gives a message about the input rather than about Python types.
     if not isinstance(tokens, list):
-        return _fail(f"stdin must be a JSON list of token ids, got a JSON {type(tokens).__name__}")
+        kind = _JSON_TYPES.get(type(tokens), "null")
+        return _fail(f"stdin must be a JSON list of token ids, got a JSON {kind}")
     for i, t in enumerate(tokens):
         if type(t) is not int or t < 0:
             return _fail(f"token ids must be non-negative integers; item {i} is {json.dumps(t)}")

@@ -83,7 +83,8 @@ def test_partial_block_prints_nothing() -> None:
     [
         ("", "not valid JSON"),
         ("[1, 2,", "not valid JSON"),
-        ('{"tokens": [1, 2]}', "JSON list"),
+        ('{"tokens": [1, 2]}', "JSON list of token ids, got a JSON object"),
+        ("17", "got a JSON number"),
         ("[1, -2, 3]", "item 1 is -2"),
         ("[1, 2.5]", "item 1 is 2.5"),
         ("[1, 2.0]", "item 1 is 2.0"),
