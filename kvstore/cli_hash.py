@@ -52,8 +52,8 @@ def run(args: argparse.Namespace) -> int:
         tokens = json.load(sys.stdin)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         return _fail(f"stdin is not valid JSON ({e}); expected a list of token ids")
-    # JSON true/false decode to bool and 1.0 to float: both are refused by hash_blocks, but
-    # checking the shape here gives a message about the input rather than about Python types.
+    # JSON true/false decode to bool and 1.0 to float, which hash_blocks refuses too; checking
+    # here names the offending item in JSON terms, and refuses negative ids, which it hashes.
     if not isinstance(tokens, list):
         kind = _JSON_TYPES.get(type(tokens), "null")
         return _fail(f"stdin must be a JSON list of token ids, got a JSON {kind}")
