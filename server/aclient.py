@@ -81,8 +81,9 @@ class _Conn:
 
 class AsyncKVStoreClient:
     def __init__(self, url: str, token: str | None = None, *, use_shm: bool | None = None,
-                 timeout: float = 10.0, pool_size: int = 4) -> None:
+                 timeout: float = 10.0, pool_size: int = 4, transport: str = "auto") -> None:
         self.url = url.rstrip("/")
+        self.transport = transport
         self.token = token
         self.use_shm = use_shm
         self.timeout = timeout
@@ -290,7 +291,7 @@ class AsyncKVStoreClient:
         except httpx.HTTPError as exc:
             raise KVStoreUnavailableError(f"cannot reach kvstore at {self.url}: {exc}") from exc
         check_response(r.status_code, r.text, self.url)
-        info = parse_info(self.url, r.json())
+        info = parse_info(self.url, r.json(), self.transport)
         if self._slab is not None:
             self._slab.close()
             self._slab = None

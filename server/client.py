@@ -51,8 +51,9 @@ __all__ = [
 
 class KVStoreClient:
     def __init__(self, url: str, token: str | None = None, *, use_shm: bool | None = None,
-                 timeout: float = 10.0) -> None:
+                 timeout: float = 10.0, transport: str = "auto") -> None:
         self.url = url.rstrip("/")
+        self.transport = transport
         self.token = token
         self.use_shm = use_shm
         self.timeout = timeout
@@ -248,7 +249,7 @@ class KVStoreClient:
         except httpx.HTTPError as exc:
             raise KVStoreUnavailableError(f"cannot reach kvstore at {self.url}: {exc}") from exc
         check_response(r.status_code, r.text, self.url)
-        info = parse_info(self.url, r.json())
+        info = parse_info(self.url, r.json(), self.transport)
         with self._lock:
             if self._slab is not None:
                 self._slab.close()

@@ -48,16 +48,23 @@ def check_response(status: int, text: str, url: str) -> None:
         raise KVStoreUnavailableError(f"{url}: {status} {text}")
 
 
-def parse_info(url: str, doc: dict[str, Any]) -> ServerInfo:
+def parse_info(url: str, doc: dict[str, Any], transport: str = "auto") -> ServerInfo:
     """The data plane target: the Unix socket if it is on this host and reachable, else
-    TCP to the REST URL's host."""
+    TCP to the REST URL's host. ``transport="tcp"`` forces TCP (and no shared memory),
+    ``"unix"`` requires the socket."""
+    if transport not in ("auto", "tcp", "unix"):
+        raise ValueError(f"transport must be auto, tcp or unix, got {transport!r}")
     try:
         local = doc["host_id"] == host_id()
         path = doc.get("unix_socket")
         shm = doc.get("shm") or {}
         target: tuple[str, int] | str
+        if transport == "tcp":
+            local = False
         if local and path and os.path.exists(path):
             target = path
+        elif transport == "unix":
+            raise KVStoreUnavailableError(f"{url}: its Unix socket is not reachable from here")
         elif doc.get("data_port"):
             target = (urlparse(url).hostname or "127.0.0.1", int(doc["data_port"]))
         else:

@@ -1,0 +1,268 @@
+"""The server's data paths: how fast block bytes move through ``kvstore serve``.
+
+Rows (each against a baseline measured in the same run, BENCH.md):
+- put/get GB/s of 256 KiB and 2 MiB blocks through (a) the shared-memory local path, (b) the
+  TCP data plane, (c) REST single-block PUT/GET, beside (d) a plain memcpy of the same bytes
+  into preallocated buffers and (e) redis-server + redis-py (pipelined SET/GET) storing the
+  same blocks; the Unix socket without shared memory is shown too;
+- lookup latency p50/p99 of a 1k-block chain over REST and over the data plane.
+
+Targets (issue 3): shared memory >= 0.70 of memcpy; TCP data plane faster than Redis.
+Cases are interleaved (A B C ... A B C) and medians taken after a warm-up. The server and
+Redis run on loopback ports of this machine and are stopped at the end.
+
+    python bench/bench_server.py --quick --json bench/results/server.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import httpx
+from common import report, row
+
+from server.client import KVStoreClient
+from server.launcher import ServerProc, free_port
+
+Case = tuple[Callable[[], object], Callable[[], object], Callable[[], object]]  # setup, run, after
+
+
+def interleave(cases: dict[str, Case], reps: int, warmup: int) -> dict[str, float]:
+    """Median seconds of each case's ``run``; ``setup``/``after`` are not timed."""
+    samples: dict[str, list[float]] = {name: [] for name in cases}
+    for rep in range(warmup + reps):
+        for name, (setup, run, after) in cases.items():
+            setup()
+            start = time.perf_counter()
+            run()
+            elapsed = time.perf_counter() - start
+            after()
+            if rep >= warmup:
+                samples[name].append(elapsed)
+    return {name: statistics.median(s) for name, s in samples.items()}
+
+
+class Redis:
+    """redis-server on a free loopback port, no persistence; stopped by :meth:`close`."""
+
+    def __init__(self) -> None:
+        exe = shutil.which("redis-server") or "/usr/bin/redis-server"
+        if not os.path.exists(exe):
+            raise FileNotFoundError("redis-server not installed (apt-get install redis-server)")
+        import redis
+
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--protected-mode", "yes"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.client = redis.Redis(host="127.0.0.1", port=self.port)
+        for _ in range(100):
+            try:
+                self.client.ping()
+                break
+            except redis.ConnectionError:
+                time.sleep(0.05)
+
+    def put(self, keys: list[bytes], blocks: list[bytes]) -> None:
+        pipe = self.client.pipeline(transaction=False)
+        for k, b in zip(keys, blocks, strict=True):
+            pipe.set(k, b)
+        pipe.execute()
+
+    def get(self, keys: list[bytes]) -> list[Any]:
+        pipe = self.client.pipeline(transaction=False)
+        for k in keys:
+            pipe.get(k)
+        return list(pipe.execute())
+
+    def delete(self, keys: list[bytes]) -> None:
+        self.client.delete(*keys)
+
+    def close(self) -> None:
+        self.client.close()
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+def keys_for(tag: str, n: int) -> list[bytes]:
+    return [hashlib.sha256(f"{tag}/{i}/{time.perf_counter_ns()}".encode()).digest()
+            for i in range(n)]
+
+
+def throughput_rows(srv: ServerProc, redis: Redis | None, block: int, count: int, reps: int,
+                    warmup: int) -> list[dict[str, Any]]:
+    ns = f"bench-{block}"
+    blocks = [os.urandom(block) for _ in range(count)]
+    dest = [bytearray(block) for _ in range(count)]
+    total = block * count
+    shm = KVStoreClient(srv.url, use_shm=True)
+    unix = KVStoreClient(srv.url, use_shm=False, transport="unix")
+    tcp = KVStoreClient(srv.url, use_shm=False, transport="tcp")
+    rest = httpx.Client(base_url=srv.url, timeout=60)
+    shm.register_namespace(ns, block, {"model_id": "bench"})
+    fresh: dict[str, list[bytes]] = {}
+
+    def memcpy_put() -> None:
+        for d, b in zip(dest, blocks, strict=True):
+            d[:] = b
+
+    def put_case(name: str, fn: Callable[[list[bytes]], object],
+                 drop: Callable[[list[bytes]], object]) -> Case:
+        return (lambda: fresh.__setitem__(name, keys_for(name, count)),
+                lambda: fn(fresh[name]), lambda: drop(fresh[name]))
+
+    def drop(keys: list[bytes]) -> None:
+        shm.delete(ns, keys)
+
+    def rest_put(keys: list[bytes]) -> None:
+        for k, b in zip(keys, blocks, strict=True):
+            rest.put(f"/v1/blocks/{ns}/{k.hex()}", content=b).raise_for_status()
+
+    def nothing() -> None:
+        return None
+
+    put_cases: dict[str, Case] = {
+        "memcpy": (nothing, memcpy_put, nothing),
+        "shm": put_case("shm", lambda k: shm.put(ns, k, blocks), drop),
+        "tcp": put_case("tcp", lambda k: tcp.put(ns, k, blocks), drop),
+        "unix": put_case("unix", lambda k: unix.put(ns, k, blocks), drop),
+        "rest": put_case("rest", rest_put, drop),
+    }
+    if redis is not None:
+        put_cases["redis"] = put_case("redis", lambda k: redis.put(k, blocks), redis.delete)
+    put_t = interleave(put_cases, reps, warmup)
+
+    stored = keys_for("stored", count)
+    shm.put(ns, stored, blocks)
+    if redis is not None:
+        redis.put(stored, blocks)
+
+    def check(got: list[Any]) -> None:
+        if any(g is None for g in got):
+            raise RuntimeError("bench get missed a stored block")
+
+    def rest_get() -> None:
+        for k in stored:
+            rest.get(f"/v1/blocks/{ns}/{k.hex()}").raise_for_status()
+
+    def memcpy_get() -> None:
+        for d, b in zip(dest, blocks, strict=True):
+            d[:] = b
+
+    get_cases: dict[str, Case] = {
+        "memcpy": (nothing, memcpy_get, nothing),
+        "shm": (nothing, lambda: shm.get_into(ns, stored, dest), nothing),
+        "shm bytes": (nothing, lambda: check(shm.get(ns, stored)), nothing),
+        "tcp": (nothing, lambda: check(tcp.get(ns, stored)), nothing),
+        "unix": (nothing, lambda: check(unix.get(ns, stored)), nothing),
+        "rest": (nothing, rest_get, nothing),
+    }
+    if redis is not None:
+        get_cases["redis"] = (nothing, lambda: check(redis.get(stored)), nothing)
+    get_t = interleave(get_cases, reps, warmup)
+    for c in (shm, unix, tcp):
+        c.close()
+    rest.close()
+
+    def gbps(seconds: float) -> float:
+        return total / seconds / 1e9
+
+    rows = []
+    for op, times in (("put", put_t), ("get", get_t)):
+        mem = gbps(times["memcpy"])
+        red = gbps(times["redis"]) if "redis" in times else None
+        rows.append(row(f"memcpy {op}", "GB/s", mem, block_bytes=block, higher_is_better=True))
+        rows.append(row(f"shm {op}", "GB/s", gbps(times["shm"]), "memcpy", mem,
+                        higher_is_better=True, target=0.70, block_bytes=block))
+        if op == "get":
+            rows.append(row("shm get (bytes)", "GB/s", gbps(times["shm bytes"]), "memcpy", mem,
+                            higher_is_better=True, block_bytes=block))
+        for name in ("tcp", "unix", "rest"):
+            rows.append(row(f"{name} {op}", "GB/s", gbps(times[name]),
+                            "redis" if red else None, red, higher_is_better=True,
+                            target=1.0 if name == "tcp" and red else None, block_bytes=block))
+        if red is not None:
+            rows.append(row(f"redis {op}", "GB/s", red, block_bytes=block,
+                            higher_is_better=True))
+    return rows
+
+
+def lookup_rows(srv: ServerProc, chain: int, reps: int) -> list[dict[str, Any]]:
+    ns = "bench-lookup"
+    with KVStoreClient(srv.url, transport="tcp") as tcp, httpx.Client(base_url=srv.url) as rest:
+        tcp.register_namespace(ns, 64, {"model_id": "bench"})
+        hashes = keys_for("chain", chain)
+        tcp.put(ns, hashes, [b"k" * 64] * chain)
+        body = {"namespace": ns, "block_hashes": [h.hex() for h in hashes]}
+        samples: dict[str, list[float]] = {"rest": [], "data": []}
+        for rep in range(reps + 3):
+            t0 = time.perf_counter()
+            r = rest.post("/v1/lookup", json=body)
+            t1 = time.perf_counter()
+            prefix, _ = tcp.lookup(ns, hashes)
+            t2 = time.perf_counter()
+            if r.json()["prefix_blocks"] != chain or prefix != chain:
+                raise RuntimeError("lookup bench: chain not fully cached")
+            if rep >= 3:
+                samples["rest"].append(t1 - t0)
+                samples["data"].append(t2 - t1)
+    rows = []
+    for q, name in ((50, "p50"), (99, "p99")):
+        rest_v = 1e3 * _pct(samples["rest"], q)
+        data_v = 1e3 * _pct(samples["data"], q)
+        rows.append(row(f"lookup {chain} REST {name}", "ms", rest_v, higher_is_better=False))
+        rows.append(row(f"lookup {chain} data plane {name}", "ms", data_v, "REST", rest_v,
+                        higher_is_better=False))
+    return rows
+
+
+def _pct(values: list[float], q: int) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="well under a minute, every row")
+    p.add_argument("--json", default=None, help="write the BENCH.md report here")
+    args = p.parse_args()
+    reps, warmup = (3, 1) if args.quick else (9, 2)
+    batch_bytes = (8 << 20) if args.quick else (32 << 20)
+    with tempfile.TemporaryDirectory(prefix="kvbench-") as tmp:
+        srv = ServerProc(Path(tmp) / "data", host_capacity="1GiB", disk_capacity="4GiB")
+        srv.start()
+        redis: Redis | None = None
+        try:
+            try:
+                redis = Redis()
+            except FileNotFoundError as exc:
+                print(f"note: {exc}; Redis rows left out", file=sys.stderr)
+            rows: list[dict[str, Any]] = []
+            for block in (256 << 10, 2 << 20):
+                rows += throughput_rows(srv, redis, block, batch_bytes // block, reps, warmup)
+            rows += lookup_rows(srv, 1000, 30 if args.quick else 300)
+        finally:
+            if redis is not None:
+                redis.close()
+            srv.stop()
+    report("server", rows, args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
