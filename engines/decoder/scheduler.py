@@ -99,13 +99,18 @@ class Scheduler:
                 budget -= n
         while self.waiting and budget > 0 and len(self.running) < self.max_seqs:
             seq = self.waiting[0]
-            if not seq.block_table:
-                self._reuse_prefix(seq)
+            self._reuse_prefix(seq)  # waiting sequences hold no blocks
             n = min(len(seq.tokens) - seq.num_computed, budget)
             if not self._reserve(seq, seq.num_computed + n):
-                break  # wait for blocks; the prefix it holds stays reserved for it
+                # wait for blocks, holding none: its prefix blocks stay cached (published), so
+                # the retry finds them locally, and running sequences can use the space
+                self.blocks.release(seq.block_table)
+                seq.block_table, seq.num_computed, seq.num_published = [], 0, 0
+                break
             self.waiting.popleft()
             self.running.append(seq)
+            self.stats["local_hit_tokens"] += seq.local_hit_tokens
+            self.stats["store_hit_tokens"] += seq.store_hit_tokens
             plan.append((seq, n))
             budget -= n
         return plan
@@ -182,8 +187,6 @@ class Scheduler:
         seq.block_table = table
         seq.num_computed, seq.num_published = len(table) * bs, len(table)
         seq.local_hit_tokens, seq.store_hit_tokens = len(local) * bs, stored * bs
-        self.stats["local_hit_tokens"] += len(local) * bs
-        self.stats["store_hit_tokens"] += stored * bs
 
     def _reserve(self, seq: Sequence, upto_tokens: int) -> bool:
         need = -(-upto_tokens // self.block_size) - len(seq.block_table)
