@@ -79,3 +79,20 @@ def test_round_robin_alternates_and_streams(gqa_model: Path,
         assert chunks[-1]["choices"][0]["finish_reason"] == "length"
         assert tokens == complete(c, SYSTEM, max_tokens=5)["choices"][0]["token_ids"]
         assert c.post("/v1/completions", json={"prompt": "hi"}).status_code == 400
+
+
+def test_text_prompts_with_a_tokenizer(gqa_model: Path, workers: list[LiveServer],
+                                       tmp_path: Path) -> None:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {w: i for i, w in enumerate(["<unk>", *(f"w{i}" for i in range(1, 97))])}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>").save_pretrained(tmp_path)
+    with TestClient(router_app(Router([w.url for w in workers]), str(tmp_path))) as c:
+        text = " ".join(f"w{t}" for t in SYSTEM)
+        doc = complete(c, text)  # type: ignore[arg-type]
+        ids = doc["choices"][0]["token_ids"]
+        assert ids == complete(c, SYSTEM)["choices"][0]["token_ids"]
+        assert doc["choices"][0]["text"].split() == [f"w{t}" if t else "<unk>" for t in ids]
