@@ -353,10 +353,10 @@ def main(argv: list[str] | None = None) -> None:
     # often than not and medians then measure the neighbours; sub-ms ones mostly are not.
     # Disk: each put is an fsync'd commit that dominates the time; fewer, larger batches.
     mem = Plan(reps=51, lat_n=100, batch_bytes=2 * MiB)
-    disk = Plan(reps=7, lat_n=20, batch_bytes=8 * MiB)
+    disk = Plan(reps=9, lat_n=20, batch_bytes=8 * MiB)
     if not args.quick:
         mem = Plan(reps=201, lat_n=400, batch_bytes=2 * MiB)
-        disk = Plan(reps=15, lat_n=60, batch_bytes=16 * MiB)
+        disk = Plan(reps=25, lat_n=60, batch_bytes=8 * MiB)
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(dir=args.dir) as root:
         jobs = [(kind, size) for size in SIZES for kind in ("host", "device", "disk")]

@@ -231,20 +231,24 @@ class DiskTier(Tier):
     # -- reads ----------------------------------------------------------------------------
     def get_many(self, keys: Sequence[BlockKey]) -> list[bytes | None]:
         out: list[bytes | None] = []
-        hs = HEADER.size
+        hs, unpack = HEADER.size, HEADER.unpack_from
         self._gate.enter()
         try:
             self._check_open()
             with self._env.begin(buffers=True) as txn:
                 for key in keys:
                     value = txn.get(encode_key(key))
-                    meta = None if value is None else unpack_header(value)
-                    if meta is not None:
-                        # The memoryview points into the map: slice it, copy once.
-                        out.append(bytes(value[hs : hs + meta.size]))
+                    if value is None:
+                        out.append(None)
                         continue
-                    if value is not None:
-                        log.warning("disk tier: bad header for %r; treated as absent", key)
+                    # unpack_header() inlined: a call and a BlockMeta per block cost a third of
+                    # a 64 KiB copy here. The memoryview points into the map: copy once.
+                    if len(value) >= hs:
+                        magic, version, _layout, _checksum, size = unpack(value)
+                        if magic == MAGIC and version == VERSION and hs + size == len(value):
+                            out.append(bytes(value[hs:]))
+                            continue
+                    log.warning("disk tier: bad header for %r; treated as absent", key)
                     out.append(None)
         except lmdb.Error as exc:
             raise TierUnavailableError(f"disk tier: read failed: {exc}") from exc

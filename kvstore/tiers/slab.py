@@ -126,7 +126,11 @@ class SlabTier(Tier):
         # few extents as possible (np.sort also copies the slots out of the stack).
         top = self._nfree
         self._nfree = top - n
-        return np.sort(self._free[top - n : top])
+        taken = self._free[top - n : top]
+        return taken.copy() if n == 1 else np.sort(taken)
+
+    def _push_all(self, blocks: list[np.ndarray]) -> None:
+        self._push(blocks[0] if len(blocks) == 1 else np.concatenate(blocks))
 
     def _push(self, slots: np.ndarray) -> None:
         n = len(slots)
@@ -200,7 +204,7 @@ class SlabTier(Tier):
                 raise KeyError(missing[0])
             replaced = [self._index[k][0] for k in keys if k in self._index]
             if replaced:
-                self._push(np.concatenate(replaced))
+                self._push_all(replaced)
             self._index.update((k, self._reserved.pop(k)) for k in keys)
 
     def unreserve(self, key: BlockKey) -> None:
@@ -248,7 +252,7 @@ class SlabTier(Tier):
             if replaced:
                 for key in keys:
                     self._index.pop(key, None)
-                self._push(np.concatenate(replaced))
+                self._push_all(replaced)
             entries = self._alloc(sizes, counts)
             self._reserved.update(zip(keys, entries, strict=True))  # charged, invisible
         try:
@@ -272,7 +276,7 @@ class SlabTier(Tier):
         with self._lock:
             gone = [e[0] for k in keys if (e := self._index.pop(k, None)) is not None]
             if gone:
-                self._push(np.concatenate(gone))
+                self._push_all(gone)
 
     def __len__(self) -> int:
         return len(self._index)
