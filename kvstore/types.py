@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import NamedTuple, NewType
 
 BlockHash = NewType("BlockHash", bytes)
-"""A chained prefix block hash, raw bytes (32 bytes for sha256 algorithms, 8 for xxhash)."""
+"""A chained prefix block hash, raw bytes (32 bytes for the sha256 algorithms, 16 for xxhash)."""
 
 BlockKey = tuple[str, bytes]
 """``(namespace, block_hash)``: the one key every tier, policy and index uses."""

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-VECTORS = Path(__file__).resolve().parents[3] / "shared" / "vectors" / "vllm_block_hashes.json"
+VECTORS = Path(__file__).resolve().parents[1] / "data" / "vllm_block_hashes.json"
 CASES: list[dict[str, Any]] = json.loads(VECTORS.read_text())["cases"]
 REPO = Path(__file__).resolve().parents[2]
 CONSOLE_SCRIPT = Path(sys.executable).parent / "kvstore"
