@@ -4,16 +4,23 @@ Each measured case runs interleaved (A B A B ...) with its baseline in the same 
 warm-up, and reports the median of the repetitions:
 
 - ``host put``/``host get``: ``put_many``/``get_many`` of a batch vs a numpy memcpy of the same
-  blocks into a preallocated buffer; ``host shm put``/``host shm get``: the zero-copy client
-  path (reserve, copy into the slab at the extents, publish; extents, copy out into the
-  client's buffer) vs the same memcpy. Target: 0.70 of memcpy (DESIGN.md section 6).
+  blocks into a preallocated, page-aligned buffer; ``host shm put``/``host shm get``: the
+  zero-copy client path (``reserve_many``, copy into the slab at the extents,
+  ``publish_many``; ``extents``, copy out into the client's buffer) vs the same memcpy.
+  Target: 0.70 of memcpy (DESIGN.md section 6). ``get_many`` must return fresh ``bytes``
+  (the tier contract), so its row also pays the allocation the memcpy baseline does not.
 - ``device put``/``device get``: the same on a CPU tensor slab (no target; on a GPU the copies
   cross PCIe and memcpy is the wrong baseline).
 - ``disk put``/``disk get``: ``put_many``/``get_many`` vs raw py-lmdb puts/gets of the same
   values (header included), same batch, same environment flags (sync, metasync, readahead).
   Target: 0.80 of raw LMDB.
 
-Latency rows give p50/p99 of single-block calls against single-block baselines.
+Latency rows give p50/p99 of single-block calls against single-block baselines (p99 on a
+shared machine mostly measures the neighbours).
+
+Memory cases use batches of at most 2 MiB so that a repetition is well under a scheduler slice;
+torch runs with one intra-op thread (see ``main``). ``machine.loadavg_1min`` records the load
+before and after the run: above the number of CPUs, read the ratios as rough.
 
     python bench/bench_tiers.py [--quick] [--json PATH] [--plot PATH] [--dir DIR]
 """

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import threading
 from abc import abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -49,11 +49,11 @@ class SlabInfo(NamedTuple):
     slot_bytes: int
 
 
-# A block's entry: (slots, size, extents). ``slots`` are its int64 slot numbers in block byte
-# order (a slice of one batch allocation); ``extents`` are computed once at allocation so that
-# reads touch no numpy scalars. A plain tuple: a NamedTuple costs a microsecond per block to
-# build here, which shows against a 64 KiB memcpy.
-_Entry = tuple[np.ndarray, int, Extents]
+# A block's entry: (size, extents). The extents, computed once at allocation, are all a block
+# keeps: its slots are ``off // slot_bytes`` onwards for each extent, rebuilt with numpy for a
+# whole batch when freed. Reads touch no numpy at all. A plain tuple, no per-block numpy slice:
+# on this path each costs a fair part of a 64 KiB memcpy.
+_Entry = tuple[int, Extents]
 
 
 class SlabTier(Tier):
@@ -129,12 +129,24 @@ class SlabTier(Tier):
         taken = self._free[top - n : top]
         return taken.copy() if n == 1 else np.sort(taken)
 
-    def _push_all(self, blocks: list[np.ndarray]) -> None:
-        self._push(blocks[0] if len(blocks) == 1 else np.concatenate(blocks))
-
-    def _push(self, slots: np.ndarray) -> None:
+    def _release(self, entries: Iterable[_Entry]) -> None:
+        """Push the slots of ``entries`` back on the free list, in one numpy pass."""
+        sb = self.slot_bytes
+        starts, counts = [], []
+        for _size, extents in entries:
+            for off, length in extents:
+                starts.append(off // sb)
+                counts.append(-(-length // sb))
+        if len(starts) == 1:
+            slots = np.arange(starts[0], starts[0] + counts[0])
+        elif starts:
+            # slot p of the concatenation belongs to extent i: start_i + (p - first_p_of_i)
+            c = np.array(counts)
+            slots = np.repeat(np.array(starts) - (np.cumsum(c) - c), c) + np.arange(c.sum())
+        else:
+            return
         n = len(slots)
-        self._free[self._nfree : self._nfree + n] = slots[::-1]
+        self._free[self._nfree : self._nfree + n] = slots[::-1]  # lowest slot on top
         self._nfree += n
 
     def _alloc(self, sizes: list[int], counts: list[int]) -> list[_Entry]:
@@ -142,15 +154,14 @@ class SlabTier(Tier):
         ``_lock`` and checked that enough slots are free."""
         sb = self.slot_bytes
         slots = self._pop(sum(counts))
-        ints = slots.tolist()  # one conversion for the batch instead of numpy scalars per block
+        ints = slots.tolist()  # a temporary list: plain ints beat numpy scalars per block
         entries: list[_Entry] = []
         at = 0
         for n, size in zip(counts, sizes, strict=True):
-            mine = slots[at : at + n]
             if n and ints[at + n - 1] - ints[at] == n - 1:  # one contiguous run: the common case
-                entries.append((mine, size, [(ints[at] * sb, size)]))
+                entries.append((size, [(ints[at] * sb, size)]))
             else:
-                entries.append((mine, size, self._runs(mine, size) if n else []))
+                entries.append((size, self._runs(slots[at : at + n], size) if n else []))
             at += n
         return entries
 
@@ -175,20 +186,25 @@ class SlabTier(Tier):
 
     def reserve_many(self, items: Sequence[tuple[BlockKey, int]]) -> list[Extents]:
         """:meth:`reserve` for a batch of ``(key, size)``, all or nothing, in one lock hold."""
+        # Set operations and comprehensions rather than per-key method calls: this runs once
+        # per shared-memory write batch and its fixed cost shows against a 2 MiB memcpy.
         keys = [k for k, _ in items]
-        sizes = [self._check_size(n) for _, n in items]
+        sizes = [int(n) for _, n in items]
+        if sizes and min(sizes) < 0:
+            raise ValueError(f"block size must be non-negative, got {min(sizes)}")
         if len(set(keys)) != len(keys):
             raise ValueError(f"{self.name} tier: a key appears twice in one reservation")
+        sb = self.slot_bytes
+        counts = [-(-n // sb) for n in sizes]
         with self._lock:
             self._check_open()
-            busy = [k for k in keys if k in self._reserved]
-            if busy:
+            if not self._reserved.keys().isdisjoint(keys):
+                busy = [k for k in keys if k in self._reserved]
                 raise ValueError(f"{self.name} tier: already reserved: {busy[:3]!r}")
-            counts = [self._nslots(n) for n in sizes]
             self._check_room(sum(counts), self._nfree)
             entries = self._alloc(sizes, counts)
             self._reserved.update(zip(keys, entries, strict=True))
-        return [list(e[2]) for e in entries]
+        return [list(e[1]) for e in entries]
 
     def publish(self, key: BlockKey) -> None:
         """Make a reserved key visible, freeing the slots of any copy it replaces. Raises
@@ -199,20 +215,18 @@ class SlabTier(Tier):
         """:meth:`publish` for a batch; raises ``KeyError`` (publishing none) if any key is
         not reserved."""
         with self._lock:
-            missing = [k for k in keys if k not in self._reserved]
-            if missing:
-                raise KeyError(missing[0])
-            replaced = [self._index[k][0] for k in keys if k in self._index]
-            if replaced:
-                self._push_all(replaced)
-            self._index.update((k, self._reserved.pop(k)) for k in keys)
+            reserved, index = self._reserved, self._index
+            if not reserved.keys() >= set(keys):
+                raise KeyError(next(k for k in keys if k not in reserved))
+            self._release([index[k] for k in index.keys() & keys])
+            index.update([(k, reserved.pop(k)) for k in keys])
 
     def unreserve(self, key: BlockKey) -> None:
         """Free a reservation; a key that is not reserved is ignored (abort is idempotent)."""
         with self._lock:
             entry = self._reserved.pop(key, None)
             if entry is not None:
-                self._push(entry[0])
+                self._release([entry])
 
     # -- reads of stored keys ---------------------------------------------------------------
     def extents(self, key: BlockKey) -> Extents:
@@ -220,12 +234,12 @@ class SlabTier(Tier):
         it meanwhile). Raises ``KeyError`` if absent."""
         with self._lock:
             entry = self._index[key]
-        return list(entry[2])
+        return list(entry[1])
 
     def read(self, key: BlockKey) -> bytes:
         """The bytes of a stored key (one copy). Raises ``KeyError`` if absent."""
         with self._lock:
-            _slots, size, extents = self._index[key]
+            size, extents = self._index[key]
         return self._copy_out(extents, size)
 
     # -- Tier -------------------------------------------------------------------------------
@@ -242,21 +256,21 @@ class SlabTier(Tier):
         needed = sum(counts)
         with self._lock:
             self._check_open()
-            busy = [k for k in keys if k in self._reserved]
-            if busy:
+            if not self._reserved.keys().isdisjoint(keys):
+                busy = [k for k in keys if k in self._reserved]
                 raise ValueError(f"{self.name} tier: keys reserved by a writer: {busy[:3]!r}")
-            replaced = [self._index[k][0] for k in keys if k in self._index]
-            self._check_room(needed, self._nfree + sum(map(len, replaced)))
+            replaced = [self._index[k] for k in self._index.keys() & keys]
+            self._check_room(needed, self._nfree + sum(self._nslots(e[0]) for e in replaced))
             # Overwritten keys disappear first so that both copies never need room at once
             # (the store does not read a key it is writing); then one pop for the whole batch.
             if replaced:
                 for key in keys:
                     self._index.pop(key, None)
-                self._push_all(replaced)
+                self._release(replaced)
             entries = self._alloc(sizes, counts)
             self._reserved.update(zip(keys, entries, strict=True))  # charged, invisible
         try:
-            self._copy_in_many([e[2] for e in entries], blocks)
+            self._copy_in_many([e[1] for e in entries], blocks)
         except BaseException:  # nothing of the batch becomes visible; replaced keys stay gone
             for key in keys:
                 self.unreserve(key)
@@ -267,16 +281,14 @@ class SlabTier(Tier):
     def get_many(self, keys: Sequence[BlockKey]) -> list[bytes | None]:
         with self._lock:
             entries = [self._index.get(k) for k in keys]
-        return [None if e is None else self._copy_out(e[2], e[1]) for e in entries]
+        return [None if e is None else self._copy_out(e[1], e[0]) for e in entries]
 
     def contains(self, key: BlockKey) -> bool:
         return key in self._index
 
     def delete(self, keys: Sequence[BlockKey]) -> None:
         with self._lock:
-            gone = [e[0] for k in keys if (e := self._index.pop(k, None)) is not None]
-            if gone:
-                self._push_all(gone)
+            self._release([e for k in keys if (e := self._index.pop(k, None)) is not None])
 
     def __len__(self) -> int:
         return len(self._index)
@@ -289,6 +301,22 @@ class SlabTier(Tier):
             "blocks": len(self._index),
             "reserved": len(self._reserved),
         }
+
+    def check_integrity(self) -> None:
+        """Raise ``RuntimeError`` unless the free slots and the slots of every stored and
+        reserved block are each slot exactly once (for tests and the store's own check)."""
+        with self._lock:
+            owner = np.zeros(self.num_slots, dtype=np.int64)
+            np.add.at(owner, self._free[: self._nfree], 1)
+            sb = self.slot_bytes
+            for size, extents in [*self._index.values(), *self._reserved.values()]:
+                if sum(n for _, n in extents) != size:
+                    raise RuntimeError(f"{self.name} tier: extents {extents} do not hold {size}")
+                for off, length in extents:
+                    owner[off // sb : off // sb + -(-length // sb)] += 1
+            if not (owner == 1).all():
+                bad = np.flatnonzero(owner != 1)[:5].tolist()
+                raise RuntimeError(f"{self.name} tier: slots {bad} are free or used twice/never")
 
     def _check_open(self) -> None:
         if self._closed:

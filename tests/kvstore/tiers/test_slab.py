@@ -156,3 +156,34 @@ def test_put_many_accepts_wide_item_buffers(slab: SlabTier) -> None:
     slab.put_many([(key(1), memoryview(words), item(key(1), b"")[2])])
     assert slab.get_many([key(1)]) == [words.tobytes()]
     assert slab.used_bytes() == slab.charge(12000)
+
+
+def test_random_churn_keeps_every_slot_accounted_for(slab: SlabTier) -> None:
+    rng = np.random.default_rng(7)
+    stored: dict[tuple[str, bytes], bytes] = {}
+    for step in range(300):
+        k = key(int(rng.integers(0, 12)))
+        op = rng.integers(0, 4)
+        size = int(rng.integers(0, 3 * SLOT))
+        try:
+            if op == 0:
+                data = block(size)
+                slab.put_many([item(k, data)])
+                stored[k] = data
+            elif op == 1:
+                slab.delete([k])
+                stored.pop(k, None)
+            else:
+                data = block(size)
+                extents = slab.reserve(k, size)
+                write_at(slab, extents, data)
+                if op == 2:
+                    slab.publish(k)
+                    stored[k] = data
+                else:
+                    slab.unreserve(k)
+        except CapacityError:
+            pass
+        slab.check_integrity()
+        assert slab.used_bytes() == sum(slab.charge(len(v)) for v in stored.values()), step
+    assert slab.get_many(list(stored)) == list(stored.values())
