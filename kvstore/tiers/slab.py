@@ -139,6 +139,8 @@ class SlabTier(Tier):
                 counts.append(-(-length // sb))
         if len(starts) == 1:
             slots = np.arange(starts[0], starts[0] + counts[0])
+        elif starts and max(counts) == 1:  # blocks of one slot each
+            slots = np.array(starts)
         elif starts:
             # slot p of the concatenation belongs to extent i: start_i + (p - first_p_of_i)
             c = np.array(counts)
