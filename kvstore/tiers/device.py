@@ -73,7 +73,7 @@ class DeviceTier(SlabTier):
         if len(extents) == 1:
             off, length = extents[0]
             return slab[off : off + length].cpu().numpy().tobytes()
-        return b"".join([slab[off : off + n].cpu().numpy() for off, n in extents])
+        return b"".join([slab[off : off + n].cpu().numpy().data for off, n in extents])
 
     def close(self) -> None:
         with self._lock:

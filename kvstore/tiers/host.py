@@ -104,8 +104,11 @@ class HostTier(SlabTier):
             create=True,
             size=self.slab_bytes,
         )
-        self._buf: memoryview | None = self._shm.buf
-        self.pinned = _cuda_register(np.frombuffer(self._buf, np.uint8)) if pin else None
+        buf = self._shm.buf
+        if buf is None:  # typeshed allows it; a segment just created and mapped has a buffer
+            raise RuntimeError(f"host tier: shared memory {self._shm.name} is not mapped")
+        self._buf: memoryview | None = buf
+        self.pinned = _cuda_register(np.frombuffer(buf, np.uint8)) if pin else None
         self._finalizer = weakref.finalize(self, _release, self._shm, self.pinned)
 
     @property

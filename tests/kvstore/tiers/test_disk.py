@@ -150,7 +150,7 @@ def test_map_grows_when_full_under_concurrent_reads(tmp_path: Path) -> None:
     tier = DiskTier(16 << 20, path=str(tmp_path / "db"), map_size=256 * KiB)
     first = block(1000)
     tier.put_many([item(key(1000), first)])
-    stop, bad = threading.Event(), []
+    stop, bad = threading.Event(), list[object]()
 
     def reader() -> None:  # a remap under an open read txn would invalidate it
         while not stop.is_set():

@@ -153,7 +153,7 @@ def test_batched_reserve_and_publish_are_all_or_nothing(slab: SlabTier) -> None:
 
 def test_put_many_accepts_wide_item_buffers(slab: SlabTier) -> None:
     words = np.arange(3000, dtype=np.int32)  # 12000 bytes as 3000 items
-    slab.put_many([(key(1), memoryview(words), item(key(1), b"")[2])])
+    slab.put_many([(key(1), memoryview(words.data), item(key(1), b"")[2])])
     assert slab.get_many([key(1)]) == [words.tobytes()]
     assert slab.used_bytes() == slab.charge(12000)
 
