@@ -244,7 +244,7 @@ class Router:
     # -- internals ----------------------------------------------------------------------------
     async def _plan(self, body: dict[str, Any]) -> tuple[list[bytes], list[Worker], int]:
         assert self.hasher is not None, "Router.start() first"
-        hashes = list(self.hasher.hash_blocks(body["prompt_ids"]))
+        hashes: list[bytes] = list(self.hasher.hash_blocks(body["prompt_ids"]))
         order, stored = await self.rank(self.workers, hashes)
         return hashes, order, stored
 

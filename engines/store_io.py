@@ -20,6 +20,8 @@ from engines.decoder import kernels
 
 log = logging.getLogger(__name__)
 
+Buffer = bytes | bytearray | memoryview
+
 
 class BlockStore(Protocol):
     """The slice of kvstore the engine needs. Hashes are raw bytes."""
@@ -33,7 +35,7 @@ class BlockStore(Protocol):
 
     def get(self, namespace: str, hashes: Sequence[bytes]) -> list[bytes | None]: ...
 
-    def put(self, namespace: str, hashes: Sequence[bytes], blocks: Sequence[bytes]) -> None: ...
+    def put(self, namespace: str, hashes: Sequence[bytes], blocks: Sequence[Buffer]) -> None: ...
 
 
 class LocalStore:
@@ -57,7 +59,7 @@ class LocalStore:
     def get(self, namespace: str, hashes: Sequence[bytes]) -> list[bytes | None]:
         return list(self.store.get(namespace, list(hashes)))
 
-    def put(self, namespace: str, hashes: Sequence[bytes], blocks: Sequence[bytes]) -> None:
+    def put(self, namespace: str, hashes: Sequence[bytes], blocks: Sequence[Buffer]) -> None:
         self.store.put(namespace, list(hashes), list(blocks))
 
     def close(self) -> None:
@@ -84,7 +86,7 @@ class RemoteStore:
     def get(self, namespace: str, hashes: Sequence[bytes]) -> list[bytes | None]:
         return list(self.client.get(namespace, list(hashes)))
 
-    def put(self, namespace: str, hashes: Sequence[bytes], blocks: Sequence[bytes]) -> None:
+    def put(self, namespace: str, hashes: Sequence[bytes], blocks: Sequence[Buffer]) -> None:
         self.client.put(namespace, list(hashes), list(blocks))
 
     def get_into(self, namespace: str, hashes: Sequence[bytes],

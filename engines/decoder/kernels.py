@@ -42,7 +42,7 @@ def _rows(cache: torch.Tensor) -> np.ndarray:
 
 
 def _split(flat: np.ndarray, n: int) -> list[memoryview]:
-    mv = memoryview(flat).cast("B")
+    mv = flat.reshape(-1).data  # uint8, so already byte-addressed
     size = len(mv) // n if n else 0
     return [mv[i * size:(i + 1) * size] for i in range(n)]
 

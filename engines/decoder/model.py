@@ -158,6 +158,8 @@ class LlamaForCausalLM(nn.Module):
     for the tokens ``batch.logits_index`` selects, after writing every token's K/V into
     ``cache`` (``[num_blocks, num_layers, 2, block_size, n_kv, d]``, see ``paged_kv``)."""
 
+    inv_freq: Tensor  # float32 rotary frequencies, a non-persistent buffer
+
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.cfg = cfg
