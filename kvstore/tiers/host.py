@@ -20,6 +20,7 @@ import contextlib
 import logging
 import os
 import secrets
+import sys
 import weakref
 from multiprocessing import resource_tracker
 from multiprocessing.shared_memory import SharedMemory
@@ -50,6 +51,8 @@ def attach_slab(shm_name: str) -> SharedMemory:
 
 def _cuda_register(arr: np.ndarray) -> int | None:
     """Page-lock ``arr`` for CUDA; its address on success, None without CUDA or on failure."""
+    if "torch" not in sys.modules and not os.path.exists("/dev/nvidiactl"):
+        return None  # no NVIDIA driver: do not pay a torch import to learn there is no CUDA
     try:
         import torch
     except ImportError:
