@@ -11,12 +11,16 @@ restart without a side table. A value whose magic is wrong is not ours (or is da
 treat it as absent and scans skip it. Payload checksums are checked by the store
 (``verify_reads``), never here.
 
-``used_bytes`` is the sum of payload sizes, kept in memory (``_sizes``) and rebuilt at open by
-a scan of the headers. ``map_size`` starts at twice the capacity plus slack (LMDB rounds each
-large value up to whole overflow pages and cannot reuse pages that a live reader still sees)
-and doubles when a commit hits ``MapFullError``; the file itself only grows with what is
-written. Growing remaps the file, which invalidates open read transactions, so reads and the
-remap are kept apart by :class:`_RemapGate`.
+Every block's meta is kept in memory (``_metas``), read from the headers once at open and kept
+up to date by every put and delete, so ``used_bytes`` (the sum of payload sizes), ``contains``
+and ``scan`` touch no disk. The open-time scan runs on a handle opened with readahead off:
+reading one header page per value would otherwise pull in the whole file through readahead.
+
+``map_size`` starts at twice the capacity plus slack (LMDB rounds each large value up to whole
+overflow pages and cannot reuse pages that a live reader still sees) and doubles when a commit
+hits ``MapFullError``; the file itself only grows with what is written. Growing remaps the
+file, which invalidates open read transactions (and the memoryviews ``get_many`` copies
+from), so reads and the remap are kept apart by :class:`_RemapGate`.
 """
 
 from __future__ import annotations
@@ -121,14 +125,35 @@ class DiskTier(Tier):
         super().__init__(capacity_bytes)
         self.path = os.fspath(path)
         page = os.sysconf("SC_PAGE_SIZE")
-        want = map_size or 2 * self.capacity_bytes + _MAP_SLACK
+        self._map_bytes = -(-(map_size or 2 * self.capacity_bytes + _MAP_SLACK) // page) * page
+        # Two opens in turn, never at once (LMDB allows one handle per file per process).
+        scan_env = self._open(readahead=False)
+        try:
+            self._metas = dict(self._read_headers(scan_env))
+        finally:
+            scan_env.close()
+        self._env = self._open(readahead=True)
+        self._write_lock = threading.Lock()  # one write txn, map growth, _metas, _scratch
+        self._scratch = memoryview(bytearray(0))
+        self._gate = _RemapGate()
+        self._closed = False
+        self._used = sum(meta.size for meta in self._metas.values())
+        if self._used > self.capacity_bytes:
+            log.warning(
+                "disk tier %s holds %d bytes, over its capacity of %d; the store will evict",
+                self.path,
+                self._used,
+                self.capacity_bytes,
+            )
+
+    def _open(self, readahead: bool) -> lmdb.Environment:
         try:
             os.makedirs(self.path, exist_ok=True)
-            self._env = lmdb.open(
+            return lmdb.open(
                 self.path,
-                map_size=-(-want // page) * page,
+                map_size=self._map_bytes,
                 subdir=True,
-                readahead=True,
+                readahead=readahead,
                 sync=True,
                 metasync=True,
                 writemap=False,
@@ -138,22 +163,6 @@ class DiskTier(Tier):
         except (OSError, lmdb.Error) as exc:
             msg = f"disk tier: cannot open LMDB at {self.path}: {exc}"
             raise TierUnavailableError(msg) from exc
-        self._write_lock = threading.Lock()  # one write txn, map growth, _sizes, _scratch
-        self._scratch = memoryview(bytearray(0))
-        self._gate = _RemapGate()
-        self._closed = False
-        self._sizes: dict[bytes, int] = {}
-        self._used = 0
-        for raw, meta in self._headers():
-            self._sizes[raw] = meta.size
-            self._used += meta.size
-        if self._used > self.capacity_bytes:
-            log.warning(
-                "disk tier %s holds %d bytes, over its capacity of %d; the store will evict",
-                self.path,
-                self._used,
-                self.capacity_bytes,
-            )
 
     # -- accounting ---------------------------------------------------------------------
     def used_bytes(self) -> int:
@@ -167,18 +176,19 @@ class DiskTier(Tier):
         blocks: dict[bytes, tuple[memoryview, BlockMeta]] = {}
         for key, buf, meta in items:  # a key given twice: the last copy wins
             blocks[encode_key(key)] = (memoryview(buf).cast("B"), meta)
-        new = {raw: view.nbytes for raw, (view, _meta) in blocks.items()}
-        if not new:
+        if not blocks:
             return  # an empty commit would still cost an fsync
+        new = {raw: BlockMeta(m.layout_id, m.checksum, v.nbytes) for raw, (v, m) in blocks.items()}
         with self._write_lock:
             self._check_open()
-            used = self._used + sum(new.values()) - sum(self._sizes.get(raw, 0) for raw in new)
+            old = sum(m.size for raw in new if (m := self._metas.get(raw)) is not None)
+            used = self._used + sum(m.size for m in new.values()) - old
             if used > self.capacity_bytes:
                 raise CapacityError(
                     f"disk tier: {used} bytes needed of a capacity of {self.capacity_bytes}"
                 )
             self._write(lambda txn: self._put_all(txn, blocks))
-            self._sizes.update(new)
+            self._metas.update(new)
             self._used = used
 
     def _put_all(
@@ -201,12 +211,12 @@ class DiskTier(Tier):
     def delete(self, keys: Sequence[BlockKey]) -> None:
         with self._write_lock:
             self._check_open()
-            raws = [raw for raw in map(encode_key, keys) if raw in self._sizes]
+            raws = [raw for raw in map(encode_key, keys) if raw in self._metas]
             if not raws:
                 return
             self._write(lambda txn: [txn.delete(raw) for raw in raws])
             for raw in raws:
-                self._used -= self._sizes.pop(raw)
+                self._used -= self._metas.pop(raw).size
 
     def _write(self, body: Any) -> None:
         """Run ``body(txn)`` in one committed write txn, growing the map when it is full.
@@ -257,24 +267,21 @@ class DiskTier(Tier):
         return out
 
     def contains(self, key: BlockKey) -> bool:
-        return encode_key(key) in self._sizes
+        return encode_key(key) in self._metas
 
     def scan(self) -> Iterator[tuple[BlockKey, BlockMeta]]:
-        for raw, meta in self._headers():
+        """Every block with the meta of its header: read from the file at open, then kept
+        current by this tier's own puts and deletes (one tier owns a path)."""
+        with self._write_lock:
+            snapshot = list(self._metas.items())
+        for raw, meta in snapshot:
             yield decode_key(raw), meta
 
-    def _headers(self) -> list[tuple[bytes, BlockMeta]]:
-        """Every valid (encoded key, meta), read in one txn; values with a bad header are
+    def _read_headers(self, env: lmdb.Environment) -> list[tuple[bytes, BlockMeta]]:
+        """Every valid (encoded key, meta) in ``env``, in one txn; values with a bad header are
         logged and skipped. Only the header bytes of each value are touched."""
-        self._gate.enter()
-        try:
-            return self._read_headers()
-        finally:
-            self._gate.leave()
-
-    def _read_headers(self) -> list[tuple[bytes, BlockMeta]]:
         found: list[tuple[bytes, BlockMeta]] = []
-        with self._env.begin(buffers=True) as txn:
+        with env.begin(buffers=True) as txn:
             for raw, value in txn.cursor():
                 meta = unpack_header(value)  # a memoryview: reads 32 bytes, copies none
                 if meta is None:
@@ -285,13 +292,13 @@ class DiskTier(Tier):
 
     # -- lifecycle --------------------------------------------------------------------------
     def __len__(self) -> int:
-        return len(self._sizes)
+        return len(self._metas)
 
     def health(self) -> dict[str, Any]:
         return {
             "ok": not self._closed,
             "path": self.path,
-            "blocks": len(self._sizes),
+            "blocks": len(self._metas),
             "map_size": None if self._closed else self.map_size(),
         }
 

@@ -119,7 +119,20 @@ def test_flipped_byte_in_the_file_changes_what_is_read(tmp_path: Path) -> None:
         tier.close()
 
 
-def test_values_with_a_bad_header_are_absent(tmp_path: Path) -> None:
+def test_scan_follows_puts_and_deletes(tmp_path: Path) -> None:
+    tier = DiskTier(1 << 20, path=str(tmp_path / "db"))
+    try:
+        tier.put_many([(key(1), b"abc", BlockMeta(5, 6, 3)), (key(2), b"de", BlockMeta(5, 7, 2))])
+        tier.delete([key(1)])
+        tier.put_many([(key(2), b"fgh", BlockMeta(5, 8, 3))])
+        assert dict(tier.scan()) == {key(2): BlockMeta(5, 8, 3)}
+    finally:
+        tier.close()
+
+
+def test_values_with_a_bad_header_are_absent(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     path = str(tmp_path / "db")
     good = block(1000)
     tier = DiskTier(1 << 20, path=path)
@@ -136,6 +149,7 @@ def test_values_with_a_bad_header_are_absent(tmp_path: Path) -> None:
 
     tier = DiskTier(1 << 20, path=path)
     try:
+        assert sum("bad header" in r.getMessage() for r in caplog.records) == 2  # both logged
         assert [k for k, _ in tier.scan()] == [key(1)]
         assert tier.get_many([key(1), key(2), key(3)]) == [good, None, None]
         assert not tier.contains(key(2))
