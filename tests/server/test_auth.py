@@ -45,6 +45,13 @@ def test_rest_requires_a_valid_token(secured: ServerProc) -> None:
         assert api.get("/healthz").status_code == 200  # probes stay public
 
 
+def test_openapi_documents_the_bearer_scheme(secured: ServerProc) -> None:
+    doc = httpx.get(secured.url + "/openapi.json").json()
+    assert "HTTPBearer" in doc["components"]["securitySchemes"]
+    lookup = doc["paths"]["/v1/lookup"]["post"]
+    assert "401" in lookup["responses"] and lookup["security"]
+
+
 def test_tenants_see_only_their_namespaces(secured: ServerProc) -> None:
     name = "tenant-ns-" + os.urandom(3).hex()
     with httpx.Client(base_url=secured.url) as api:

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from xml.etree import ElementTree
 
 import httpx
 import pytest
@@ -18,27 +19,39 @@ from server.launcher import ServerProc
 CHECKS = ["--checks", "all", "--exclude-checks", "positive_data_acceptance"]
 
 
-def schemathesis(url: str, tmp: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+# CPython 3.11.7 sometimes fails inside the tool itself (hypothesis parsing a lambda's
+# source); such a crash of the fuzzer is not a finding about the server.
+TOOL_BUGS = ("AST constructor recursion depth mismatch",)
+
+
+def schemathesis(url: str, tmp: Path, *extra: str) -> str:
+    """Run schemathesis; return "" if it found nothing, else its report."""
     exe = shutil.which("schemathesis", path=str(Path(sys.executable).parent))
     assert exe, "schemathesis is a dev dependency"
-    return subprocess.run(
+    junit = tmp / "junit.xml"
+    run = subprocess.run(
         [exe, "run", f"{url}/openapi.json", *CHECKS, "--max-examples", "20", "--seed", "7",
          "--workers", "2", "--phases", "examples,coverage,fuzzing", "--request-timeout", "30",
-         *extra],
+         "--report", "junit", "--report-junit-path", str(junit), *extra],
         cwd=tmp, capture_output=True, text=True, timeout=400,
     )
+    if run.returncode == 0:
+        return ""
+    cases = ElementTree.parse(junit).getroot().iter("testcase")
+    problems = [el for case in cases for el in case if el.tag in ("failure", "error")]
+    findings = [el for el in problems if el.tag == "failure"
+                or not any(bug in (el.text or "") + el.get("message", "") for bug in TOOL_BUGS)]
+    return run.stdout[-6000:] + run.stderr[-2000:] if findings or not problems else ""
 
 
 @pytest.mark.slow
 def test_schemathesis_finds_nothing(server: ServerProc, tmp_path: Path) -> None:
     httpx.post(server.url + "/v1/namespaces", json={"name": "st", "block_bytes": 16})
-    run = schemathesis(server.url, tmp_path)
-    assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
+    assert schemathesis(server.url, tmp_path) == ""
     assert "Traceback" not in server.log()
 
 
 @pytest.mark.slow
 def test_schemathesis_with_auth(make_server, tmp_path: Path) -> None:
     srv = make_server("--token", "fuzz-token")
-    run = schemathesis(srv.url, tmp_path, "-H", "Authorization: Bearer fuzz-token")
-    assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
+    assert schemathesis(srv.url, tmp_path, "-H", "Authorization: Bearer fuzz-token") == ""
