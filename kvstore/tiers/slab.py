@@ -121,13 +121,14 @@ class SlabTier(Tier):
             )
 
     # -- slot allocation (caller holds _lock) ---------------------------------------------
-    def _pop(self, n: int) -> np.ndarray:
-        # Sorted, so that whatever runs of neighbours the top of the stack holds merge into as
-        # few extents as possible (np.sort also copies the slots out of the stack).
+    def _pop(self, n: int) -> list[int]:
+        """Take ``n`` slots off the stack, sorted so that whatever runs of neighbours they hold
+        merge into as few extents as possible. A temporary list of ints: the caller turns it
+        into a block's extents at once, and plain ints beat numpy scalars there."""
         top = self._nfree
         self._nfree = top - n
         taken = self._free[top - n : top]
-        return taken.copy() if n == 1 else np.sort(taken)
+        return sorted(taken.tolist()) if n <= 128 else np.sort(taken).tolist()
 
     def _release(self, entries: Iterable[_Entry]) -> None:
         """Push the slots of ``entries`` back on the free list, in one numpy pass."""
@@ -156,26 +157,28 @@ class SlabTier(Tier):
         ``_lock`` and checked that enough slots are free."""
         sb = self.slot_bytes
         slots = self._pop(sum(counts))
-        ints = slots.tolist()  # a temporary list: plain ints beat numpy scalars per block
         entries: list[_Entry] = []
         at = 0
         for n, size in zip(counts, sizes, strict=True):
-            if n and ints[at + n - 1] - ints[at] == n - 1:  # one contiguous run: the common case
-                entries.append((size, [(ints[at] * sb, size)]))
+            if n and slots[at + n - 1] - slots[at] == n - 1:  # one contiguous run: common case
+                entries.append((size, [(slots[at] * sb, size)]))
             else:
                 entries.append((size, self._runs(slots[at : at + n], size) if n else []))
             at += n
         return entries
 
-    def _runs(self, slots: np.ndarray, size: int) -> Extents:
-        """Extents of a block over sorted, not all adjacent ``slots``."""
+    def _runs(self, slots: list[int], size: int) -> Extents:
+        """Extents of a block over sorted, not all adjacent ``slots``: one per run of
+        neighbours, the last one trimmed to the block's size."""
         sb = self.slot_bytes
-        breaks = np.flatnonzero(np.diff(slots) != 1) + 1
-        starts = np.concatenate(([0], breaks))
-        ends = np.concatenate((breaks, [len(slots)]))
-        out = [(int(slots[s]) * sb, int(e - s) * sb) for s, e in zip(starts, ends, strict=True)]
-        last_off, last_len = out[-1]
-        out[-1] = (last_off, last_len - (len(slots) * sb - size))  # trim the last slot's tail
+        out: Extents = []
+        start = prev = slots[0]
+        for slot in slots[1:]:
+            if slot != prev + 1:
+                out.append((start * sb, (prev - start + 1) * sb))
+                start = slot
+            prev = slot
+        out.append((start * sb, size - sum(n for _, n in out)))
         return out
 
     # -- two-phase writes -----------------------------------------------------------------
