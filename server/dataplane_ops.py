@@ -106,7 +106,8 @@ class Ops:
         if owner is not None:
             if len(owner) > 128:
                 raise FrameError("bad_request", "field 'owner' is longer than 128 characters")
-            session.owner = owner
+            # scoped by tenant: a client of one tenant can never release another's pins
+            session.owner = f"{session.principal.tenant or '*'}/{owner}"
         return {**self.info, "owner": session.owner}, []
 
     async def ping(self, session: Session, header: dict[str, Any], _: memoryview) -> Reply:

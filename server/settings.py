@@ -130,6 +130,10 @@ class ServerSettings(BaseSettings):
                 f"binding to non-loopback address {self.host!r} requires a token "
                 "(--token or KVSTORE_TOKEN)"
             )
+        path = self.socket_path
+        if path is not None and len(path.encode()) > 100:
+            raise ValueError(f"Unix socket path {path!r} is too long for the OS (over 100 "
+                             "bytes); set unix_socket to a shorter path")
         if self.host_capacity == 0 and self.disk_capacity == 0 and self.device_capacity == 0 \
                 and self.s3_bucket is None:
             raise ValueError("configure at least one tier (host, disk, device or s3 capacity)")

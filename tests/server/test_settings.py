@@ -74,3 +74,10 @@ def test_shm_name_is_stable_per_data_dir(tmp_path: Path) -> None:
     a = load_settings(data_dir=str(tmp_path / "a")).shm
     assert a == load_settings(data_dir=str(tmp_path / "a")).shm
     assert a != load_settings(data_dir=str(tmp_path / "b")).shm
+
+
+def test_too_long_socket_path_is_refused_with_advice(tmp_path: Path) -> None:
+    deep = tmp_path / ("d" * 120)
+    with pytest.raises(ValidationError, match="unix_socket"):
+        load_settings(data_dir=str(deep))
+    assert load_settings(data_dir=str(deep), unix_socket=str(tmp_path / "s.sock")).socket_path
