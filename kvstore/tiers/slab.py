@@ -72,7 +72,8 @@ class SlabTier(Tier):
                 f"({slot_bytes} bytes)"
             )
         self.slab_bytes = self.num_slots * self.slot_bytes
-        self._free = np.arange(self.num_slots - 1, -1, -1, dtype=np.int64)
+        self._desc = np.arange(self.num_slots - 1, -1, -1, dtype=np.int64)
+        self._free = self._desc.copy()
         self._nfree = self.num_slots
         self._index: dict[BlockKey, _Entry] = {}
         self._reserved: dict[BlockKey, _Entry] = {}
@@ -131,26 +132,20 @@ class SlabTier(Tier):
         return sorted(taken.tolist()) if n <= 128 else np.sort(taken).tolist()
 
     def _release(self, entries: Iterable[_Entry]) -> None:
-        """Push the slots of ``entries`` back on the free list, in one numpy pass."""
-        sb = self.slot_bytes
-        starts, counts = [], []
+        """Push the slots of ``entries`` back on the free list, lowest slot of each run on
+        top. A run's slots are copied from a slice of ``_desc`` (every slot number,
+        descending), so freeing makes no array and no Python int per slot."""
+        sb, free, desc, last = self.slot_bytes, self._free, self._desc, self.num_slots - 1
+        top = self._nfree
         for _size, extents in entries:
             for off, length in extents:
-                starts.append(off // sb)
-                counts.append(-(-length // sb))
-        if len(starts) == 1:
-            slots = np.arange(starts[0], starts[0] + counts[0])
-        elif starts and max(counts) == 1:  # blocks of one slot each
-            slots = np.array(starts)
-        elif starts:
-            # slot p of the concatenation belongs to extent i: start_i + (p - first_p_of_i)
-            c = np.array(counts)
-            slots = np.repeat(np.array(starts) - (np.cumsum(c) - c), c) + np.arange(c.sum())
-        else:
-            return
-        n = len(slots)
-        self._free[self._nfree : self._nfree + n] = slots[::-1]  # lowest slot on top
-        self._nfree += n
+                first, n = off // sb, -(-length // sb)
+                if n == 1:
+                    free[top] = first
+                else:  # desc[last - first - n + 1 : last - first + 1] == first+n-1 .. first
+                    free[top : top + n] = desc[last - first - n + 1 : last - first + 1]
+                top += n
+        self._nfree = top
 
     def _alloc(self, sizes: list[int], counts: list[int]) -> list[_Entry]:
         """Entries for blocks of ``sizes`` taking ``counts`` slots, from one pop. Caller holds
