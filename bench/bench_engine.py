@@ -3,9 +3,11 @@ decoder vs transformers, block copy kernels.
 
 Rows (each a ratio against a baseline measured in the same run, BENCH.md):
 - routing: a multi-tenant multi-turn chat (shared system prompt per tenant, histories that
-  grow by each answer) through the router to 2 workers, KV-aware vs round-robin: prefix hit
-  rate, client TTFT p50/p99, output tokens/s. Workers and router are served over loopback
-  HTTP from threads of this process (several processes would not fit a 2-core machine);
+  grow by each answer) through the router to 2 workers, KV-aware vs round-robin, without and
+  with a ``kvstore serve`` behind the workers: prefix hit rate (tokens not computed, local or
+  from kvstore), client TTFT p50/p99, output tokens/s. Workers and router are served over
+  loopback HTTP from threads of this process (several processes would not fit a 2-core
+  machine); the kvstore server is a real process;
 - TTFT of a long shared prefix on a fresh engine, loading the prefix from a ``kvstore serve``
   process vs recomputing it;
 - decode tokens/s of our engine vs ``transformers``' ``generate`` (same checkpoint, greedy,
@@ -141,19 +143,21 @@ def bench_ttft_reuse(model: Path, quick: bool, tmp: Path) -> list[dict[str, Any]
 
 
 # -- routing -------------------------------------------------------------------------------
-def chat_workload(seed: int, quick: bool) -> list[list[list[int]]]:
-    """Conversations, each a list of user messages; tenants share a system prompt."""
-    rng = random.Random(seed)
+def chat_workload(seed: int, quick: bool, salt: int) -> list[list[list[int]]]:
+    """Conversations, each a system prompt then user messages; tenants share the system
+    prompt. ``seed`` fixes the shape (lengths, order), ``salt`` the token values, so that runs
+    compared with each other do the same work without reusing each other's prefixes."""
+    shape, toks = random.Random(seed), random.Random(f"{seed}/{salt}")
     tenants, users, turns = (4, 2, 3) if quick else (6, 3, 4)
     sys_len = 128 if quick else 384
     convs = []
     for _ in range(tenants):
-        system = [rng.randrange(VOCAB) for _ in range(sys_len)]
+        system = [toks.randrange(VOCAB) for _ in range(sys_len)]
         for _ in range(users):
-            msgs = [[rng.randrange(VOCAB) for _ in range(rng.randrange(8, 24))]
+            msgs = [[toks.randrange(VOCAB) for _ in range(shape.randrange(8, 24))]
                     for _ in range(turns)]
             convs.append([system, *msgs])
-    rng.shuffle(convs)
+    shape.shuffle(convs)
     return convs
 
 
@@ -196,18 +200,22 @@ async def run_chat(url: str, convs: list[list[list[int]]], max_tokens: int,
         np.percentile(ttfts, 99)), "tokens_per_s": out_tokens / wall}
 
 
-def bench_routing(model: Path, quick: bool) -> list[dict[str, Any]]:
+def bench_routing(model: Path, quick: bool, tmp: Path) -> list[dict[str, Any]]:
+    from server.launcher import ServerProc
 
     reps = 1 if quick else 3
     ecfg = EngineConfig(block_size=16, num_blocks=48 if quick else 96, max_batch_tokens=512)
-    workers = [ThreadServer(worker_app(Engine(model, ecfg))).start() for _ in range(2)]
-    urls = [w.url for w in workers]
-    results: dict[str, list[dict[str, float]]] = {"kv": [], "round-robin": []}
+    server = ServerProc(tmp / "kv-routing", host_capacity="256MiB").start()
+    stores = [RemoteStore(server.url) for _ in range(2)]
+    pools = {False: [ThreadServer(worker_app(Engine(model, ecfg))).start() for _ in range(2)],
+             True: [ThreadServer(worker_app(Engine(model, ecfg, st))).start() for st in stores]}
+    configs = [("round-robin", False), ("kv", False), ("round-robin", True), ("kv", True)]
+    results: dict[tuple[str, bool], list[dict[str, float]]] = {c: [] for c in configs}
     try:
         for rep in range(reps):
-            for policy in ("round-robin", "kv"):  # A B A B: both see the same drift
-                # a fresh workload per run: nothing either policy placed earlier helps it
-                convs = chat_workload(1000 * rep + (policy == "kv"), quick)
+            for salt, (policy, with_store) in enumerate(configs):  # A B C D A B C D
+                convs = chat_workload(rep, quick, salt)
+                urls = [w.url for w in pools[with_store]]
                 router = ThreadServer(router_app(Router(urls, policy=policy))).start()
                 try:
                     res = asyncio.run(run_chat(router.url, convs, 8, 4 if quick else 8))
@@ -215,25 +223,34 @@ def bench_routing(model: Path, quick: bool) -> list[dict[str, Any]]:
                 finally:
                     router.stop()
                 res["hit_rate"] = st["prefix_hit_rate"]
-                results[policy].append(res)
-                print(f"  routing rep {rep} {policy}: {res}", flush=True)
+                results[(policy, with_store)].append(res)
+                print(f"  routing rep {rep} {policy} kvstore={with_store}: {res}", flush=True)
     finally:
-        for w in workers:
-            w.stop()
+        for pool in pools.values():
+            for w in pool:
+                w.stop()
+        for st in stores:
+            st.close()
+        server.stop()
 
-    def med(policy: str, key: str) -> float:
-        return statistics.median(r[key] for r in results[policy])
+    def med(config: tuple[str, bool], key: str) -> float:
+        return statistics.median(r[key] for r in results[config])
 
-    return [
-        row("routing prefix hit rate, KV-aware", "fraction", med("kv", "hit_rate"),
-            "round-robin", med("round-robin", "hit_rate"), higher_is_better=True),
-        row("routing TTFT p50, KV-aware", "s", med("kv", "ttft_p50"), "round-robin",
-            med("round-robin", "ttft_p50"), higher_is_better=False),
-        row("routing TTFT p99, KV-aware", "s", med("kv", "ttft_p99"), "round-robin",
-            med("round-robin", "ttft_p99"), higher_is_better=False),
-        row("routing throughput, KV-aware", "tokens/s", med("kv", "tokens_per_s"),
-            "round-robin", med("round-robin", "tokens_per_s"), higher_is_better=True),
-    ]
+    metrics = [("prefix hit rate", "hit_rate", "fraction", True),
+               ("TTFT p50", "ttft_p50", "s", False), ("TTFT p99", "ttft_p99", "s", False),
+               ("throughput", "tokens_per_s", "tokens/s", True)]
+    rows = []
+    for with_store in (False, True):
+        tag = ", with kvstore" if with_store else ""
+        for name, key, unit, higher in metrics:
+            rows.append(row(f"routing {name}, KV-aware{tag}", unit, med(("kv", with_store), key),
+                            f"round-robin{tag}", med(("round-robin", with_store), key),
+                            higher_is_better=higher))
+    for name, key, unit, higher in metrics[:2]:
+        rows.append(row(f"routing {name}, round-robin with kvstore", unit,
+                        med(("round-robin", True), key), "round-robin without kvstore",
+                        med(("round-robin", False), key), higher_is_better=higher))
+    return rows
 
 
 # -- kernels -------------------------------------------------------------------------------
@@ -289,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
             rows += bench_ttft_reuse(model, args.quick, tmp)
         if "routing" in sections:
             print("routing...", flush=True)
-            rows += bench_routing(model, args.quick)
+            rows += bench_routing(model, args.quick, tmp)
     report("engine", rows, args.json)
     return 0
 
