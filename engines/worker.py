@@ -242,7 +242,8 @@ def create_app(engine: Engine, role: str = "both") -> FastAPI:
         with loop.lock:
             events, cursor = engine.blocks.events_since(since)
             oldest = engine.blocks.events[0].seq if engine.blocks.events else cursor + 1
-            resync = since < oldest - 1 and since < cursor
+            # a cursor ahead of ours means this engine restarted or reset its cache
+            resync = since > cursor or (since < oldest - 1 and since < cursor)
             resident = _hex(engine.blocks.resident_hashes()) if resync else []
         return {"cursor": cursor, "resync": resync, "resident": resident,
                 "events": [{"seq": e.seq, "stored": e.stored, "hash": e.block_hash.hex()}
