@@ -140,6 +140,12 @@ class StoreLink:
         its checksum failed). Raises :class:`StoreUnavailable` when the store cannot answer."""
         return list(self._call(lambda c: c.get(self.namespace, list(hashes))))
 
+    def get_into(self, hashes: Sequence[bytes], buffers: Sequence[Any]) -> list[bool]:
+        """Copy each block into the matching writable buffer (one copy, straight from the
+        store's shared memory when local); True where found. Raises
+        :class:`StoreUnavailable` when the store cannot answer."""
+        return list(self._call(lambda c: c.get_into(self.namespace, list(hashes), buffers)))
+
     def put(self, hashes: Sequence[bytes], blocks: Sequence[Any]) -> bool:
         """Store ``blocks`` under ``hashes``; False when the store did not take them."""
         try:

@@ -21,6 +21,8 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
+import torch
+
 from connectors.vllm.layout import KVLayout
 from connectors.vllm.metadata import BlockTransfer, KVStoreConnectorMetadata
 from connectors.vllm.pages import PagedKV
@@ -29,8 +31,6 @@ from connectors.vllm.store_link import StoreLink, StoreUnavailable
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-
-    import torch
 
 # Under "vllm." so that records show in vLLM's own log format and level.
 logger = logging.getLogger(f"vllm.{__name__}")
@@ -106,22 +106,19 @@ class WorkerSide:
     def _load_one(self, t: BlockTransfer) -> None:
         assert self._pages is not None and self._load_link is not None
         start = time.perf_counter()
+        pages = self._pages
+        data = torch.empty((len(t.hashes), pages.block_bytes), dtype=torch.uint8)
         try:
-            blocks = self._load_link.get(t.hashes)
+            found = self._load_link.get_into(t.hashes, [memoryview(r.numpy()) for r in data])
         except StoreUnavailable:
-            blocks = []
+            found = []
         # Only a leading run of blocks is usable: KV after a missing block would describe a
         # prefix the engine never computed.
         good = 0
-        while good < len(t.hashes) and good < len(blocks) and blocks[good] is not None:
+        while good < len(t.hashes) and good < len(found) and found[good]:
             good += 1
         if good:
-            try:
-                data = self._pages.stack(blocks[:good])  # type: ignore[arg-type]
-                self._pages.scatter(t.block_ids[:good], data)
-            except ValueError:
-                logger.warning("request %s: stored block of the wrong size", t.req_id)
-                good = 0
+            pages.scatter(t.block_ids[:good], data[:good])
         failed = t.block_ids[good:]
         if failed:
             self._load_errors.update(failed)

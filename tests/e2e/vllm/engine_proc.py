@@ -37,6 +37,8 @@ def build_engine(spec: dict[str, Any]) -> Any:
     }
     if spec.get("connector"):
         kwargs["kv_transfer_config"] = spec["connector"]
+    if spec.get("executor"):
+        kwargs["distributed_executor_backend"] = spec["executor"]
     return LLM(**kwargs)
 
 

@@ -7,8 +7,9 @@ The story, shared by this module's tests (engines are what costs time):
    prompt used below;
 2. engine A (connector) serves the prompts to be stored, and exits;
 3. kvstore restarts from its data folder with one block of prompt ``E`` corrupted on disk;
-4. engine B, a fresh process in vLLM's default multiprocess mode (the connector's scheduler
-   side in the engine-core process, apart from the frontend) serves the tests' prompts.
+4. engine B, a fresh process in vLLM's default multiprocess mode with the multiprocess
+   executor (frontend, engine core with the connector's scheduler side, and a worker process
+   with its worker side) serves the tests' prompts.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ P2 = _tokens(150)  # 4 blocks and 22 tokens
 E = _tokens(150)  # its block 1 is corrupted on disk before engine B asks for it
 R = _tokens(100)  # asked for only after kvstore restarted under a running engine
 F = _tokens(90)  # never stored; asked for while kvstore is down
+G = _tokens(70)  # the same
 SUF = _tokens(40)
 STORED = [P1, P2, E, R]
 ASKED = [
@@ -52,7 +54,7 @@ ASKED = [
     SUF + P1,  # nothing in common with a stored prefix
 ]
 E_ASKED = E + SUF
-DOWN_ASKED = [F, F[:50] + SUF]
+DOWN_ASKED = [F, G]
 AFTER_RESTART = R + SUF
 
 
@@ -76,9 +78,11 @@ def story(
 
     # prefetch off: a prefetch would read (and drop) the corrupt block before the lookup,
     # turning the load error this module checks into a plain shorter hit.
-    b = engine(
-        make_spec(tiny_llama, "float32", kvstore_server.url, prefetch=False), multiprocess=True
-    )
+    spec_b = make_spec(tiny_llama, "float32", kvstore_server.url, prefetch=False)
+    # The multiprocess executor puts the model runner (worker side) in a process of its own,
+    # so the connector metadata really crosses a process boundary.
+    spec_b["executor"] = "mp"
+    b = engine(spec_b, multiprocess=True)
     return {"baseline": baseline, "stored": stored, "b": b, "server": kvstore_server}
 
 
@@ -116,8 +120,9 @@ def test_fresh_engine_loads_stored_prefixes_and_matches_baseline(
     result = story["b"].generate(ASKED)
     expected = [hit_tokens(p, story["stored"]) for p in ASKED]
     assert expected == [96, 96, 96, 128, 64, 0]  # the cases the prompts were built for
+    # vLLM's per-request report (its Prometheus counters lag in multiprocess mode; the
+    # bfloat16 module, in-process, checks them).
     assert result["cached"] == expected
-    assert result["metrics"]["vllm:external_prefix_cache_hits"] == sum(expected)
     assert result["tokens"] == [story["baseline"][tuple(p)] for p in ASKED]
 
 
@@ -139,7 +144,7 @@ def test_kvstore_down_then_restarted_under_a_running_engine(
     down = b.generate(DOWN_ASKED)
     assert time.monotonic() - start < 30, "an unreachable kvstore must not stall the engine"
     assert down["tokens"] == [baseline[tuple(p)] for p in DOWN_ASKED]
-    assert down["metrics"]["vllm:external_prefix_cache_hits"] == 0
+    assert down["cached"] == [0, 0]
 
     server.start()  # same ports and data folder: A's blocks are back, from disk
     time.sleep(1.5)  # the connector waits out retry_after_s (1 s) before calling again
