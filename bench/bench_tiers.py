@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import mmap
 import os
 import platform
 import statistics
@@ -126,13 +127,16 @@ def latency_rows(case: str, size: int, ta: list, tb: list, base: str) -> list[di
 
 
 def page_aligned(n: int) -> np.ndarray:
-    """A buffer at the alignment of a slab slot. memcpy speed at 64 KiB-4 MiB depends on where
-    source and destination sit within a page (glibc picks ``rep movsb``, which on some CPUs
-    slows down several times at unlucky relative offsets), so the baseline copies between
-    buffers aligned as the tier's are, and the ratio measures the tier, not the alignment."""
-    raw = np.empty(n + 4096, np.uint8)
-    start = -raw.ctypes.data % 4096
-    return raw[start : start + n]
+    """A buffer laid out like a slab slot: page-aligned, on 4 KiB pages. memcpy speed at
+    64 KiB-4 MiB depends on where source and destination sit within a page (glibc picks
+    ``rep movsb``, which on some CPUs slows down several times at unlucky relative offsets)
+    and on the page size (numpy asks for transparent huge pages for big arrays; a shared
+    memory slab rarely gets them), so the baseline copies between buffers like the tier's and
+    the ratio measures the tier, not the memory under it."""
+    buf = mmap.mmap(-1, n)
+    if hasattr(mmap, "MADV_NOHUGEPAGE"):
+        buf.madvise(mmap.MADV_NOHUGEPAGE)
+    return np.frombuffer(buf, np.uint8)
 
 
 def copier(dst: np.ndarray, srcs: list[np.ndarray]) -> Callable[[], None]:
