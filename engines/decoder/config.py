@@ -8,7 +8,7 @@ that every other module sees typed fields and never a raw dict.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -69,8 +69,11 @@ class ModelConfig:
     def from_dict(cls, doc: dict[str, Any], model_id: str = "") -> ModelConfig:
         """Build from a ``config.json`` dict. Accepts both the transformers 4 layout
         (``rope_theta`` + ``rope_scaling``) and the 5 layout (``rope_parameters``)."""
-        if doc.get("model_type", "llama") not in ("llama", "mistral", "qwen2"):
-            raise ValueError(f"unsupported model_type {doc.get('model_type')!r}")
+        kind = doc.get("model_type", "llama")
+        if kind not in ("llama", "mistral"):
+            raise ValueError(f"unsupported model_type {kind!r}; known: llama, mistral")
+        if doc.get("sliding_window"):  # not implemented: attention would silently differ
+            raise ValueError("checkpoints with a sliding attention window are not supported")
         heads = doc["num_attention_heads"]
         rope = dict(doc.get("rope_parameters") or doc.get("rope_scaling") or {})
         theta = float(rope.pop("rope_theta", doc.get("rope_theta", 10000.0)))
@@ -92,7 +95,7 @@ class ModelConfig:
             rope_scaling=scaling,
             max_position_embeddings=doc.get("max_position_embeddings", 2048),
             tie_word_embeddings=bool(doc.get("tie_word_embeddings", False)),
-            attention_bias=bool(doc.get("attention_bias", doc.get("model_type") == "qwen2")),
+            attention_bias=bool(doc.get("attention_bias", False)),
             mlp_bias=bool(doc.get("mlp_bias", False)),
             eos_token_ids=eos_ids,
             dtype=str(doc.get("dtype") or doc.get("torch_dtype") or "float32"),
@@ -118,7 +121,6 @@ class EngineConfig:
     namespace: str | None = None  # kvstore namespace; None derives one from the layout
     hash_algo: str = "sha256"  # kvstore/vLLM block-hash recipe
     hash_seed: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name in ("block_size", "num_blocks", "max_batch_tokens", "max_seqs"):
