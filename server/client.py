@@ -255,7 +255,7 @@ class KVStoreClient:
                 self._slab.close()
                 self._slab = None
             if self.use_shm is not False and info.shm_name:
-                self._slab = try_map(info.shm_name, info.shm_size)
+                self._slab = try_map(info.shm_name, info.shm_size, info.instance)
             if self.use_shm and self._slab is None:
                 raise KVStoreClientError(f"use_shm=True but the slab of {self.url} cannot be "
                                          "mapped from this process", "shm")

@@ -1,9 +1,14 @@
 """Client side of the shared-memory path: map the server's host slab and copy block bytes in
-and out at the extents the server hands out (one memcpy per extent, no socket)."""
+and out at the extents the server hands out (one memcpy per extent, no socket).
+
+A process maps each server instance's slab once, however many clients it opens: mappings are
+shared and reference-counted (keyed by the server's instance id, since a restarted server
+reuses the segment name for a new segment)."""
 
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -11,6 +16,8 @@ from server.client_errors import BlockSizeError
 from server.protocol import Buffer
 
 Extents = Sequence[Sequence[int]]  # [(offset, length), ...] of one block
+_SHARED: dict[tuple[str, str], SlabMapping] = {}
+_LOCK = threading.Lock()
 
 
 class SlabMapping:
@@ -25,6 +32,8 @@ class SlabMapping:
             raise OSError(f"shared memory {name} is {self._shm.size} bytes, expected {size}")
         self.name = name
         self.buf: memoryview = self._shm.buf
+        self._refs = 1
+        self._key: tuple[str, str] | None = None
 
     def write(self, extents: Extents, block: Buffer) -> None:
         """Copy ``block`` into the slab at ``extents`` (which must add up to its size)."""
@@ -55,14 +64,30 @@ class SlabMapping:
         return pos
 
     def close(self) -> None:
+        """Drop this reference; the last one unmaps."""
+        with _LOCK:
+            self._refs -= 1
+            if self._refs > 0:
+                return
+            if self._key is not None and _SHARED.get(self._key) is self:
+                del _SHARED[self._key]
         with contextlib.suppress(BufferError):  # a view still held: the OS unmaps at exit
             self._shm.close()
 
 
-def try_map(name: str, size: int) -> SlabMapping | None:
-    """The mapping, or None if this process cannot open it (other host, other container,
-    other user)."""
-    try:
-        return SlabMapping(name, size)
-    except (OSError, ValueError):
-        return None
+def try_map(name: str, size: int, instance: str = "") -> SlabMapping | None:
+    """A reference to the mapping of ``name`` for server ``instance``, or None if this
+    process cannot open it (other host, other container, other user)."""
+    key = (name, instance)
+    with _LOCK:
+        shared = _SHARED.get(key)
+        if shared is not None:
+            shared._refs += 1
+            return shared
+        try:
+            mapping = SlabMapping(name, size)
+        except (OSError, ValueError):
+            return None
+        mapping._key = key
+        _SHARED[key] = mapping
+        return mapping
