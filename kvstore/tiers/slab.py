@@ -54,6 +54,7 @@ class SlabInfo(NamedTuple):
 # whole batch when freed. Reads touch no numpy at all. A plain tuple, no per-block numpy slice:
 # on this path each costs a fair part of a 64 KiB memcpy.
 _Entry = tuple[int, Extents]
+_PLAIN = (bytes, bytearray)  # buffers put_many copies without a memoryview
 
 
 class SlabTier(Tier):
@@ -244,28 +245,29 @@ class SlabTier(Tier):
 
     # -- Tier -------------------------------------------------------------------------------
     def put_many(self, items: Sequence[tuple[BlockKey, Buffer, BlockMeta]]) -> None:
-        datas: dict[BlockKey, Buffer] = {}
-        for key, buf, _meta in items:  # a key given twice: the last copy wins
-            # bytes and bytearray copy as they are; other buffers are viewed as flat bytes
-            # (a memoryview of wider items would otherwise count items, not bytes).
-            datas[key] = buf if type(buf) in (bytes, bytearray) else memoryview(buf).cast("B")
+        # Comprehensions and C-level map/zip throughout: at 64 KiB a block's bookkeeping is
+        # measured against a 64 KiB memcpy. A key given twice: the last copy wins. bytes and
+        # bytearray copy as they are; other buffers are viewed as flat bytes (a memoryview of
+        # wider items would otherwise count items, not bytes).
+        datas = {k: b if type(b) in _PLAIN else memoryview(b).cast("B") for k, b, _ in items}
         keys, blocks = list(datas), list(datas.values())
-        sizes = [len(d) for d in blocks]
+        sizes = list(map(len, blocks))
         sb = self.slot_bytes
         counts = [-(-n // sb) for n in sizes]
         needed = sum(counts)
         with self._lock:
             self._check_open()
+            index = self._index
             if not self._reserved.keys().isdisjoint(keys):
                 busy = [k for k in keys if k in self._reserved]
                 raise ValueError(f"{self.name} tier: keys reserved by a writer: {busy[:3]!r}")
-            replaced = [self._index[k] for k in self._index.keys() & keys]
-            self._check_room(needed, self._nfree + sum(self._nslots(e[0]) for e in replaced))
             # Overwritten keys disappear first so that both copies never need room at once
             # (the store does not read a key it is writing); then one pop for the whole batch.
+            replaced = list(map(index.__getitem__, index.keys() & keys))
+            self._check_room(needed, self._nfree + sum([-(-e[0] // sb) for e in replaced]))
             if replaced:
-                for key in keys:
-                    self._index.pop(key, None)
+                for key in index.keys() & keys:
+                    del index[key]
                 self._release(replaced)
             entries = self._alloc(sizes, counts)
             self._reserved.update(zip(keys, entries, strict=True))  # charged, invisible
@@ -276,7 +278,7 @@ class SlabTier(Tier):
                 self.unreserve(key)
             raise
         with self._lock:
-            self._index.update((k, self._reserved.pop(k)) for k in keys)
+            self._index.update(zip(keys, map(self._reserved.pop, keys), strict=True))
 
     def get_many(self, keys: Sequence[BlockKey]) -> list[bytes | None]:
         with self._lock:
