@@ -138,14 +138,19 @@ class SlabTier(Tier):
         descending), so freeing makes no array and no Python int per slot."""
         sb, free, desc, last = self.slot_bytes, self._free, self._desc, self.num_slots - 1
         top = self._nfree
+        singles: list[int] = []  # one-slot runs go back in a single assignment
         for _size, extents in entries:
             for off, length in extents:
                 first, n = off // sb, -(-length // sb)
                 if n == 1:
-                    free[top] = first
+                    singles.append(first)
                 else:  # desc[last - first - n + 1 : last - first + 1] == first+n-1 .. first
                     free[top : top + n] = desc[last - first - n + 1 : last - first + 1]
-                top += n
+                    top += n
+        if singles:
+            singles.reverse()
+            free[top : top + len(singles)] = singles
+            top += len(singles)
         self._nfree = top
 
     def _alloc(self, sizes: list[int], counts: list[int]) -> list[_Entry]:
@@ -153,6 +158,8 @@ class SlabTier(Tier):
         ``_lock`` and checked that enough slots are free."""
         sb = self.slot_bytes
         slots = self._pop(sum(counts))
+        if len(slots) == len(sizes) and all(counts):  # one slot per block: the 64 KiB case
+            return [(size, [(slot * sb, size)]) for slot, size in zip(slots, sizes, strict=True)]
         entries: list[_Entry] = []
         at = 0
         for n, size in zip(counts, sizes, strict=True):
