@@ -181,7 +181,7 @@ class AsyncKVStoreClient:
                     await conn.request({"op": "shm_abort", "ns": ns, "hashes": hs},
                                        timeout=self.timeout)
                     raise
-                req = {"op": "shm_commit", "ns": ns, "hashes": hs}
+                req: dict[str, Any] = {"op": "shm_commit", "ns": ns, "hashes": hs}
             else:
                 req = {"op": "put", "ns": ns, "hashes": hs, "durable": durable,
                        "sizes": [memoryview(b).nbytes for b in bs]}

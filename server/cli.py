@@ -95,7 +95,7 @@ def format_stats(doc: dict[str, Any]) -> str:
     rows = [("total", doc["totals"])]
     rows += [(f"tier {k}", v) for k, v in doc["tiers"].items()]
     rows += [(f"ns {k}", v) for k, v in doc["namespaces"].items()]
-    table = [("", *COLUMNS)]
+    table: list[tuple[str, ...]] = [("", *COLUMNS)]
     for name, values in rows:
         cells = [f"{values.get(c, 0):.3f}" if c == "hit_rate" else str(values.get(c, 0))
                  for c in COLUMNS]

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -62,6 +63,11 @@ class Connection(asyncio.BufferedProtocol):
     # -- asyncio protocol -----------------------------------------------------------------
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None:  # big blocks: fewer, larger reads and writes
+            for opt in (socket.SO_RCVBUF, socket.SO_SNDBUF):
+                with contextlib.suppress(OSError):
+                    sock.setsockopt(socket.SOL_SOCKET, opt, 4 << 20)
         self.plane.opened(self)
         self._arm(self.settings.idle_timeout_s)
 

@@ -50,7 +50,7 @@ class NamespaceIn(BaseModel):
 
     name: NamespaceName
     block_bytes: Int = Field(gt=0, le=1 << 31, description="size of every block, bytes")
-    layout: LayoutModel = Field(default_factory=LayoutModel)
+    layout: LayoutModel = Field(default_factory=lambda: LayoutModel.model_validate({}))
     hash_algo: Literal["sha256", "sha256_cbor", "xxhash_cbor"] = "sha256"
     hash_seed: str | None = Field(None, max_length=1024)
     tenant: str | None = Field(None, min_length=1, max_length=128,

@@ -31,7 +31,9 @@ class SlabMapping:
             self._shm.close()
             raise OSError(f"shared memory {name} is {self._shm.size} bytes, expected {size}")
         self.name = name
-        self.buf: memoryview = self._shm.buf
+        buf = self._shm.buf
+        assert buf is not None
+        self.buf: memoryview = buf
         self._refs = 1
         self._key: tuple[str, str] | None = None
 
