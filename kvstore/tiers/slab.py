@@ -137,20 +137,20 @@ class SlabTier(Tier):
         top. A run's slots are copied from a slice of ``_desc`` (every slot number,
         descending), so freeing makes no array and no Python int per slot."""
         sb, free, desc, last = self.slot_bytes, self._free, self._desc, self.num_slots - 1
+        runs = [run for _size, extents in entries for run in extents]
+        if not runs:
+            return
+        ns = [-(-length // sb) for _, length in runs]
         top = self._nfree
-        singles: list[int] = []  # one-slot runs go back in a single assignment
-        for _size, extents in entries:
-            for off, length in extents:
-                first, n = off // sb, -(-length // sb)
-                if n == 1:
-                    singles.append(first)
-                else:  # desc[last - first - n + 1 : last - first + 1] == first+n-1 .. first
-                    free[top : top + n] = desc[last - first - n + 1 : last - first + 1]
-                    top += n
-        if singles:
-            singles.reverse()
+        if max(ns) == 1:  # one slot per run (64 KiB blocks): all back in one assignment
+            singles = [off // sb for off, _ in reversed(runs)]
             free[top : top + len(singles)] = singles
-            top += len(singles)
+            self._nfree = top + len(singles)
+            return
+        for (off, _length), n in zip(runs, ns, strict=True):
+            first = off // sb  # desc[last - first - n + 1 : last - first + 1] is first+n-1..first
+            free[top : top + n] = desc[last - first - n + 1 : last - first + 1]
+            top += n
         self._nfree = top
 
     def _alloc(self, sizes: list[int], counts: list[int]) -> list[_Entry]:
