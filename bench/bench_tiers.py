@@ -341,6 +341,7 @@ def plot(rows: list[dict[str, Any]], path: str) -> None:
     for t in set(TARGETS.values()):
         ax.axhline(t, color="grey", linestyle="--", linewidth=0.8)
     ax.set_xticks(np.arange(len(cases)) + 0.4 - width / 2, cases, rotation=20)
+    ax.set_ylim(0, min(2.0, max((r["ratio"] or 0) for r in tp) * 1.1))  # noise spikes clip
     ax.set_ylabel("ratio to baseline (higher is better)")
     ax.legend()
     fig.tight_layout()
