@@ -222,12 +222,18 @@ class SlabTier(Tier):
     def publish_many(self, keys: Sequence[BlockKey]) -> None:
         """:meth:`publish` for a batch; raises ``KeyError`` (publishing none) if any key is
         not reserved."""
+        # Three dict operations per key, no sets: tuple keys do not cache their hash, and on a
+        # slow machine hashing them dominates a batch of small blocks.
         with self._lock:
             reserved, index = self._reserved, self._index
-            if not reserved.keys() >= set(keys):
-                raise KeyError(next(k for k in keys if k not in reserved))
-            self._release([index[k] for k in index.keys() & keys])
-            index.update([(k, reserved.pop(k)) for k in keys])
+            popped = [reserved.pop(k, None) for k in keys]
+            entries = [e for e in popped if e is not None]
+            if len(entries) != len(keys):
+                reserved.update((k, e) for k, e in zip(keys, popped, strict=True) if e is not None)
+                raise KeyError(next(k for k, e in zip(keys, popped, strict=True) if e is None))
+            olds = [index.get(k) for k in keys]
+            index.update(zip(keys, entries, strict=True))
+            self._release([old for old in olds if old is not None])
 
     def unreserve(self, key: BlockKey) -> None:
         """Free a reservation; a key that is not reserved is ignored (abort is idempotent)."""
