@@ -276,12 +276,14 @@ class SlabTier(Tier):
                 raise ValueError(f"{self.name} tier: keys reserved by a writer: {busy[:3]!r}")
             # Overwritten keys disappear first so that both copies never need room at once
             # (the store does not read a key it is writing); then one pop for the whole batch.
-            replaced = list(map(index.__getitem__, index.keys() & keys))
-            self._check_room(needed, self._nfree + sum([-(-e[0] // sb) for e in replaced]))
-            if replaced:
-                for key in index.keys() & keys:
-                    del index[key]
-                self._release(replaced)
+            # One dict operation per key here: tuple keys rehash on every lookup.
+            olds = [index.pop(k, None) for k in keys]
+            replaced = [e for e in olds if e is not None]
+            free = self._nfree + sum([-(-e[0] // sb) for e in replaced])
+            if needed > free:
+                index.update((k, e) for k, e in zip(keys, olds, strict=True) if e is not None)
+                self._check_room(needed, free)
+            self._release(replaced)
             entries = self._alloc(sizes, counts)
             self._reserved.update(zip(keys, entries, strict=True))  # charged, invisible
         try:

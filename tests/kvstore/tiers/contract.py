@@ -151,6 +151,16 @@ class TierContract:
         finally:
             tier.close()
 
+    def test_refused_overwrite_keeps_the_old_bytes(self, tier: Tier) -> None:
+        old = block(64 * KiB)
+        tier.put_many([item(key(1), old)])
+        before = tier.used_bytes()
+        too_big = [item(key(1), block(64 * KiB)), item(key(2), block(tier.capacity_bytes))]
+        with pytest.raises(CapacityError):
+            tier.put_many(too_big)
+        assert tier.get_many([key(1), key(2)]) == [old, None]
+        assert tier.used_bytes() == before
+
     def test_block_larger_than_capacity_is_refused(self, tier: Tier) -> None:
         size = tier.capacity_bytes + 1
         assert not tier.fits(size)
