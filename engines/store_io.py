@@ -170,11 +170,15 @@ class KVConnector:
 
     def save(self, hashes: Sequence[bytes], blocks: Sequence[int]) -> None:
         """Store cache blocks ``blocks`` under ``hashes`` (full blocks only)."""
-        if not hashes:
+        # two sequences that computed the same prefix in one step name the same hash twice;
+        # send it once (a store may take a batch with duplicates as a conflict)
+        first = dict(zip(hashes, blocks, strict=True))
+        if not first:
             return
         try:
-            self.store.put(self.namespace, hashes, kernels.gather_blocks(self.cache, list(blocks)))
-            self.stats["saved_blocks"] += len(hashes)
+            self.store.put(self.namespace, list(first),
+                           kernels.gather_blocks(self.cache, list(first.values())))
+            self.stats["saved_blocks"] += len(first)
         except Exception:
             log.exception("kvstore put failed")
             self.stats["errors"] += 1

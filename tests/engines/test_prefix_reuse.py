@@ -126,3 +126,24 @@ def test_loads_straight_into_cache_rows(gqa_model: Path, store: Store) -> None:
     assert hit == 20
     assert out == baseline(gqa_model, prompt)
     assert engine.connector is not None and engine.connector.stats["loaded_blocks"] == 5
+
+
+class RecordingStore(LocalStore):
+    def __init__(self, store: Store) -> None:
+        super().__init__(store)
+        self.batches: list[list[bytes]] = []
+
+    def put(self, namespace: str, hashes: Sequence[bytes], blocks: Sequence[Any]) -> None:
+        self.batches.append(list(hashes))
+        super().put(namespace, hashes, blocks)
+
+
+def test_same_prefix_in_one_step_is_saved_once(gqa_model: Path, store: Store) -> None:
+    """Two requests with one prompt prefill in the same step; each hash goes out once (the
+    shared-memory path of kvstore serve fails a batch that names a hash twice)."""
+    prompt = rand(17, 7)
+    rec = RecordingStore(store)
+    engine = Engine(gqa_model, ECFG, rec)
+    outs = engine.generate([prompt, prompt], GREEDY)
+    assert outs[0] == outs[1] == baseline(gqa_model, prompt)
+    assert rec.batches and all(len(b) == len(set(b)) for b in rec.batches)
