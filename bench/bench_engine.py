@@ -69,8 +69,8 @@ def make_model(path: Path, quick: bool) -> Path:
 def bench_decode(model: Path, quick: bool) -> list[dict[str, Any]]:
     from transformers import LlamaForCausalLM
 
-    new, plen = (16, 32) if quick else (64, 64)
-    reps = 2 if quick else 5
+    new, plen = (8, 32) if quick else (64, 64)
+    reps = 1 if quick else 5
     hf = LlamaForCausalLM.from_pretrained(model, dtype=torch.float32).eval()
     engine = Engine(model, EngineConfig(block_size=16, num_blocks=256, max_batch_tokens=1024))
     rows = []
@@ -103,7 +103,7 @@ def bench_ttft_reuse(model: Path, quick: bool, tmp: Path) -> list[dict[str, Any]
     from server.launcher import ServerProc
 
     prefix_len = 512 if quick else 2048
-    reps = 3 if quick else 7
+    reps = 2 if quick else 7
     rng = random.Random(7)
     prefix = [rng.randrange(VOCAB) for _ in range(prefix_len)]
     ecfg = EngineConfig(block_size=16, num_blocks=prefix_len // 16 + 16,
@@ -148,7 +148,7 @@ def chat_workload(seed: int, quick: bool, salt: int) -> list[list[list[int]]]:
     prompt. ``seed`` fixes the shape (lengths, order), ``salt`` the token values, so that runs
     compared with each other do the same work without reusing each other's prefixes."""
     shape, toks = random.Random(seed), random.Random(f"{seed}/{salt}")
-    tenants, users, turns = (4, 2, 3) if quick else (6, 3, 4)
+    tenants, users, turns = (4, 2, 2) if quick else (6, 3, 4)
     sys_len = 128 if quick else 384
     convs = []
     for _ in range(tenants):

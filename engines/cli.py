@@ -39,6 +39,8 @@ def _build(args: argparse.Namespace):  # -> Engine (imports torch lazily for --h
 
     kernels.set_backend(args.kernels)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError("--device cuda but torch sees no CUDA device; use --device cpu")
     ecfg = EngineConfig(block_size=args.block_size, num_blocks=args.num_blocks,
                         max_batch_tokens=args.max_batch_tokens, max_seqs=args.max_seqs,
                         device=device, dtype=args.dtype, hash_algo=args.hash_algo,

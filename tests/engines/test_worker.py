@@ -87,3 +87,15 @@ def test_cli_generate(gqa_model: Path, capsys: pytest.CaptureFixture[str]) -> No
                "--max-tokens", "5", "--ignore-eos", "--device", "cpu", "--block-size", "16"])
     assert rc == 0
     assert json.loads(capsys.readouterr().out) == single(gqa_model, 5)
+
+
+def test_cli_refuses_cuda_without_a_gpu(gqa_model: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    rc = main(["generate", "--model", str(gqa_model), "--prompt-ids", "[1, 2]",
+               "--device", "cuda"])
+    assert rc == 2
+    assert "no CUDA device" in capsys.readouterr().err
