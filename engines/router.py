@@ -193,8 +193,9 @@ class Router:
                             started = True
                             yield doc
                         elif "error" in doc:
-                            raise WorkerDown(doc["error"]) if not started else RuntimeError(
-                                doc["error"])
+                            if started:  # tokens already went to the client: cannot retry
+                                raise RuntimeError(doc["error"])
+                            raise WorkerDown(doc["error"])
                         else:
                             self._account(w, body, doc, stored)
                             yield {**doc, "worker": w.url}
