@@ -41,7 +41,7 @@ from connectors.vllm.config import ConnectorConfig
 from connectors.vllm.layout import KVLayout, hash_recipe, layout_from_vllm
 from connectors.vllm.metadata import KVStoreConnectorMetadata
 from connectors.vllm.scheduler_side import SchedulerSide
-from connectors.vllm.stats import KVStoreConnectorStats
+from connectors.vllm.stats import KVStoreConnectorStats, KVStorePromMetrics
 from connectors.vllm.store_link import StoreLink
 from connectors.vllm.worker_side import WorkerSide
 from kvstore.keys import BlockHasher
@@ -49,7 +49,12 @@ from kvstore.keys import BlockHasher
 if TYPE_CHECKING:
     import torch
     from vllm.config import VllmConfig
-    from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStats
+    from vllm.distributed.kv_transfer.kv_connector.v1.metrics import (
+        KVConnectorPromMetrics,
+        KVConnectorStats,
+        PromMetric,
+        PromMetricT,
+    )
     from vllm.forward_context import ForwardContext
     from vllm.v1.attention.backend import AttentionMetadata
     from vllm.v1.core.kv_cache_manager import KVCacheBlocks
@@ -125,6 +130,16 @@ class KVStoreConnector(KVConnectorBase_V1):
     def requires_kv_delivery(self) -> bool:
         # A best-effort cache: a save dropped by preemption is a future miss, not an error.
         return False
+
+    @classmethod
+    def build_prom_metrics(
+        cls,
+        vllm_config: VllmConfig,
+        metric_types: dict[type[PromMetric], type[PromMetricT]],
+        labelnames: list[str],
+        per_engine_labelvalues: dict[int, list[object]],
+    ) -> KVConnectorPromMetrics | None:
+        return KVStorePromMetrics(vllm_config, metric_types, labelnames, per_engine_labelvalues)
 
     @classmethod
     def build_kv_connector_stats(

@@ -11,20 +11,26 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStats
-
-COUNTERS: tuple[str, ...] = (
-    "lookups",  # requests looked up in the store
-    "hit_tokens",  # tokens the store supplied beyond vLLM's own prefix cache
-    "loaded_blocks",
-    "load_errors",  # blocks that failed to load and were recomputed
-    "saved_blocks",
-    "save_errors",  # blocks that could not be stored (dropped: a future miss, not an error)
-    "loaded_bytes",
-    "saved_bytes",
-    "load_s",  # seconds spent fetching and copying loads
-    "save_s",  # seconds spent copying out and storing saves
+from vllm.distributed.kv_transfer.kv_connector.v1.metrics import (
+    KVConnectorPromMetrics,
+    KVConnectorStats,
+    PromMetric,
+    PromMetricT,
 )
+
+_DOCS: dict[str, str] = {
+    "lookups": "requests looked up in the store",
+    "hit_tokens": "tokens the store supplied beyond vLLM's own prefix cache",
+    "loaded_blocks": "blocks copied from the store into KV pages",
+    "load_errors": "blocks that failed to load and were recomputed",
+    "saved_blocks": "blocks stored",
+    "save_errors": "blocks that could not be stored (a future miss, not an error)",
+    "loaded_bytes": "bytes loaded",
+    "saved_bytes": "bytes stored",
+    "load_s": "seconds spent fetching and copying loads",
+    "save_s": "seconds spent copying out and storing saves",
+}
+COUNTERS: tuple[str, ...] = tuple(_DOCS)
 
 
 @dataclass
@@ -71,3 +77,33 @@ class KVStoreConnectorStats(KVConnectorStats):
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.data)
+
+
+class KVStorePromMetrics(KVConnectorPromMetrics):
+    """The counters as Prometheus counters ``vllm:kvstore_<name>`` (per engine), next to
+    vLLM's own metrics on its ``/metrics`` endpoint and in ``LLM.get_metrics()``."""
+
+    def __init__(
+        self,
+        vllm_config: Any,
+        metric_types: dict[type[PromMetric], type[PromMetricT]],
+        labelnames: list[str],
+        per_engine_labelvalues: dict[int, list[object]],
+    ) -> None:
+        super().__init__(vllm_config, metric_types, labelnames, per_engine_labelvalues)
+        self._counters: dict[str, dict[int, Any]] = {}
+        for name in COUNTERS:
+            counter = self._counter_cls(
+                name=f"vllm:kvstore_{name}",
+                documentation=f"KVStoreConnector: {_DOCS[name]}",
+                labelnames=labelnames,
+            )
+            self._counters[name] = {
+                idx: counter.labels(*values) for idx, values in per_engine_labelvalues.items()
+            }
+
+    def observe(self, transfer_stats_data: dict[str, Any], engine_idx: int = 0) -> None:
+        for name, per_engine in self._counters.items():
+            value = transfer_stats_data.get(name, 0)
+            if value:
+                per_engine[engine_idx].inc(value)

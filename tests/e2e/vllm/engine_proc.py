@@ -43,10 +43,11 @@ def build_engine(spec: dict[str, Any]) -> Any:
 
 
 def counters(llm: Any) -> dict[str, float]:
-    """vLLM's own prefix-cache counters (Prometheus snapshot), summed over engines."""
+    """vLLM's prefix-cache counters and the connector's ``vllm:kvstore_*`` counters
+    (Prometheus snapshot), summed over engines."""
     out: dict[str, float] = {}
     for m in llm.get_metrics():
-        if m.name.endswith(("prefix_cache_hits", "prefix_cache_queries")):
+        if "kvstore_" in m.name or m.name.endswith(("prefix_cache_hits", "prefix_cache_queries")):
             out[m.name] = out.get(m.name, 0.0) + float(getattr(m, "value", 0.0))
     return out
 

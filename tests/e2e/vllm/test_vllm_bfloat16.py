@@ -56,7 +56,12 @@ def test_bfloat16_fresh_engine_loads_stored_prefixes_and_matches_baseline(
     expected = [hit_tokens(p, stored) for p in ASKED]
     assert expected == [64, 128, 160, 0]
     assert result["cached"] == expected
-    assert result["metrics"]["vllm:external_prefix_cache_hits"] == sum(expected)
+    metrics = result["metrics"]
+    assert metrics["vllm:external_prefix_cache_hits"] == sum(expected)
+    # The connector's own counters, through vLLM's connector stats hooks.
+    assert metrics["vllm:kvstore_hit_tokens"] == sum(expected)
+    assert metrics["vllm:kvstore_loaded_blocks"] == sum(expected) // 32
+    assert metrics["vllm:kvstore_load_errors"] == 0
     assert result["tokens"] == baseline[len(STORED) :]
 
     with urllib.request.urlopen(f"{kvstore_server.url}/v1/namespaces", timeout=10) as resp:

@@ -1,0 +1,336 @@
+"""Does kvstore make a fresh vLLM engine fast on prompts it has never seen?
+
+Time to first token (TTFT) and total time on the real vLLM CPU engine, for prompts that share a
+long prefix (a system prompt or document, then different questions) and for a multi-turn chat
+replay, with three engines side by side:
+
+- ``none``: no connector; the engine recomputes every prefix (its own prefix cache is reset
+  before each measured request, so it is as fresh as a new engine);
+- ``example``: vLLM's ``ExampleConnector`` (safetensors files per prompt on local disk);
+- ``kvstore``: :class:`connectors.vllm.KVStoreConnector` against a ``kvstore serve`` started
+  here.
+
+Each connector engine first serves the workload once (storing its KV), then its local prefix
+cache is reset and the measured request runs: the KV can only come from the connector. The
+three engines live in separate processes, started together and driven in turn (none, example,
+kvstore, none, ...), and every row is the median over repetitions, each with a new prefix.
+The checkpoint has Qwen2.5-0.5B's shape (24 layers, hidden 896, 14 heads over 2 KV heads) with
+random weights built here (its vocabulary is cut to 32k, which prefill cost does not depend on).
+
+Usage: ``python bench/bench_vllm.py [--quick] [--json PATH]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import queue
+import random
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+BLOCK = 32
+TTFT_TARGET = 5.0  # kvstore TTFT on a hit vs recomputation (issue 5)
+ENGINES = ("none", "example", "kvstore")
+Samples = dict[str, list[float]]  # "case|engine" (seconds) and "case|engine|hit" (tokens)
+
+
+# -- the checkpoint ---------------------------------------------------------------------------
+
+def build_checkpoint(out: Path, layers: int) -> None:
+    """A Qwen2.5-0.5B-shaped Qwen2 model with random weights, saved with ``transformers``."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    cfg = Qwen2Config(
+        vocab_size=32000, hidden_size=896, intermediate_size=4864, num_hidden_layers=layers,
+        num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=8192,
+        tie_word_embeddings=True, rope_theta=1000000.0, torch_dtype="float32",
+    )
+    torch.manual_seed(0)
+    Qwen2ForCausalLM(cfg).save_pretrained(out)
+
+
+# -- one engine per process ------------------------------------------------------------------
+
+def worker(spec: dict[str, Any]) -> None:
+    """Serve JSON commands from stdin: ``{"prompt", "max_tokens", "reset"}`` -> seconds."""
+    from vllm import LLM, SamplingParams
+
+    kwargs: dict[str, Any] = {
+        "model": spec["model"], "dtype": "float32", "block_size": BLOCK,
+        "max_model_len": 8192, "max_num_seqs": 4, "kv_cache_memory_bytes": 512 << 20,
+        "skip_tokenizer_init": True, "enforce_eager": True, "seed": 0,
+    }
+    if spec.get("connector"):
+        kwargs["kv_transfer_config"] = spec["connector"]
+    llm = LLM(**kwargs)
+    print("@@READY", flush=True)
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        if cmd.get("op") == "exit":
+            break
+        if cmd.get("reset"):
+            # Forget the engine's own cached KV: what follows is served as by a fresh engine.
+            assert llm.reset_prefix_cache()
+        sp = SamplingParams(
+            max_tokens=cmd["max_tokens"], temperature=0.0, detokenize=False, ignore_eos=True
+        )
+        start = time.perf_counter()
+        out = llm.generate([{"prompt_token_ids": cmd["prompt"]}], sp, use_tqdm=False)[0]
+        seconds = time.perf_counter() - start
+        print("@@RESULT " + json.dumps({
+            "seconds": seconds, "tokens": list(out.outputs[0].token_ids),
+            "cached": out.num_cached_tokens or 0,
+        }), flush=True)
+
+
+class Engine:
+    """Driver of one :func:`worker` process."""
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0")
+        env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "--worker", json.dumps(spec)], cwd=ROOT, env=env,
+            text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        )
+        self._lines: queue.Queue[str] = queue.Queue()
+        self.log: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.log.append(line.rstrip())
+            if line.startswith("@@"):
+                self._lines.put(line.strip())
+        self._lines.put("@@EOF")
+
+    def wait_ready(self, timeout: float = 600) -> None:
+        if self._lines.get(timeout=timeout) != "@@READY":
+            raise RuntimeError("engine failed to start:\n" + "\n".join(self.log[-40:]))
+
+    def run(self, prompt: list[int], max_tokens: int, reset: bool = True) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        cmd = {"prompt": prompt, "max_tokens": max_tokens, "reset": reset}
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
+        self.proc.stdin.flush()
+        line = self._lines.get(timeout=600)
+        if not line.startswith("@@RESULT"):
+            raise RuntimeError("engine died:\n" + "\n".join(self.log[-40:]))
+        result: dict[str, Any] = json.loads(line[len("@@RESULT"):])
+        return result
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write('{"op": "exit"}\n')
+            self.proc.stdin.flush()
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_kvstore(data_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kvstore", "serve", "--port", str(port),
+         "--data-port", str(_free_port()), "--data-dir", str(data_dir),
+         "--host-capacity", "2GiB", "--log-level", "warning"],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return proc, f"http://127.0.0.1:{port}"
+        except OSError:
+            time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError("kvstore serve did not start")
+
+
+# -- the workloads ----------------------------------------------------------------------------
+
+def _tokens(rng: random.Random, n: int) -> list[int]:
+    return [rng.randrange(100, 31000) for _ in range(n)]
+
+
+def _populate(name: str, eng: Engine, prompt: list[int], max_tokens: int = 1) -> list[int]:
+    """Serve ``prompt`` once so a connector stores its KV; then give asynchronous saves a
+    moment to land, as they would have long before a real second engine asks."""
+    out: list[int] = eng.run(prompt, max_tokens)["tokens"]
+    if name != "none":
+        time.sleep(1.0)
+    return out
+
+
+def _measure(samples: Samples, key: str, result: dict[str, Any]) -> None:
+    samples.setdefault(key, []).append(result["seconds"])
+    samples.setdefault(key + "|hit", []).append(result["cached"])
+
+
+
+def shared_prefix(engines: dict[str, Engine], rng: random.Random, prefix_len: int,
+                  samples: Samples) -> None:
+    """One repetition of the shared-prefix workload on a new prefix."""
+    prefix = _tokens(rng, prefix_len)
+    q0, q1 = _tokens(rng, 48), _tokens(rng, 48)
+    questions = [_tokens(rng, 48) for _ in range(4)]
+    for name, eng in engines.items():
+        if name != "none":
+            _populate(name, eng, prefix + q0)
+        _measure(samples, f"TTFT repeated prompt|{name}", eng.run(prefix + q0, 1))
+        _measure(samples, f"TTFT new question, shared prefix|{name}", eng.run(prefix + q1, 1))
+        # Four new questions in a row, 16 tokens each, on a freshly reset engine.
+        total = 0.0
+        for i, q in enumerate(questions):
+            total += eng.run(prefix + q, 16, reset=i == 0)["seconds"]
+        samples.setdefault(f"total 4 questions x 16 tokens|{name}", []).append(total)
+
+
+def multi_turn(engines: dict[str, Engine], rng: random.Random, turns: int, first_len: int,
+               samples: Samples) -> None:
+    """A chat of ``turns`` turns (16-token answers) is served once, then replayed on a reset
+    engine: total replay time, and the TTFT of the last turn (the longest history)."""
+    user = [_tokens(rng, first_len)] + [_tokens(rng, 64) for _ in range(turns - 1)]
+    for name, eng in engines.items():
+        history: list[int] = []
+        prompts = []
+        for msg in user:  # the first session: stores every turn's KV
+            prompt = history + msg
+            out = eng.run(prompt, 16, reset=not history)["tokens"]
+            prompts.append(prompt)
+            history = prompt + out
+        if name != "none":
+            time.sleep(1.0)  # let the last turn's saves land (see _populate)
+        replay = 0.0
+        for i, prompt in enumerate(prompts):
+            replay += eng.run(prompt, 16, reset=i == 0)["seconds"]
+        samples.setdefault(f"multi-turn replay total ({turns} turns)|{name}", []).append(replay)
+        _measure(samples, f"TTFT multi-turn, last turn ({turns} turns)|{name}",
+                 eng.run(prompts[-1], 1))
+
+
+# -- report -----------------------------------------------------------------------------------
+
+def rows_from(samples: Samples) -> list[dict[str, Any]]:
+    med = {k: statistics.median(v) for k, v in samples.items()}
+    cases = list(dict.fromkeys(k.split("|")[0] for k in samples))
+    rows = []
+    for case in cases:
+        base = med[f"{case}|none"]
+        hit_case = "TTFT" in case
+        for name in ENGINES:
+            value = med[f"{case}|{name}"]
+            target = TTFT_TARGET if (name == "kvstore" and hit_case) else None
+            row = _row(f"{case}: {name}", value, "none (recompute)", base, target)
+            row["cached_tokens"] = med.get(f"{case}|{name}|hit")
+            rows.append(row)
+        if hit_case:
+            rows.append(_row(f"{case}: kvstore vs example", med[f"{case}|kvstore"],
+                             "example", med[f"{case}|example"], 1.0))
+    return rows
+
+
+def _row(case: str, value: float, baseline: str, base: float,
+         target: float | None) -> dict[str, Any]:
+    ratio = base / value if value > 0 else None
+    return {
+        "case": case, "unit": "s", "value": round(value, 4), "baseline": baseline,
+        "baseline_value": round(base, 4), "ratio": None if ratio is None else round(ratio, 2),
+        "target": target,
+        "meets_target": None if target is None or ratio is None else ratio >= target,
+    }
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    print(f"{'case':<60} {'value s':>9} {'baseline s':>11} {'ratio':>7} {'target':>7} "
+          f"{'cached':>7}")
+    for r in rows:
+        target = "" if r["target"] is None else f"{r['target']:.1f}"
+        mark = {True: " ok", False: " MISS", None: ""}[r["meets_target"]]
+        cached = "" if r.get("cached_tokens") is None else f"{r['cached_tokens']:.0f}"
+        print(f"{r['case']:<60} {r['value']:>9.3f} {r['baseline_value']:>11.3f} "
+              f"{r['ratio']:>7.2f} {target:>7} {cached:>7}{mark}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="4 layers, 512-token prefix, 2 reps")
+    ap.add_argument("--json", type=Path, help="write the results here")
+    ap.add_argument("--reps", type=int, help="repetitions (default 2, quick 2)")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        worker(json.loads(args.worker))
+        return
+    # A 2k-token recompute of the 24-layer model takes about a minute on two busy cores.
+    layers, prefix_len, reps = (4, 512, 2) if args.quick else (24, 2048, 2)
+    reps = args.reps or reps
+    with tempfile.TemporaryDirectory(prefix="bench-vllm-") as tmp_s:
+        tmp = Path(tmp_s)
+        print(f"building a {layers}-layer Qwen2.5-0.5B-shaped checkpoint...", flush=True)
+        build_checkpoint(tmp / "model", layers)
+        kv_proc, url = start_kvstore(tmp / "kvstore")
+        connectors = {
+            "none": None,
+            "example": {"kv_connector": "ExampleConnector", "kv_role": "kv_both",
+                        "kv_connector_extra_config": {"shared_storage_path": str(tmp / "ex")}},
+            "kvstore": {"kv_connector": "KVStoreConnector",
+                        "kv_connector_module_path": "connectors.vllm", "kv_role": "kv_both",
+                        "kv_connector_extra_config": {"kvstore_url": url}},
+        }
+        engines = {n: Engine({"model": str(tmp / "model"), "connector": c})
+                   for n, c in connectors.items()}
+        try:
+            for eng in engines.values():
+                eng.wait_ready()
+            samples: Samples = {}
+            rng = random.Random(0)
+            engines["none"].run(_tokens(rng, 64), 2)  # warm-up: first-call costs
+            for rep in range(reps):
+                print(f"repetition {rep + 1}/{reps}", flush=True)
+                shared_prefix(engines, rng, prefix_len, samples)
+                multi_turn(engines, rng, 4, prefix_len // 2, samples)
+        finally:
+            for eng in engines.values():
+                eng.close()
+            kv_proc.send_signal(signal.SIGTERM)
+            kv_proc.wait(30)
+    rows = rows_from(samples)
+    print_table(rows)
+    if args.json:
+        import torch
+
+        doc = {
+            "bench": "vllm",
+            "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                        "torch": torch.__version__},
+            "params": {"layers": layers, "prefix_tokens": prefix_len, "reps": reps},
+            "rows": rows,
+        }
+        args.json.write_text(json.dumps(doc, indent=2))
+
+
+if __name__ == "__main__":
+    main()
