@@ -43,7 +43,12 @@ log = logging.getLogger(__name__)
 
 MAGIC = b"KVSB"
 VERSION = 1
-HEADER = struct.Struct("<4sHxxQQI4x")  # magic, version, layout_id u64, checksum u64, size u32
+# magic, version u16, 2 pad, layout_id u64, checksum u64, size u32, 36 reserved (zero): 64
+# bytes, so the payload starts at the same offset within a cache line as the value LMDB hands
+# out. memcpy speed here depends on the source offset against the destination's, and the
+# copy out of the map then matches a raw get of the whole value: at 64 KiB, 0.77-0.83 of raw
+# py-lmdb against 0.65-0.72 with a 32-byte header (same run, same machine).
+HEADER = struct.Struct("<4sHxxQQI36x")
 _MAP_SLACK = 64 << 20  # bytes of map beyond 2x capacity: LMDB meta and branch pages
 _MAX_GROW = 8  # doublings tried for one commit before giving up
 
