@@ -290,7 +290,7 @@ class DiskTier(Tier):
         found: list[tuple[bytes, BlockMeta]] = []
         with env.begin(buffers=True) as txn:
             for raw, value in txn.cursor():
-                meta = unpack_header(value)  # a memoryview: reads 32 bytes, copies none
+                meta = unpack_header(value)  # a memoryview: reads the header, copies none
                 if meta is None:
                     log.warning("disk tier %s: skipping bad header of %r", self.path, bytes(raw))
                     continue
