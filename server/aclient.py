@@ -21,7 +21,7 @@ from server.client_errors import (
     ProtocolError,
     from_reply,
 )
-from server.client_plan import batches, merge_put
+from server.client_plan import batches, get_batch, merge_put, slab_room
 from server.discovery import ServerInfo, auth_headers, check_response, info_url, parse_info
 from server.protocol import PREFIX, PREFIX_BYTES, Buffer, decode_header, encode_frame
 from server.shm import SlabMapping, try_map
@@ -94,6 +94,7 @@ class AsyncKVStoreClient:
         self._freed = asyncio.Condition()
         self._info: ServerInfo | None = None
         self._slab: SlabMapping | None = None
+        self._block_bytes: dict[str, int] = {}  # per namespace, learnt from extents
         self._closed = False
 
     # -- public API (see KVStoreClient for each contract) ---------------------------------
@@ -168,7 +169,8 @@ class AsyncKVStoreClient:
         assert self._info is not None
         results = []
         slab = self._slab
-        for lo, hi in batches([memoryview(b).nbytes for b in blocks], self._info):
+        room = slab_room(self._info) if slab is not None and not durable else None
+        for lo, hi in batches([memoryview(b).nbytes for b in blocks], self._info, max_bytes=room):
             hs, bs = hashes[lo:hi], blocks[lo:hi]
             if slab is not None and not durable:
                 reply = (await conn.request({"op": "shm_reserve", "ns": ns, "hashes": hs},
@@ -193,8 +195,12 @@ class AsyncKVStoreClient:
         assert self._info is not None
         out: list[bytes | None] = []
         slab = self._slab
-        for lo, hi in batches(None, self._info, count=len(hashes)):
-            hs = hashes[lo:hi]
+        lo = 0
+        while lo < len(hashes):
+            step = get_batch(self._info, self._block_bytes.get(ns)) if slab is not None \
+                else self._info.max_batch
+            hs = hashes[lo:lo + step]
+            lo += step
             if slab is None:
                 out += (await conn.request({"op": "get", "ns": ns, "hashes": hs},
                                            timeout=self.timeout))[1]
@@ -202,7 +208,10 @@ class AsyncKVStoreClient:
             reply = (await conn.request({"op": "shm_acquire", "ns": ns, "hashes": hs},
                                         timeout=self.timeout))[0]
             try:
-                out += [None if e is None else slab.read(e) for e in reply["extents"]]
+                for ext in reply["extents"]:
+                    if ext is not None:
+                        self._block_bytes[ns] = sum(n for _, n in ext)
+                    out.append(None if ext is None else slab.read(ext))
             finally:
                 await conn.request({"op": "shm_release", "ns": ns, "hashes": hs,
                                     "noreply": True}, timeout=self.timeout)

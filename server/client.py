@@ -34,7 +34,7 @@ from server.client_errors import (
     StoreUnavailableError,
     UnknownNamespaceError,
 )
-from server.client_plan import batches, merge_put
+from server.client_plan import batches, get_batch, merge_put, slab_room
 from server.discovery import ServerInfo, auth_headers, check_response, info_url, parse_info
 from server.protocol import Buffer
 from server.shm import SlabMapping, try_map
@@ -63,6 +63,7 @@ class KVStoreClient:
         self._conns: list[FrameSocket] = []
         self._info: ServerInfo | None = None
         self._slab: SlabMapping | None = None
+        self._block_bytes: dict[str, int] = {}  # per namespace, learnt from extents
         self._closed = False
 
     # -- public API -----------------------------------------------------------------------
@@ -154,10 +155,12 @@ class KVStoreClient:
     def _put(self, ns: str, hashes: list[bytes], blocks: Sequence[Buffer],
              durable: bool) -> dict[str, int]:
         conn, info, slab = self._session()
+        use_slab = slab is not None and not durable
+        sizes = [memoryview(b).nbytes for b in blocks]
         results = []
-        for lo, hi in batches([memoryview(b).nbytes for b in blocks], info):
+        for lo, hi in batches(sizes, info, max_bytes=slab_room(info) if use_slab else None):
             hs, bs = hashes[lo:hi], blocks[lo:hi]
-            if slab is not None and not durable:
+            if slab is not None and use_slab:
                 extents = conn.request({"op": "shm_reserve", "ns": ns, "hashes": hs})[0]
                 todo = [i for i, e in enumerate(extents["extents"]) if e is not None]
                 try:
@@ -168,32 +171,40 @@ class KVStoreClient:
                     raise
                 results.append(conn.request({"op": "shm_commit", "ns": ns, "hashes": hs})[0])
             else:
-                sizes = [memoryview(b).nbytes for b in bs]
                 results.append(conn.request({"op": "put", "ns": ns, "hashes": hs,
-                                             "sizes": sizes, "durable": durable}, bs)[0])
+                                             "sizes": sizes[lo:hi], "durable": durable}, bs)[0])
         return merge_put(results)
 
     def _get(self, ns: str, hashes: list[bytes], into: Sequence[Buffer] | None) -> list[Any]:
         conn, info, slab = self._session()
-        out: list[Any] = []
-        for lo, hi in batches(None, info, count=len(hashes)):
+        if slab is None:
+            return self._get_socket(conn, info, ns, hashes, into)
+        out: list[Any] = [None if into is None else False] * len(hashes)
+        lo = 0
+        while lo < len(hashes):  # batches the host tier can hold pinned at once
+            hi = min(len(hashes), lo + get_batch(info, self._block_bytes.get(ns)))
             hs = hashes[lo:hi]
-            if slab is None:
-                out += conn.request({"op": "get", "ns": ns, "hashes": hs},
-                                    into=None if into is None else into[lo:hi])[1]
-                continue
             extents = conn.request({"op": "shm_acquire", "ns": ns, "hashes": hs})[0]["extents"]
             try:
-                for i, ext in enumerate(extents):
+                for i, ext in enumerate(extents, lo):
                     if ext is None:
-                        out.append(None if into is None else False)
-                    elif into is None:
-                        out.append(slab.read(ext))
+                        continue
+                    self._block_bytes[ns] = sum(n for _, n in ext)
+                    if into is None:
+                        out[i] = slab.read(ext)
                     else:
-                        slab.read_into(ext, into[lo + i])
-                        out.append(True)
+                        out[i] = slab.read_into(ext, into[i]) > 0
             finally:  # no reply needed: the pins go with the lease if this frame is lost
                 conn.request({"op": "shm_release", "ns": ns, "hashes": hs, "noreply": True})
+            lo = hi
+        return out
+
+    def _get_socket(self, conn: FrameSocket, info: ServerInfo, ns: str, hashes: list[bytes],
+                    into: Sequence[Buffer] | None) -> list[Any]:
+        out: list[Any] = []
+        for lo, hi in batches(None, info, count=len(hashes)):
+            out += conn.request({"op": "get", "ns": ns, "hashes": hashes[lo:hi]},
+                                into=None if into is None else into[lo:hi])[1]
         return out
 
     # -- connections ----------------------------------------------------------------------

@@ -9,15 +9,30 @@ from typing import Any
 from server.discovery import ServerInfo
 
 _HEADER_ROOM = 1 << 20  # bytes of a frame kept for its header
+_GUESS_BLOCK = 1 << 20  # bytes per block assumed before a namespace's size is seen
 
 
-def batches(sizes: Sequence[int] | None, info: ServerInfo,
-            count: int | None = None) -> list[tuple[int, int]]:
+def slab_room(info: ServerInfo) -> int:
+    """Bytes one shared-memory batch may reserve or pin in the host slab: a quarter of it, so
+    that a batch never needs more room than eviction can make."""
+    return max(1, info.shm_size // 4)
+
+
+def get_batch(info: ServerInfo, block_bytes: int | None) -> int:
+    """Blocks per shared-memory get: what fits in :func:`slab_room` (blocks of 1 MiB assumed
+    until the namespace's size is known)."""
+    return max(1, min(info.max_batch, slab_room(info) // (block_bytes or _GUESS_BLOCK)))
+
+
+def batches(sizes: Sequence[int] | None, info: ServerInfo, count: int | None = None,
+            max_bytes: int | None = None) -> list[tuple[int, int]]:
     """``[(lo, hi), ...]`` ranges covering all items, each at most ``info.max_batch`` items
-    and (with ``sizes``) at most the frame payload limit. An item larger than the limit gets
-    a range of its own (the server then refuses it with a clear error)."""
+    and (with ``sizes``) at most the frame payload limit, or ``max_bytes``. An item larger than
+    the limit gets a range of its own (the server then refuses it with a clear error)."""
     n = len(sizes) if sizes is not None else int(count or 0)
     limit = max(1, info.max_frame_bytes - _HEADER_ROOM)
+    if max_bytes is not None:
+        limit = min(limit, max_bytes)
     out: list[tuple[int, int]] = []
     lo = 0
     while lo < n:

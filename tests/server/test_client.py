@@ -139,3 +139,17 @@ def test_client_reconnects_after_restart(make_server, ns_name: str) -> None:
         srv.stop()
         with pytest.raises(ConnectionError):
             c.get(ns_name, [h(1)])
+
+
+def test_batches_larger_than_the_host_tier(server: ServerProc, ns_name: str) -> None:
+    """96 MiB through a 64 MiB host tier: shm puts and gets go in slab-sized batches, blocks
+    demoted to disk come back through the slab."""
+    size = 1 << 20
+    with KVStoreClient(server.url) as c:
+        c.register_namespace(ns_name, size, {})
+        hashes = [h(i, ns_name) for i in range(96)]
+        data = [bytes([i]) * size for i in range(96)]
+        assert c.put(ns_name, hashes, data)["stored"] == 96
+        assert c.shm_active
+        assert "disk" in c.lookup(ns_name, hashes)[1]  # the host tier could not hold them all
+        assert c.get(ns_name, hashes) == data

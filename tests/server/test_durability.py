@@ -69,18 +69,22 @@ def test_sigterm_finishes_in_flight_puts_and_syncs(make_server, ns_name) -> None
         c.register_namespace(ns_name, BLOCK, {})
         assert c.put(ns_name, [h(i) for i in range(50)], [blk(i) for i in range(50)])["stored"]
     results: list[object] = []
+    connected = threading.Event()
+    many = range(50, 1050)  # 64 MiB in one frame: still being stored when SIGTERM lands
 
     def big_put() -> None:
         with KVStoreClient(srv.url, use_shm=False) as c:
+            c.lookup(ns_name, [h(0)])  # connected; the next frame is the big one
+            connected.set()
             try:
-                results.append(c.put(ns_name, [h(i) for i in range(50, 250)],
-                                     [blk(i) for i in range(50, 250)]))
+                results.append(c.put(ns_name, [h(i) for i in many], [blk(i) for i in many]))
             except ConnectionError as exc:  # refused before it started: also clean
                 results.append(exc)
 
     t = threading.Thread(target=big_put)
     t.start()
-    time.sleep(0.3)
+    assert connected.wait(60)
+    time.sleep(0.05)
     assert srv.stop() == 0  # SIGTERM: exits cleanly
     t.join(30)
     srv.start()
@@ -88,8 +92,9 @@ def test_sigterm_finishes_in_flight_puts_and_syncs(make_server, ns_name) -> None
         assert c.lookup(ns_name, [h(0)])[1] == ["disk"]  # spilled to LMDB at shutdown
         assert c.get(ns_name, [h(i) for i in range(50)]) == [blk(i) for i in range(50)]
         if isinstance(results[0], dict):  # acknowledged: it must have survived
-            got = c.get(ns_name, [h(i) for i in range(50, 250)])
-            assert got == [blk(i) for i in range(50, 250)]
+            assert results[0]["stored"] == len(many)
+            got = c.get(ns_name, [h(i) for i in many])
+            assert got == [blk(i) for i in many]
     assert "Traceback" not in srv.log()
 
 
