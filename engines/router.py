@@ -1,16 +1,19 @@
 """KV-aware routing over engine workers.
 
 The router hashes each prompt with the workers' recipe (block size, algorithm, seed from their
-``/info``) and scores every live worker::
+``/info``) and sends it to the live worker with the least estimated work, in tokens::
 
-    score = block_size * ((1 - s) * local + s * max(store, local)) - load_weight * inflight
+    work(w) = prompt_len - block_size * (local + s * max(0, store - local)) + max_tokens
+    cost(w) = work(w) + load_weight * queued(w)
 
 ``local`` is the prefix (in blocks) the worker holds in its own paged cache, known from its
 residency events (``/kv/events``, pulled after every request and by a background poller);
-``store`` is the prefix kvstore holds, which any worker can load instead of computing, at a
-cost: ``s`` (``store_weight``) says how much a loadable block is worth relative to a resident
-one. ``inflight`` counts requests the router has running on the worker. Ties rotate so that
-equal workers share load. ``round-robin`` ignores all of this (the baseline).
+``store`` is the prefix kvstore holds, which any worker can load instead of computing: ``s``
+(``store_weight``) is the fraction of a block's compute that loading it saves. ``queued`` is
+the work of the requests the router has running on the worker, so a worker that holds every
+prefix still loses requests once its queue outweighs the recompute elsewhere (the overlap
+against load trade-off). Ties rotate so that equal workers share load. ``round-robin`` ignores
+all of this (the baseline).
 
 A worker that refuses a connection or answers 5xx is marked down for ``retry_s`` and the
 request goes to the next-best worker; the background poller brings it back when ``/health``
@@ -28,7 +31,7 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
 
@@ -42,6 +45,15 @@ POLICIES = ("kv", "round-robin")
 RETRY_S = 5.0  # seconds a failed worker is skipped before it is tried again
 POLL_S = 1.0  # seconds between background health and residency polls
 _FAILURES = (httpx.TransportError,)
+
+
+class Plan(NamedTuple):
+    """A routing decision: workers best first and the work (tokens) the request adds to each."""
+
+    hashes: list[bytes]
+    order: list[Worker]
+    store_blocks: int
+    work: dict[Worker, int]
 
 
 class WorkerDown(Exception):
@@ -59,6 +71,7 @@ class Worker:
     up: bool = True
     down_until: float = 0.0
     inflight: int = 0
+    queued: int = 0  # estimated tokens of work the router has running here
     cursor: int = 0
     resident: set[bytes] = field(default_factory=set)
     routed: int = 0
@@ -83,7 +96,7 @@ class Router:
 
     def __init__(self, workers: list[str], *, prefill_workers: list[str] | None = None,
                  policy: str = "kv", kvstore: str | BlockStore | None = None,
-                 load_weight: float = 32.0, store_weight: float = 0.5,
+                 load_weight: float = 1.0, store_weight: float = 0.5,
                  timeout: float = 600.0) -> None:
         if policy not in POLICIES:
             raise ValueError(f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
@@ -133,8 +146,9 @@ class Router:
             self.store.close()
 
     # -- routing ------------------------------------------------------------------------------
-    async def rank(self, pool: list[Worker], hashes: list[bytes]) -> tuple[list[Worker], int]:
-        """Live workers of ``pool``, best first, and the kvstore prefix (blocks)."""
+    async def rank(self, pool: list[Worker], hashes: list[bytes], n_tokens: int,
+                   max_tokens: int) -> Plan:
+        """Live workers of ``pool``, best first, with the work the request adds to each."""
         now = time.monotonic()
         live = [w for w in pool if w.available(now)]
         if not live:
@@ -142,29 +156,30 @@ class Router:
         turn = next(self._rr)
         rotated = [live[(turn + i) % len(live)] for i in range(len(live))]
         if self.policy == "round-robin":
-            return rotated, 0
+            return Plan(hashes, rotated, 0, {w: n_tokens + max_tokens for w in rotated})
         stored = await self._store_prefix(hashes)
         assert self.hasher is not None
         bs, s = self.hasher.block_size, self.store_weight
-
-        def score(w: Worker) -> float:
+        work = {}
+        for w in rotated:
             local = w.local_prefix(hashes)
-            return bs * ((1 - s) * local + s * max(stored, local)) - self.load_weight * w.inflight
-
-        # sorted() is stable, so equal scores keep the rotation (round-robin among equals)
-        return sorted(rotated, key=score, reverse=True), stored
+            saved = bs * (local + s * max(0, stored - local))
+            work[w] = max(1, int(n_tokens - saved)) + max_tokens
+        # sorted() is stable, so equal costs keep the rotation (round-robin among equals)
+        order = sorted(rotated, key=lambda w: work[w] + self.load_weight * w.queued)
+        return Plan(hashes, order, stored, work)
 
     async def generate(self, body: dict[str, Any]) -> dict[str, Any]:
         """Forward one non-streaming generation; retries on the next worker when one fails.
         Raises :class:`NoWorker` when none can serve it."""
-        hashes, order, stored = await self._plan(body)
-        for w in order:
+        plan = await self._plan(body)
+        for w in plan.order:
             try:
-                doc = await self._attempt(w, body, hashes)
+                doc = await self._attempt(w, body, plan)
             except WorkerDown:
                 self.totals["retries"] += 1
                 continue
-            self._account(w, body, doc, stored)
+            self._account(w, body, doc, plan.store_blocks)
             return {**doc, "worker": w.url}
         self.totals["failed"] += 1
         raise NoWorker("every worker failed")
@@ -172,12 +187,12 @@ class Router:
     async def stream(self, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
         """Forward a streaming generation: yields ``{"token_id": t}`` then the summary.
         Falls back to another worker only before the first token."""
-        hashes, order, stored = await self._plan(body)
-        for w in order:
+        plan = await self._plan(body)
+        for w in plan.order:
             started = False
-            w.inflight += 1
+            w.inflight, w.queued = w.inflight + 1, w.queued + plan.work[w]
             try:
-                req_body = await self._body_for(body, hashes)
+                req_body = await self._body_for(body, plan.hashes)
                 async with self.client.stream("POST", f"{w.url}/generate",
                                               json={**req_body, "stream": True}) as r:
                     if r.status_code >= 500:
@@ -197,7 +212,7 @@ class Router:
                                 raise RuntimeError(doc["error"])
                             raise WorkerDown(doc["error"])
                         else:
-                            self._account(w, body, doc, stored)
+                            self._account(w, body, doc, plan.store_blocks)
                             yield {**doc, "worker": w.url}
                     return
             except (WorkerDown, *_FAILURES) as exc:
@@ -206,7 +221,7 @@ class Router:
                 self._mark_down(w, exc)
                 self.totals["retries"] += 1
             finally:
-                w.inflight -= 1
+                w.inflight, w.queued = w.inflight - 1, w.queued - plan.work[w]
                 await self.sync(w)
         self.totals["failed"] += 1
         raise NoWorker("every worker failed")
@@ -236,6 +251,7 @@ class Router:
             "policy": self.policy, **t,
             "prefix_hit_rate": t["hit_tokens"] / t["prompt_tokens"] if t["prompt_tokens"] else 0,
             "workers": {w.url: {"role": w.role, "up": w.up, "inflight": w.inflight,
+                                "queued_tokens": w.queued,
                                 "routed": w.routed, "failures": w.failures,
                                 "prompt_tokens": w.prompt_tokens, "hit_tokens": w.hit_tokens,
                                 "resident_blocks": len(w.resident)}
@@ -243,19 +259,19 @@ class Router:
         }
 
     # -- internals ----------------------------------------------------------------------------
-    async def _plan(self, body: dict[str, Any]) -> tuple[list[bytes], list[Worker], int]:
+    async def _plan(self, body: dict[str, Any]) -> Plan:
         assert self.hasher is not None, "Router.start() first"
         hashes: list[bytes] = list(self.hasher.hash_blocks(body["prompt_ids"]))
-        order, stored = await self.rank(self.workers, hashes)
-        return hashes, order, stored
+        return await self.rank(self.workers, hashes, len(body["prompt_ids"]),
+                               int(body.get("max_tokens", 16)))
 
     async def _body_for(self, body: dict[str, Any], hashes: list[bytes]) -> dict[str, Any]:
         """The decode worker's body: with prefill workers, run the prefill first and attach
         the handoff."""
         if not self.prefill:
             return body
-        order, _ = await self.rank(self.prefill, hashes)
-        for p in order:
+        plan = await self.rank(self.prefill, hashes, len(body["prompt_ids"]), 0)
+        for p in plan.order:
             try:
                 handoff = await disagg.prefill(self.client, p.url, body["prompt_ids"])
             except httpx.HTTPStatusError as exc:
@@ -271,11 +287,10 @@ class Router:
             return disagg.decode_body(handoff, body)
         raise NoWorker("every prefill worker failed")
 
-    async def _attempt(self, w: Worker, body: dict[str, Any],
-                       hashes: list[bytes]) -> dict[str, Any]:
-        w.inflight += 1
+    async def _attempt(self, w: Worker, body: dict[str, Any], plan: Plan) -> dict[str, Any]:
+        w.inflight, w.queued = w.inflight + 1, w.queued + plan.work[w]
         try:
-            req_body = await self._body_for(body, hashes)
+            req_body = await self._body_for(body, plan.hashes)
             r = await self.client.post(f"{w.url}/generate", json=req_body)
             if r.status_code >= 500:
                 raise WorkerDown(f"{w.url}: {r.status_code} {r.text[:200]}")
@@ -286,7 +301,7 @@ class Router:
             self._mark_down(w, exc)
             raise WorkerDown(str(exc)) from exc
         finally:
-            w.inflight -= 1
+            w.inflight, w.queued = w.inflight - 1, w.queued - plan.work[w]
             await self.sync(w)
 
     def _account(self, w: Worker, body: dict[str, Any], doc: dict[str, Any],

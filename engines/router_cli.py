@@ -19,10 +19,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="comma-separated prefill worker URLs: enables disaggregated serving")
     p.add_argument("--kvstore", default=None, help="kvstore server URL for prefix lookups")
     p.add_argument("--policy", choices=("kv", "round-robin"), default="kv")
-    p.add_argument("--load-weight", type=float, default=32.0,
-                   help="score tokens one in-flight request costs a worker")
+    p.add_argument("--load-weight", type=float, default=1.0,
+                   help="weight of a worker's queued work (tokens) against a request's own")
     p.add_argument("--store-weight", type=float, default=0.5,
-                   help="worth of a block loadable from kvstore relative to a resident one")
+                   help="fraction of a block's compute that loading it from kvstore saves")
     p.add_argument("--tokenizer", default=None, help="tokenizer folder for text prompts")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8490)
