@@ -370,6 +370,13 @@ class Store(SharedMemoryPath):
                         f"namespace {name}: counted {have.blocks} blocks/{have.bytes} bytes, "
                         f"index has {want[0]}/{want[1]}"
                     )
+            for tier in self._tiers:
+                check = getattr(tier, "check_integrity", None)  # slab tiers: slot ownership
+                if check is not None:
+                    try:
+                        check()
+                    except RuntimeError as exc:
+                        raise IntegrityError(f"{tier.name}: {exc}") from exc
             for key in self._leases.pinned_keys():
                 if key not in self._index:
                     raise IntegrityError(f"{_fmt(key)} pinned but not indexed")

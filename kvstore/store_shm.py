@@ -17,7 +17,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from kvstore.checksum import checksum
+import xxhash
+
 from kvstore.errors import CapacityError, KVStoreError
 from kvstore.index import BlockIndex, Entry
 from kvstore.stats import NamespaceUsage
@@ -94,25 +95,20 @@ class SharedMemoryPath:
         keys = store._keys(namespace, hashes)
         expiry = time.monotonic() + store._lease(lease_s)
         tier = self._tiers[host]
-        out: list[Extents | None] = []
         with self._lock:
             store._check_open()
-            for key in keys:
-                if key in self._index:
-                    out.append(None)
-                    continue
-                if not store._make_room(host, tier.charge(ns.block_bytes)):
-                    for done in keys[: len(out)]:
-                        if self._reservations.get(done, ("",))[0] == owner:
-                            store._unreserve(done)
-                    raise CapacityError(
-                        "host tier has no room for the reservation: everything resident is pinned"
-                    )
-                extents = tier.reserve(key, ns.block_bytes)
-                out.append(extents)
+            fresh = list(dict.fromkeys(k for k in keys if k not in self._index))
+            if not store._make_room(host, tier.charge(ns.block_bytes) * len(fresh)):
+                raise CapacityError(
+                    f"host tier has no room for {len(fresh)} blocks: everything resident is "
+                    "pinned or being read"
+                )
+            extents = tier.reserve_many([(k, ns.block_bytes) for k in fresh])
+            for key, ext in zip(fresh, extents, strict=True):
                 self._index[key] = Entry(ns.block_bytes, 0, ns.layout_id, pending=True)
-                self._reservations[key] = (owner, expiry, extents)
-        return out
+                self._reservations[key] = (owner, expiry, ext)
+            where = dict(zip(fresh, extents, strict=True))
+        return [where.pop(k, None) for k in keys]  # a key asked twice is written once
 
     def commit_write(
         self, namespace: str, hashes: Sequence[bytes], *, owner: str = ""
@@ -137,17 +133,14 @@ class SharedMemoryPath:
                     continue
                 mine.append(key)
             # checksum straight from the slab; the client finished writing before it committed
-            sums = [
-                checksum(b"".join(tier.view(o, n) for o, n in self._reservations[k][2]))
-                for k in mine
-            ]
+            sums = [_checksum_extents(tier, self._reservations[k][2]) for k in mine]
+            tier.publish_many(mine)
             for key, csum in zip(mine, sums, strict=True):
                 del self._reservations[key]
                 entry = self._index[key]
                 entry.checksum = csum
                 entry.pending = False
                 entry.tiers = 1 << host
-                tier.publish(key)
                 store._track(host, key, entry.size)
                 for adm in store._admissions:
                     adm.on_access(key)
@@ -182,3 +175,11 @@ class SharedMemoryPath:
         if pos is None:
             raise KVStoreError("this store has no host tier: the shared-memory path is off")
         return int(pos)
+
+
+def _checksum_extents(tier: Any, extents: Extents) -> int:
+    """xxh3-64 of a block laid out over slab extents, hashed in place (no joined copy)."""
+    digest = xxhash.xxh3_64()
+    for offset, length in extents:
+        digest.update(tier.view(offset, length))
+    return int(digest.intdigest())
