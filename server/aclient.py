@@ -79,6 +79,13 @@ class _Conn:
         self.writer.close()
 
 
+def _copy(block: bytes | None, dest: Buffer) -> bool:
+    if block is None:
+        return False
+    memoryview(dest).cast("B")[:len(block)] = block
+    return True
+
+
 class AsyncKVStoreClient:
     def __init__(self, url: str, token: str | None = None, *, use_shm: bool | None = None,
                  timeout: float = 10.0, pool_size: int = 4, transport: str = "auto") -> None:
@@ -114,7 +121,14 @@ class AsyncKVStoreClient:
                                                      durable))
 
     async def get(self, namespace: str, hashes: Sequence[bytes]) -> list[bytes | None]:
-        return await self._retry(lambda c: self._get(c, namespace, list(hashes)))
+        return await self._retry(lambda c: self._get(c, namespace, list(hashes), None))
+
+    async def get_into(self, namespace: str, hashes: Sequence[bytes],
+                       buffers: Sequence[Buffer]) -> list[bool]:
+        """Copy each block into the matching writable buffer; True where found."""
+        found: list[bool] = await self._retry(
+            lambda c: self._get(c, namespace, list(hashes), buffers))
+        return found
 
     async def lookup(self, namespace: str, hashes: Sequence[bytes]) -> tuple[int, list[str]]:
         reply = await self._call({"op": "lookup", "ns": namespace, "hashes": list(hashes)})
@@ -191,30 +205,38 @@ class AsyncKVStoreClient:
             results.append((await conn.request(req, payload, timeout=self.timeout))[0])
         return merge_put(results)
 
-    async def _get(self, conn: _Conn, ns: str, hashes: list[bytes]) -> list[bytes | None]:
+    async def _get(self, conn: _Conn, ns: str, hashes: list[bytes],
+                   into: Sequence[Buffer] | None) -> list[Any]:
+        """Blocks (or, with ``into``, whether each was copied into its buffer)."""
         assert self._info is not None
-        out: list[bytes | None] = []
+        out: list[Any] = []
         slab = self._slab
         lo = 0
         while lo < len(hashes):
             step = get_batch(self._info, self._block_bytes.get(ns)) if slab is not None \
                 else self._info.max_batch
             hs = hashes[lo:lo + step]
-            lo += step
             if slab is None:
-                out += (await conn.request({"op": "get", "ns": ns, "hashes": hs},
-                                           timeout=self.timeout))[1]
+                blocks = (await conn.request({"op": "get", "ns": ns, "hashes": hs},
+                                             timeout=self.timeout))[1]
+                out += blocks if into is None else \
+                    [_copy(b, into[lo + i]) for i, b in enumerate(blocks)]
+                lo += step
                 continue
             reply = (await conn.request({"op": "shm_acquire", "ns": ns, "hashes": hs},
                                         timeout=self.timeout))[0]
             try:
-                for ext in reply["extents"]:
-                    if ext is not None:
-                        self._block_bytes[ns] = sum(n for _, n in ext)
-                    out.append(None if ext is None else slab.read(ext))
+                for i, ext in enumerate(reply["extents"], lo):
+                    if ext is None:
+                        out.append(None if into is None else False)
+                        continue
+                    self._block_bytes[ns] = sum(n for _, n in ext)
+                    out.append(slab.read(ext) if into is None
+                               else slab.read_into(ext, into[i]) > 0)
             finally:
                 await conn.request({"op": "shm_release", "ns": ns, "hashes": hs,
                                     "noreply": True}, timeout=self.timeout)
+            lo += step
         return out
 
     # -- connections ----------------------------------------------------------------------

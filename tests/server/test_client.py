@@ -117,6 +117,11 @@ def test_async_client(server: ServerProc, ns_name: str) -> None:
             await c.prefetch(ns_name, hashes)
             assert (await c.health())["ok"]
             assert ns_name in (await c.stats())["namespaces"]
+        for use_shm in (True, False):
+            async with AsyncKVStoreClient(server.url, use_shm=use_shm) as c:
+                bufs = [bytearray(BLOCK) for _ in range(3)]
+                got = await c.get_into(ns_name, [hashes[1], h(999), hashes[2]], bufs)
+                assert got == [True, False, True] and bufs[0] == blk(1) and bufs[2] == blk(2)
         async with AsyncKVStoreClient(server.url, use_shm=False) as c:
             assert await c.get(ns_name, hashes[1:3]) == [blk(1), blk(2)]
             with pytest.raises(UnknownNamespaceError):
