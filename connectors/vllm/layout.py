@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from kvstore.keys import none_hash
+from kvstore.namespace import HASH_ALGOS
 
 _SLUG_RE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -90,8 +91,14 @@ def hash_recipe(algo: str, env: Mapping[str, str]) -> tuple[str, str | None]:
     per process (xxhash algorithms).
 
     Raises ``RuntimeError`` when the engine's hashes cannot be reproduced by any other process
-    (xxhash without ``PYTHONHASHSEED``): every lookup would miss, and failing at start says why.
+    (xxhash without ``PYTHONHASHSEED``): every lookup would miss, and failing at start says why;
+    also for an algorithm kvstore namespaces do not record (pickle-based ``xxhash``).
     """
+    if algo not in HASH_ALGOS:
+        raise RuntimeError(
+            f"kvstore namespaces record the hash algorithms {', '.join(HASH_ALGOS)}; start vLLM "
+            f"with one of them instead of prefix_caching_hash_algo={algo!r}"
+        )
     seed = env.get("PYTHONHASHSEED")
     try:
         none_hash(algo, seed)

@@ -10,8 +10,9 @@ call here either succeeds or reports "unavailable" quickly:
   and the call is retried once;
 - anything else the server refuses is logged and treated as a miss (loads) or a dropped save.
 
-Only registration conflicts are raised: an engine whose layout, hash algorithm or seed differs
-from the namespace's must fail at start, not run with a zero hit rate.
+Only what no retry can fix is raised, at registration: an engine whose layout, hash algorithm or
+seed differs from the namespace's, or whose token the store refuses, must fail at start, not run
+with a zero hit rate.
 """
 
 from __future__ import annotations
@@ -33,7 +34,12 @@ class StoreUnavailable(Exception):
     """The store could not serve this call; the caller falls back to recomputation."""
 
 
-class NamespaceMismatch(RuntimeError):
+class StoreMisconfigured(RuntimeError):
+    """The store refuses this engine for a reason no retry can fix (bad token, forbidden
+    tenant, a namespace it cannot hold)."""
+
+
+class NamespaceMismatch(StoreMisconfigured):
     """The store holds this namespace with another layout, block size, algorithm or seed."""
 
 
@@ -41,6 +47,10 @@ def _default_client(cfg: ConnectorConfig) -> Any:
     from server.client import KVStoreClient
 
     return KVStoreClient(cfg.url, token=cfg.token, timeout=cfg.timeout_s)
+
+
+# Server error codes that mean "this engine is misconfigured" (see server/errors.py).
+_FATAL_CODES = frozenset({"unauthenticated", "forbidden", "invalid_request", "bad_request"})
 
 
 def _is_unreachable(exc: BaseException) -> bool:
@@ -82,7 +92,8 @@ class StoreLink:
     def register(self) -> bool:
         """Register the namespace now. Returns False when the store is unreachable (the link
         registers again on its next successful call). Raises :class:`NamespaceMismatch` when
-        the store holds the namespace with a different identity."""
+        the store holds the namespace with a different identity, :class:`StoreMisconfigured`
+        when it refuses this engine (token, tenant, unsupported hash algorithm)."""
         with self._lock:
             try:
                 self._ensure_registered()
@@ -194,6 +205,10 @@ class StoreLink:
                     f"different block layout, size, hash algorithm or seed than this engine "
                     f"({self._algo}, seed={self._seed!r}, {self.block_bytes} bytes/block): "
                     f"{exc}"
+                ) from exc
+            if _code(exc) in _FATAL_CODES:
+                raise StoreMisconfigured(
+                    f"kvstore at {self.cfg.url} refuses namespace {self.namespace!r}: {exc}"
                 ) from exc
             self._fail(exc)
         self._registered = True
