@@ -53,8 +53,19 @@ class Namespace:
     hash_algo: str = "sha256"
     hash_seed: str | None = None
     tenant: str | None = None
+    layout_id: int = field(init=False, compare=False, repr=False, default=0)
 
     def __post_init__(self) -> None:
+        self._validate()
+        # computed once: puts stamp it on every block
+        doc = json.dumps(
+            [self.name, self.block_bytes, self.layout.to_dict(), self.hash_algo, self.hash_seed],
+            sort_keys=True,
+        )
+        digest = int.from_bytes(hashlib.sha256(doc.encode()).digest()[:8], "little")
+        object.__setattr__(self, "layout_id", digest)
+
+    def _validate(self) -> None:
         if not isinstance(self.name, str) or not _NAME_RE.match(self.name):
             raise ValueError(
                 "namespace name must be 1-128 characters of letters, digits and ._:@+=- "
@@ -69,13 +80,6 @@ class Namespace:
         if self.hash_seed is not None and not isinstance(self.hash_seed, str):
             raise ValueError("hash_seed must be a string or null")
 
-    @property
-    def layout_id(self) -> int:
-        doc = json.dumps(
-            [self.name, self.block_bytes, self.layout.to_dict(), self.hash_algo, self.hash_seed],
-            sort_keys=True,
-        )
-        return int.from_bytes(hashlib.sha256(doc.encode()).digest()[:8], "little")
 
     def identity(self) -> tuple[Any, ...]:
         """What must be equal for a re-registration to be accepted (tenant excluded)."""

@@ -154,6 +154,9 @@ class Store(SharedMemoryPath):
                 entry = self._index.get(key)
                 if (entry is not None and not entry.pending) or key in seen:
                     existing += 1
+                    if tier is not None and entry is not None and not entry.tiers >> start:
+                        # asked for a lower (durable) tier that holds no copy yet: add one
+                        self._copy_down(key, entry, block, csum, start)
                     continue
                 if entry is not None:  # reserved by a shm writer that has not committed
                     refused += 1
@@ -436,6 +439,20 @@ class Store(SharedMemoryPath):
                 return True
         return False
 
+    def _copy_down(self, key: BlockKey, entry: Entry, data: Buffer, csum: int, pos: int) -> None:
+        """Give an existing block a copy in tier ``pos`` (a put that names a tier, such as a
+        durable put to disk, of a block that memory tiers hold). The caller's bytes are used
+        only if they are the bytes we hold."""
+        if csum != entry.checksum:
+            top = self._tiers[entry.top()].get_many([key])[0]
+            if top is None or checksum(top) != entry.checksum:
+                return
+            data = top
+        if self._write(pos, [(key, data, BlockMeta(entry.layout_id, entry.checksum, entry.size))]):
+            entry.tiers |= 1 << pos
+            self._track(pos, key, entry.size)
+            self._settle(pos)
+
     def _write_through(
         self, pos: int, key: BlockKey, data: Buffer, meta: BlockMeta, entry: Entry
     ) -> None:
@@ -569,9 +586,12 @@ class Store(SharedMemoryPath):
         self._tiers[target].flush()
 
     # -- internals: reads ---------------------------------------------------------------------
-    def _read(self, keys: list[BlockKey], *, promote: bool, count: bool) -> list[bytes | None]:
-        """Read blocks from their top tier, verify, promote. Persistent tiers are read outside
-        the lock, one batched call per tier."""
+    def _read(
+        self, keys: list[BlockKey], *, promote: bool, count: bool, promote_to: int = 0
+    ) -> list[bytes | None]:
+        """Read blocks from their top tier, verify, promote (copy up into tier
+        ``promote_to``). Persistent tiers are read outside the lock, one batched call per
+        tier."""
         out: list[bytes | None] = [None] * len(keys)
         served_by: list[int] = [-1] * len(keys)
         missing = [i for i, k in enumerate(keys) if k not in self._index]
@@ -639,25 +659,25 @@ class Store(SharedMemoryPath):
                 if count:
                     for adm in self._admissions:
                         adm.on_access(key)
-                if promote and pos > 0:
-                    self._promote(key, entry, data)
+                if promote and pos > promote_to:
+                    self._promote(key, entry, data, promote_to)
             if count:
                 self._count_reads(keys, served_by, out)
         return out
 
-    def _promote(self, key: BlockKey, entry: Entry, data: bytes) -> None:
-        """Copy a block read from a lower tier into the top tier (the lower copy stays)."""
+    def _promote(self, key: BlockKey, entry: Entry, data: bytes, to: int = 0) -> None:
+        """Copy a block read from a lower tier into tier ``to`` (the lower copy stays)."""
         # an earlier promotion in the same batch may have cascaded into evicting this block
-        if entry.holds(0) or self._index.get(key) is not entry:
+        if entry.holds(to) or self._index.get(key) is not entry:
             return
         meta = BlockMeta(entry.layout_id, entry.checksum, entry.size)
-        if self._write(0, [(key, data, meta)]):
-            entry.tiers |= 1
-            self._track(0, key, entry.size)
-            self._tier_stats[0].promotions += 1
+        if self._write(to, [(key, data, meta)]):
+            entry.tiers |= 1 << to
+            self._track(to, key, entry.size)
+            self._tier_stats[to].promotions += 1
             self._ns_counters(key[0]).promotions += 1
             self._totals.promotions += 1
-            self._settle(0)
+            self._settle(to)
 
     def _corrupt(self, pos: int, key: BlockKey, entry: Entry) -> None:
         log.error("checksum mismatch for %s in the %s tier: dropped", _fmt(key), self._names[pos])

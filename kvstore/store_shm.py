@@ -64,11 +64,19 @@ class SharedMemoryPath:
                 if (e := self._index.get(k)) is not None and e.tiers and not e.holds(host)
             ]
         if below:
-            store._read(below, promote=True, count=False)
+            store._read(below, promote=True, count=False, promote_to=host)
         with self._lock:
+            entries = [self._index.get(key) for key in keys]
+            stuck = sum(
+                1 for e in entries if e is not None and e.tiers and not e.holds(host)
+            )
+            if stuck:  # stored, but the host tier could not take it: not a miss
+                raise CapacityError(
+                    f"{stuck} stored blocks could not be staged in the host tier: it is full "
+                    "of pinned blocks; release pins or read fewer blocks at once"
+                )
             served: list[int] = []
-            for i, key in enumerate(keys):
-                entry = self._index.get(key)
+            for i, (key, entry) in enumerate(zip(keys, entries, strict=True)):
                 ok = entry is not None and not entry.pending and entry.holds(host)
                 served.append(host if ok else -1)
                 if ok:

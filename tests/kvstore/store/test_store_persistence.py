@@ -154,3 +154,16 @@ def test_concurrent_puts_and_gets_keep_the_store_consistent(make_store: StoreFac
         t.join()
     assert not errors, errors
     store.check_integrity()
+
+
+def test_shared_memory_read_that_cannot_stage_raises_instead_of_missing(
+    make_store: StoreFactory,
+) -> None:
+    store = make_store(host=2, disk=64, host_watermarks=(1.0, 1.0))
+    hashes, data = blocks(4)
+    store.put("m", hashes, data)  # the first two are demoted to disk
+    store.pin("m", hashes[2:], lease_s=60)  # the host tier is all pinned
+    with pytest.raises(CapacityError, match="could not be staged"):
+        store.acquire_read("m", hashes[:1], owner="c")
+    assert store.get("m", hashes[:1], promote=False) == data[:1]
+    store.check_integrity()

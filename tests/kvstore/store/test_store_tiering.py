@@ -176,3 +176,16 @@ def test_oversized_blocks_skip_a_tier_they_cannot_fit(make_store: StoreFactory) 
     assert store.put("big", h, d).stored == 1
     assert store.lookup("big", h).tiers == ["disk"]
     assert store.get("big", h) == d
+
+
+def test_put_naming_a_lower_tier_copies_a_memory_only_block_there(
+    make_store: StoreFactory,
+) -> None:
+    store = make_store(host=8, disk=64)
+    hashes, data = blocks(2)
+    store.put("m", hashes, data)
+    assert store.lookup("m", hashes).tiers == ["host", "host"]
+    assert store.put("m", hashes, data, tier="disk").existing == 2
+    assert store.tier("disk").get_many([("m", h) for h in hashes]) == data
+    assert store.lookup("m", hashes).tiers == ["host", "host"]  # the host copy stays
+    store.check_integrity()
