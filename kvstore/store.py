@@ -163,7 +163,11 @@ class Store(SharedMemoryPath):
                     continue
                 seen.add(key)
                 fresh.append((key, block, BlockMeta(ns.layout_id, csum, ns.block_bytes)))
-            for item in fresh:
+            rest = fresh if (start > 0 and not all(
+                self._admissions[start].admit(k) for k, _, _ in fresh
+            )) else self._place_batch(fresh, start)
+            stored += len(fresh) - len(rest)
+            for item in rest:  # one by one: each may land in a different tier
                 if self._place(item, start):
                     stored += 1
                 else:
@@ -420,6 +424,37 @@ class Store(SharedMemoryPath):
         self.close()
 
     # -- internals: placement and eviction (call with the lock held) --------------------------
+    def _place_batch(
+        self, items: list[tuple[BlockKey, Buffer, BlockMeta]], pos: int
+    ) -> list[tuple[BlockKey, Buffer, BlockMeta]]:
+        """Store a whole batch in tier ``pos`` with one ``put_many`` (the common case: the
+        top tier makes room by demoting). Returns the items it did not store: all of them if
+        the batch does not fit as a whole."""
+        if not items or not self._write(pos, items):
+            return items
+        bit = 1 << pos
+        for key, _, meta in items:
+            self._index[key] = Entry(meta.size, meta.checksum, meta.layout_id, tiers=bit)
+            self._track(pos, key, meta.size)
+            usage = self._ns_usage.setdefault(key[0], NamespaceUsage())
+            usage.blocks += 1
+            usage.bytes += meta.size
+        for low in range(pos + 1, len(self._tiers)):
+            if not self._tcfg[low].write_through:
+                continue
+            down = [it for it in items if self._admissions[low].admit(it[0])]
+            if down and self._write(low, down):
+                for key, _, meta in down:
+                    entry = self._index.get(key)
+                    if entry is not None:
+                        entry.tiers |= 1 << low
+                        self._track(low, key, meta.size)
+                    else:  # cannot happen today (a batch key always keeps its pos copy)
+                        self._tiers[low].delete([key])
+                self._settle(low)
+        self._settle(pos)
+        return []
+
     def _place(self, item: tuple[BlockKey, Buffer, BlockMeta], start: int) -> bool:
         """Store a new block in the first tier at or below ``start`` that admits it and can make
         room; also into write-through tiers below. False if no tier could take it."""

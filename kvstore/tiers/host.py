@@ -18,6 +18,7 @@ from __future__ import annotations
 import _posixshmem
 import contextlib
 import logging
+import mmap
 import os
 import secrets
 import sys
@@ -28,6 +29,7 @@ from multiprocessing.shared_memory import SharedMemory
 import numpy as np
 
 from kvstore.config import DEFAULT_SLOT_BYTES
+from kvstore.errors import CapacityError
 from kvstore.tiers.base import Buffer
 from kvstore.tiers.slab import Extents, SlabInfo, SlabTier
 
@@ -39,6 +41,24 @@ def _open_untracked(name: str, create: bool, size: int = 0) -> SharedMemory:
     # SharedMemory prefixes a "/" on POSIX; the tracker knows the segment by that name.
     resource_tracker.unregister(shm._name, "shared_memory")  # type: ignore[attr-defined]
     return shm
+
+
+def _commit_memory(shm: SharedMemory) -> None:
+    """Back the whole segment with memory now. A tmpfs segment is sparse: without this, a
+    /dev/shm too small for the capacity surfaces as SIGBUS on some later write (a crash, not
+    an error), and every first write to a page pays a page fault on the hot path."""
+    try:
+        os.posix_fallocate(shm._fd, 0, shm.size)  # type: ignore[attr-defined]
+    except OSError as exc:
+        name = shm.name
+        _release(shm, None)
+        raise CapacityError(
+            f"host tier: cannot reserve {shm.size} bytes of shared memory for {name} "
+            f"({exc.strerror}); lower the host capacity or enlarge /dev/shm"
+        ) from exc
+    pages = np.frombuffer(shm.buf, np.uint8)  # type: ignore[arg-type]
+    pages[:: mmap.PAGESIZE] = 0  # fault every page in once, at start
+    del pages
 
 
 def attach_slab(shm_name: str) -> SharedMemory:
@@ -107,6 +127,7 @@ class HostTier(SlabTier):
             create=True,
             size=self.slab_bytes,
         )
+        _commit_memory(self._shm)
         buf = self._shm.buf
         if buf is None:  # typeshed allows it; a segment just created and mapped has a buffer
             raise RuntimeError(f"host tier: shared memory {self._shm.name} is not mapped")

@@ -44,11 +44,13 @@ class StoreModel(RuleBasedStateMachine):
         host=st.integers(2, 6),
         disk=st.sampled_from([0, 6, 64]),
         policy=st.sampled_from(["lru", "lfu", "s3fifo"]),
+        write_through=st.booleans(),
     )
-    def open_store(self, host: int, disk: int, policy: str) -> None:
+    def open_store(self, host: int, disk: int, policy: str, write_through: bool) -> None:
         tiers = [TierConfig("host", host * BLOCK, policy=policy, options={"slot_bytes": BLOCK})]
         if disk:
             tiers.append(TierConfig("disk", disk * BLOCK, policy=policy,
+                                    write_through=write_through,
                                     options={"path": os.path.join(self.dir, "lmdb")}))
         self.config = StoreConfig(tuple(tiers), namespaces_path=os.path.join(self.dir, "ns.json"))
         self.store = Store(self.config)
