@@ -129,8 +129,13 @@ class SharedMemoryPath:
         tier = self._tiers[host]
         stored = existing = refused = 0
         with self._lock:
-            mine = []
+            mine: list[BlockKey] = []
+            seen: set[BlockKey] = set()
             for key in keys:
+                if key in seen:  # the same block twice in one batch: written once
+                    existing += 1
+                    continue
+                seen.add(key)
                 held = self._reservations.get(key)
                 if held is None or held[0] != owner:
                     entry = self._index.get(key)

@@ -167,3 +167,17 @@ def test_shared_memory_read_that_cannot_stage_raises_instead_of_missing(
         store.acquire_read("m", hashes[:1], owner="c")
     assert store.get("m", hashes[:1], promote=False) == data[:1]
     store.check_integrity()
+
+
+def test_shared_memory_batch_naming_a_block_twice(make_store: StoreFactory) -> None:
+    store = make_store(host=8, disk=64)
+    h, d = blocks(1)
+    extents = store.reserve_write("m", h + h, owner="c")
+    assert extents[0] is not None and extents[1] is None
+    view = store.tier("host").view(0, store.host_slab().size)
+    for off, n in extents[0]:
+        view[off:off + n] = d[0][:n]
+    del view
+    assert store.commit_write("m", h + h, owner="c") == (1, 1, 0)
+    assert store.get("m", h) == d
+    store.check_integrity()
