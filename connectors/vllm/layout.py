@@ -92,7 +92,7 @@ def hash_recipe(algo: str, env: Mapping[str, str]) -> tuple[str, str | None]:
 
     Raises ``RuntimeError`` when the engine's hashes cannot be reproduced by any other process
     (xxhash without ``PYTHONHASHSEED``): every lookup would miss, and failing at start says why;
-    also for an algorithm kvstore namespaces do not record (pickle-based ``xxhash``).
+    also for an algorithm kvstore namespaces do not record.
     """
     if algo not in HASH_ALGOS:
         raise RuntimeError(

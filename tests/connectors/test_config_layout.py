@@ -76,8 +76,9 @@ def test_hash_recipe_follows_vllm_seed_rules() -> None:
     assert hash_recipe("xxhash_cbor", {"PYTHONHASHSEED": "0"}) == ("xxhash_cbor", "0")
     with pytest.raises(RuntimeError, match="random"):
         hash_recipe("xxhash_cbor", {})  # vLLM would seed it with random bytes per process
+    assert hash_recipe("xxhash", {"PYTHONHASHSEED": "0"}) == ("xxhash", "0")
     with pytest.raises(RuntimeError, match="record"):
-        hash_recipe("xxhash", {"PYTHONHASHSEED": "0"})  # kvstore namespaces do not take it
+        hash_recipe("md5", {})  # not an algorithm vLLM or kvstore knows
 
 
 def test_hash_recipe_matches_vllm_none_hash() -> None:
