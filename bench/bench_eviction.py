@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import sys
 import time
@@ -31,6 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from common import machine  # bench/ is on sys.path when run as a script
 from tqdm import tqdm
 
 from kvstore.policy import make_policy
@@ -274,11 +273,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.json:
         doc = {
             "bench": "eviction",
-            "machine": {
-                "cpus": os.cpu_count(),
-                "python": platform.python_version(),
-                "numpy": np.__version__,
-            },
+            "machine": machine("numpy"),
             "rows": rows,
         }
         Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")

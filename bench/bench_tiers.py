@@ -31,7 +31,6 @@ import argparse
 import json
 import mmap
 import os
-import platform
 import statistics
 import tempfile
 import time
@@ -41,6 +40,7 @@ from typing import Any, NamedTuple
 import lmdb
 import numpy as np
 import torch
+from common import machine  # bench/ is on sys.path when run as a script
 from tqdm import tqdm
 
 from kvstore.checksum import checksum
@@ -402,14 +402,11 @@ def main(argv: list[str] | None = None) -> None:
     print_table(rows)
     result = {
         "bench": "tiers",
-        "machine": {
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "torch_threads": torch.get_num_threads(),
-            "lmdb": lmdb.__version__,
-            "loadavg_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
-        },
+        "machine": machine(
+            "lmdb",
+            torch_threads=torch.get_num_threads(),
+            loadavg_1min=[round(load_before, 2), round(os.getloadavg()[0], 2)],
+        ),
         "rows": rows,
     }
     if args.json:

