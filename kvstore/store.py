@@ -27,16 +27,15 @@ from typing import Any
 from kvstore.checksum import checksum
 from kvstore.config import StoreConfig, TierConfig
 from kvstore.errors import (
-    CapacityError,
-    InvalidHashError,
     KVStoreError,
-    TierUnavailableError,
 )
 from kvstore.index import BlockIndex, Entry
 from kvstore.leases import LeaseTable
 from kvstore.namespace import Namespace, NamespaceRegistry
 from kvstore.policy import Admission, Policy, make_admission, make_policy
 from kvstore.stats import Counters, NamespaceUsage
+from kvstore.store_core import check_hashes, fmt_key
+from kvstore.store_read import Reads
 from kvstore.store_shm import SharedMemoryPath
 from kvstore.tiers import Tier, make_tier
 from kvstore.tiers.base import BlockMeta, Buffer
@@ -44,14 +43,12 @@ from kvstore.types import BlockKey, LookupResult, PutResult
 
 log = logging.getLogger("kvstore.store")
 
-MAX_HASH_BYTES = 64
-
 
 class IntegrityError(KVStoreError, AssertionError):
     """The index, the tiers and the policies disagree, or a capacity is exceeded."""
 
 
-class Store(SharedMemoryPath):
+class Store(Reads, SharedMemoryPath):
     """Tiered block store. See ``docs/store_api.md`` for the method table; the zero-copy
     host path (``host_slab``, ``acquire_read``, ``reserve_write``...) is in
     :mod:`kvstore.store_shm`."""
@@ -218,7 +215,7 @@ class Store(SharedMemoryPath):
                 pass
         n = len(tiers)
         if n < len(hashes):
-            if _check_hashes(hashes[n:]):
+            if check_hashes(hashes[n:]):
                 return self.lookup(namespace, [bytes(h) for h in hashes])
             if self._shared and self._discover(self._keys(namespace, hashes[n:]), prefix=True):
                 return self.lookup(namespace, hashes)
@@ -283,7 +280,7 @@ class Store(SharedMemoryPath):
         """Drop expired pins and reservations, or all of ``owner``'s when given."""
         with self._lock:
             dropped = self._leases.expire(owner)
-            now = _now()
+            now = time.monotonic()
             for key, (who, expiry, _) in list(self._reservations.items()):
                 if (owner is not None and who == owner) or expiry <= now:
                     self._unreserve(key)
@@ -356,17 +353,17 @@ class Store(SharedMemoryPath):
                     )
                 for key in resident:
                     if key not in policy:
-                        raise IntegrityError(f"{name}: {_fmt(key)} indexed, not in policy")
+                        raise IntegrityError(f"{name}: {fmt_key(key)} indexed, not in policy")
                     if tier.name != "s3" and not tier.contains(key):
-                        raise IntegrityError(f"{name}: {_fmt(key)} indexed, not in tier")
+                        raise IntegrityError(f"{name}: {fmt_key(key)} indexed, not in tier")
             usage: dict[str, list[int]] = {}
             for key, entry in self._index.items():
                 if entry.pending:
                     if key not in self._reservations:
-                        raise IntegrityError(f"{_fmt(key)} pending without a reservation")
+                        raise IntegrityError(f"{fmt_key(key)} pending without a reservation")
                     continue
                 if not entry.tiers:
-                    raise IntegrityError(f"{_fmt(key)} indexed in no tier")
+                    raise IntegrityError(f"{fmt_key(key)} indexed in no tier")
                 counted = usage.setdefault(key[0], [0, 0])
                 counted[0] += 1
                 counted[1] += entry.size
@@ -386,7 +383,7 @@ class Store(SharedMemoryPath):
                         raise IntegrityError(f"{tier.name}: {exc}") from exc
             for key in self._leases.pinned_keys():
                 if key not in self._index:
-                    raise IntegrityError(f"{_fmt(key)} pinned but not indexed")
+                    raise IntegrityError(f"{fmt_key(key)} pinned but not indexed")
 
     def tier_names(self) -> list[str]:
         return list(self._names)
@@ -424,367 +421,6 @@ class Store(SharedMemoryPath):
         self.close()
 
     # -- internals: placement and eviction (call with the lock held) --------------------------
-    def _place_batch(
-        self, items: list[tuple[BlockKey, Buffer, BlockMeta]], pos: int
-    ) -> list[tuple[BlockKey, Buffer, BlockMeta]]:
-        """Store a whole batch in tier ``pos`` with one ``put_many`` (the common case: the
-        top tier makes room by demoting). Returns the items it did not store: all of them if
-        the batch does not fit as a whole."""
-        if not items or not self._write(pos, items):
-            return items
-        bit = 1 << pos
-        for key, _, meta in items:
-            self._index[key] = Entry(meta.size, meta.checksum, meta.layout_id, tiers=bit)
-            self._track(pos, key, meta.size)
-            usage = self._ns_usage.setdefault(key[0], NamespaceUsage())
-            usage.blocks += 1
-            usage.bytes += meta.size
-        for low in range(pos + 1, len(self._tiers)):
-            if not self._tcfg[low].write_through:
-                continue
-            down = [it for it in items if self._admissions[low].admit(it[0])]
-            if down and self._write(low, down):
-                for key, _, meta in down:
-                    entry = self._index.get(key)
-                    if entry is not None:
-                        entry.tiers |= 1 << low
-                        self._track(low, key, meta.size)
-                    else:  # cannot happen today (a batch key always keeps its pos copy)
-                        self._tiers[low].delete([key])
-                self._settle(low)
-        self._settle(pos)
-        return []
-
-    def _place(self, item: tuple[BlockKey, Buffer, BlockMeta], start: int) -> bool:
-        """Store a new block in the first tier at or below ``start`` that admits it and can make
-        room; also into write-through tiers below. False if no tier could take it."""
-        key, data, meta = item
-        for pos in range(start, len(self._tiers)):
-            if pos > start and not self._admissions[pos].admit(key):
-                continue
-            if self._write(pos, [item]):
-                entry = Entry(meta.size, meta.checksum, meta.layout_id, tiers=1 << pos)
-                self._index[key] = entry
-                self._track(pos, key, meta.size)
-                usage = self._ns_usage.setdefault(key[0], NamespaceUsage())
-                usage.blocks += 1
-                usage.bytes += meta.size
-                self._write_through(pos, key, data, meta, entry)
-                self._settle(pos)
-                return True
-        return False
-
-    def _copy_down(self, key: BlockKey, entry: Entry, data: Buffer, csum: int, pos: int) -> None:
-        """Give an existing block a copy in tier ``pos`` (a put that names a tier, such as a
-        durable put to disk, of a block that memory tiers hold). The caller's bytes are used
-        only if they are the bytes we hold."""
-        if csum != entry.checksum:
-            top = self._tiers[entry.top()].get_many([key])[0]
-            if top is None or checksum(top) != entry.checksum:
-                return
-            data = top
-        if self._write(pos, [(key, data, BlockMeta(entry.layout_id, entry.checksum, entry.size))]):
-            entry.tiers |= 1 << pos
-            self._track(pos, key, entry.size)
-            self._settle(pos)
-
-    def _write_through(
-        self, pos: int, key: BlockKey, data: Buffer, meta: BlockMeta, entry: Entry
-    ) -> None:
-        for low in range(pos + 1, len(self._tiers)):
-            if self._tcfg[low].write_through and self._admissions[low].admit(key) \
-                    and self._write(low, [(key, data, meta)]):
-                entry.tiers |= 1 << low
-                self._track(low, key, meta.size)
-                self._settle(low)
-
-    def _write(self, pos: int, items: list[tuple[BlockKey, Buffer, BlockMeta]]) -> bool:
-        """Make room in tier ``pos`` and write ``items``; False if it cannot."""
-        tier = self._tiers[pos]
-        need = sum(tier.charge(m.size) for _, _, m in items)
-        if need > tier.capacity_bytes or not self._make_room(pos, need):
-            return False
-        try:
-            tier.put_many(items)
-        except (CapacityError, TierUnavailableError) as exc:
-            log.warning("%s tier refused %d blocks: %s", tier.name, len(items), exc)
-            return False
-        return True
-
-    def _make_room(self, pos: int, need: int) -> bool:
-        """Evict from tier ``pos`` until ``need`` more bytes fit under its capacity."""
-        tier = self._tiers[pos]
-        while tier.used_bytes() + need > tier.capacity_bytes:
-            if not self._evict(pos, tier.used_bytes() + need - tier.capacity_bytes):
-                return False
-        return True
-
-    def _settle(self, pos: int) -> None:
-        """Past the high watermark, evict down to the low watermark."""
-        tier, cfg = self._tiers[pos], self._tcfg[pos]
-        if tier.used_bytes() > cfg.high_watermark * tier.capacity_bytes:
-            self._evict(pos, tier.used_bytes() - int(cfg.low_watermark * tier.capacity_bytes))
-
-    def _evict(self, pos: int, nbytes: int) -> bool:
-        """Move victims out of tier ``pos`` until ``nbytes`` are freed. False if none could be
-        evicted (everything resident is pinned or being read)."""
-        tier, policy = self._tiers[pos], self._policies[pos]
-        freed = 0
-        while freed < nbytes:
-            victims = policy.victims(8, self._evictable)
-            if not victims:
-                return freed > 0
-            for key in victims:
-                entry = self._index[key]
-                before = tier.used_bytes()
-                self._demote(pos, key, entry)
-                freed += before - tier.used_bytes()
-                if freed >= nbytes:
-                    break
-        return True
-
-    def _demote(self, pos: int, key: BlockKey, entry: Entry) -> None:
-        """Take ``key`` out of tier ``pos``: keep it in a lower tier (copying it down if no
-        lower tier holds it yet and one admits it), else drop it from the store."""
-        stats = self._tier_stats[pos]
-        stats.evictions += 1
-        lower = entry.tiers >> (pos + 1)
-        if not lower:
-            for low in range(pos + 1, len(self._tiers)):
-                if not self._admissions[low].admit(key):
-                    continue
-                data = self._tiers[pos].get_many([key])[0]
-                if data is None:
-                    break
-                meta = BlockMeta(entry.layout_id, entry.checksum, entry.size)
-                if self._write(low, [(key, data, meta)]):
-                    entry.tiers |= 1 << low
-                    self._track(low, key, entry.size)
-                    stats.demotions += 1
-                    self._ns_counters(key[0]).demotions += 1
-                    self._totals.demotions += 1
-                    self._settle(low)
-                    break
-        self._remove_from(pos, key, entry)
-        if not entry.tiers:
-            self._drop_entry(key, entry)
-            self._ns_counters(key[0]).evictions += 1
-            self._ns_counters(key[0]).dropped += 1
-            self._totals.evictions += 1
-            self._totals.dropped += 1
-
-    def _evictable(self, key: BlockKey) -> bool:
-        entry = self._index.get(key)
-        if entry is None or entry.readers:
-            return False
-        return not self._leases.is_pinned(key)
-
-    def _track(self, pos: int, key: BlockKey, size: int) -> None:
-        self._policies[pos].on_put(key, size)
-
-    def _remove_from(self, pos: int, key: BlockKey, entry: Entry) -> None:
-        self._tiers[pos].delete([key])
-        self._policies[pos].on_remove(key)
-        entry.tiers &= ~(1 << pos)
-
-    def _drop_entry(self, key: BlockKey, entry: Entry) -> None:
-        """Forget a block that no tier holds any more."""
-        for pos in entry.positions():
-            self._remove_from(pos, key, entry)
-        if self._index.pop(key, None) is not None:
-            usage = self._ns_usage.setdefault(key[0], NamespaceUsage())
-            usage.blocks -= 1
-            usage.bytes -= entry.size
-        self._leases.forget(key)
-
-    def _spill(self) -> None:
-        """Graceful shutdown: copy blocks that only memory tiers hold into the first persistent
-        tier, so that a restart finds them. Admission is not asked: these blocks earned their
-        place in memory already."""
-        target = next(
-            (p for p, t in enumerate(self._tiers)
-             if t.persistent and getattr(t, "discover", None) is None),
-            None,
-        )
-        if target is None:
-            return
-        for key, entry in list(self._index.items()):
-            if entry.pending or entry.tiers >> target or not entry.tiers:
-                continue
-            data = self._tiers[entry.top()].get_many([key])[0]
-            if data is None:
-                continue
-            meta = BlockMeta(entry.layout_id, entry.checksum, entry.size)
-            if self._write(target, [(key, data, meta)]):
-                entry.tiers |= 1 << target
-                self._track(target, key, entry.size)
-        self._tiers[target].flush()
-
-    # -- internals: reads ---------------------------------------------------------------------
-    def _read(
-        self, keys: list[BlockKey], *, promote: bool, count: bool, promote_to: int = 0
-    ) -> list[bytes | None]:
-        """Read blocks from their top tier, verify, promote (copy up into tier
-        ``promote_to``). Persistent tiers are read outside the lock, one batched call per
-        tier."""
-        out: list[bytes | None] = [None] * len(keys)
-        served_by: list[int] = [-1] * len(keys)
-        missing = [i for i, k in enumerate(keys) if k not in self._index]
-        if missing:
-            self._discover([keys[i] for i in missing])
-        with self._lock:
-            self._check_open()
-            slow: dict[int, list[int]] = {}
-            reading: list[Entry] = []
-            for i, key in enumerate(keys):
-                entry = self._index.get(key)
-                if entry is None or entry.pending or not entry.tiers:
-                    continue
-                pos = entry.top()
-                if self._tiers[pos].persistent:
-                    entry.readers += 1
-                    reading.append(entry)
-                    slow.setdefault(pos, []).append(i)
-                else:
-                    out[i] = self._tiers[pos].get_many([key])[0]
-                    served_by[i] = pos if out[i] is not None else -1
-        for pos, idxs in slow.items():
-            try:
-                datas = self._tiers[pos].get_many([keys[i] for i in idxs])
-            except Exception as exc:  # a failing back end is a miss, never an error to callers
-                log.warning("%s tier read failed: %s", self._names[pos], exc)
-                datas = [None] * len(idxs)
-            for i, data in zip(idxs, datas, strict=True):
-                out[i] = data
-                served_by[i] = pos
-        with self._lock:
-            for entry in reading:
-                entry.readers -= 1
-            entries: list[Entry | None] = [None] * len(keys)
-            for i, key in enumerate(keys):
-                pos = served_by[i]
-                if pos < 0:
-                    continue
-                entry = entries[i] = self._index.get(key)
-                data = out[i]
-                if data is None and entry is not None and entry.holds(pos) \
-                        and not self._tiers[pos].contains(key):
-                    # the tier lost it behind our back (an S3 upload dropped after retries,
-                    # an object deleted by another node): forget that copy
-                    self._remove_from(pos, key, entry)
-                    if not entry.tiers:
-                        self._drop_entry(key, entry)
-                        self._ns_counters(key[0]).dropped += 1
-                        self._totals.dropped += 1
-                # a persistent-tier read ran unlocked: the block may have left meanwhile
-                # (memory-tier reads ran under the lock and are valid as read)
-                left = self._tiers[pos].persistent and (entry is None or not entry.holds(pos))
-                if entry is None or data is None or left:
-                    out[i], served_by[i] = None, -1
-                    continue
-                if self._tiers[pos].verify_reads and checksum(data) != entry.checksum:
-                    self._corrupt(pos, key, entry)
-                    out[i], served_by[i] = None, -1
-            # promotions come last: they may evict blocks this same call just read
-            for i, key in enumerate(keys):
-                pos, entry, data = served_by[i], entries[i], out[i]
-                if pos < 0 or entry is None or data is None:
-                    continue
-                self._policies[pos].on_hit(key)
-                if count:
-                    for adm in self._admissions:
-                        adm.on_access(key)
-                if promote and pos > promote_to:
-                    self._promote(key, entry, data, promote_to)
-            if count:
-                self._count_reads(keys, served_by, out)
-        return out
-
-    def _promote(self, key: BlockKey, entry: Entry, data: bytes, to: int = 0) -> None:
-        """Copy a block read from a lower tier into tier ``to`` (the lower copy stays)."""
-        # an earlier promotion in the same batch may have cascaded into evicting this block
-        if entry.holds(to) or self._index.get(key) is not entry:
-            return
-        meta = BlockMeta(entry.layout_id, entry.checksum, entry.size)
-        if self._write(to, [(key, data, meta)]):
-            entry.tiers |= 1 << to
-            self._track(to, key, entry.size)
-            self._tier_stats[to].promotions += 1
-            self._ns_counters(key[0]).promotions += 1
-            self._totals.promotions += 1
-            self._settle(to)
-
-    def _corrupt(self, pos: int, key: BlockKey, entry: Entry) -> None:
-        log.error("checksum mismatch for %s in the %s tier: dropped", _fmt(key), self._names[pos])
-        self._remove_from(pos, key, entry)
-        if not entry.tiers:
-            self._drop_entry(key, entry)
-        self._tier_stats[pos].corrupt_dropped += 1
-        self._ns_counters(key[0]).corrupt_dropped += 1
-        self._totals.corrupt_dropped += 1
-
-    def _count_reads(
-        self, keys: list[BlockKey], served_by: list[int], out: list[bytes | None]
-    ) -> None:
-        for key, pos, data in zip(keys, served_by, out, strict=True):
-            hit = data is not None
-            ns = self._ns_counters(key[0])
-            for c in (ns, self._totals):
-                c.queries += 1
-                c.hits += hit
-                c.misses += not hit
-            # each tier above the serving one was asked and missed
-            last = pos if hit else len(self._tiers) - 1
-            for p in range(last + 1):
-                t = self._tier_stats[p]
-                t.queries += 1
-                served = hit and p == pos
-                t.hits += served
-                t.misses += not served
-
-    def _prefetch(self, keys: list[BlockKey]) -> int:
-        with self._lock:
-            todo = [
-                k for k in keys
-                if (e := self._index.get(k)) is not None and e.tiers and not e.holds(0)
-            ]
-        if todo:
-            datas = self._read(todo, promote=True, count=False)
-            with self._lock:
-                got = sum(d is not None for d in datas)
-                self._tier_stats[0].prefetched += got
-                self._totals.prefetched += got
-        with self._lock:
-            return sum(
-                1 for k in keys if (e := self._index.get(k)) is not None and e.holds(0)
-            )
-
-    def _discover(self, keys: Sequence[BlockKey], *, prefix: bool = False) -> bool:
-        """Ask shared tiers (those with ``discover``, i.e. S3) about keys missing from the
-        index, and index what they hold. With ``prefix`` the keys are a hash chain and the
-        tier may stop asking after the first miss. True if anything was found."""
-        found = False
-        for tier in self._shared:
-            pos = self._tiers.index(tier)
-            try:
-                metas = tier.discover(list(keys), prefix=prefix)
-            except Exception as exc:
-                log.warning("%s discover failed: %s", tier.name, exc)
-                continue
-            with self._lock:
-                for key, meta in zip(keys, metas, strict=True):
-                    if meta is None or key in self._index or key[0] not in self._namespaces:
-                        continue
-                    if meta.layout_id != self._namespaces.get(key[0]).layout_id:
-                        continue
-                    self._index[key] = Entry(meta.size, meta.checksum, meta.layout_id, 1 << pos)
-                    self._track(pos, key, meta.size)
-                    usage = self._ns_usage.setdefault(key[0], NamespaceUsage())
-                    usage.blocks += 1
-                    usage.bytes += meta.size
-                    found = True
-        return found
-
     # -- internals: startup and persistence ---------------------------------------------------
     def _rebuild_index(self) -> None:
         """Index every block persistent tiers hold (restart). Blocks whose layout id does not
@@ -795,7 +431,7 @@ class Store(SharedMemoryPath):
             for key, meta in tier.scan():
                 ns = self._namespaces.get(key[0]) if key[0] in self._namespaces else None
                 if ns is not None and meta.layout_id != ns.layout_id:
-                    log.warning("skipping %s: layout id differs from its namespace", _fmt(key))
+                    log.warning("skipping %s: layout id differs from its namespace", fmt_key(key))
                     continue
                 entry = self._index.get(key)
                 if entry is None:
@@ -829,67 +465,3 @@ class Store(SharedMemoryPath):
             os.fsync(fh.fileno())
         os.replace(tmp, path)  # atomic: a crash leaves the old or the new file, never half
 
-    # -- small helpers ------------------------------------------------------------------------
-    def _keys(self, namespace: str, hashes: Sequence[bytes]) -> list[BlockKey]:
-        _check_hashes(hashes)
-        return [(namespace, bytes(h)) for h in hashes]
-
-    def _tier_pos(self, name: str) -> int:
-        try:
-            return self._names.index(name)
-        except ValueError:
-            raise ValueError(
-                f"unknown tier {name!r}; this store has: {', '.join(self._names)}"
-            ) from None
-
-    def _ns_counters(self, name: str) -> Counters:
-        return self._ns_stats.setdefault(name, Counters())
-
-    def _namespaces_names(self) -> list[str]:
-        return sorted(set(self._ns_stats) | set(self._ns_usage))
-
-    def _lease(self, lease_s: float | None) -> float:
-        lease = self.config.default_lease_s if lease_s is None else float(lease_s)
-        if not lease > 0:
-            raise ValueError(f"lease_s must be positive, got {lease_s!r}")
-        return lease
-
-    def _unreserve(self, key: BlockKey) -> None:
-        self._reservations.pop(key, None)
-        entry = self._index.get(key)
-        if entry is not None and entry.pending:
-            del self._index[key]
-            host = self._host_pos()
-            if host is not None:
-                self._tiers[host].unreserve(key)  # type: ignore[attr-defined]
-
-    def _host_pos(self) -> int | None:
-        return self._names.index("host") if "host" in self._names else None
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise KVStoreError("the store is closed")
-
-
-def _check_hashes(hashes: Sequence[bytes]) -> bool:
-    """Validate a batch of hashes with C-level passes (no Python loop per hash). True if
-    some are bytearrays (unhashable: the caller converts them)."""
-    if not hashes:
-        return False
-    types = set(map(type, hashes))
-    if not types <= {bytes, bytearray}:
-        bad = next(h for h in hashes if not isinstance(h, bytes | bytearray))
-        raise InvalidHashError(f"block hash must be bytes, got {type(bad).__name__}")
-    lengths = set(map(len, hashes))
-    if min(lengths) < 1 or max(lengths) > MAX_HASH_BYTES:
-        raise InvalidHashError(f"block hash must be 1-{MAX_HASH_BYTES} bytes, got lengths "
-                               f"{sorted(lengths)}")
-    return bytearray in types
-
-
-def _now() -> float:
-    return time.monotonic()
-
-
-def _fmt(key: BlockKey) -> str:
-    return f"{key[0]}/{key[1].hex()}"

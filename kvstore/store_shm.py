@@ -15,31 +15,28 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import xxhash
 
 from kvstore.errors import CapacityError, KVStoreError
-from kvstore.index import BlockIndex, Entry
+from kvstore.index import Entry
 from kvstore.stats import NamespaceUsage
+from kvstore.store_core import StoreCore
 from kvstore.tiers.base import BlockMeta
+from kvstore.tiers.slab import SlabInfo, SlabTier
 from kvstore.types import BlockKey, PutResult
 
 Extents = list[tuple[int, int]]
 
 
-class SharedMemoryPath:
+class SharedMemoryPath(StoreCore):
     """Mixin of :class:`kvstore.store.Store`; uses its lock, index and tiers."""
 
-    _lock: Any
-    _index: BlockIndex
-    _tiers: list[Any]
-    _reservations: dict[BlockKey, tuple[str, float, Extents]]  # owner, expiry, extents
-
-    def host_slab(self) -> Any | None:
+    def host_slab(self) -> SlabInfo | None:
         """``SlabInfo(shm_name, size, slot_bytes)`` of the host tier, or None without one."""
-        pos = self._host_pos()  # type: ignore[attr-defined]
-        return None if pos is None else self._tiers[pos].slab_info()
+        pos = self._host_pos()
+        return None if pos is None else self._slab(pos).slab_info()
 
     def acquire_read(
         self,
@@ -82,7 +79,7 @@ class SharedMemoryPath:
                 if ok:
                     store._leases.pin(key, owner, lease)
                     store._policies[host].on_hit(key)
-                    out[i] = self._tiers[host].extents(key)
+                    out[i] = self._slab(host).extents(key)
             store._count_reads(keys, served, [b"" if e is not None else None for e in out])
         return out
 
@@ -102,7 +99,7 @@ class SharedMemoryPath:
         ns = store.namespace(namespace)
         keys = store._keys(namespace, hashes)
         expiry = time.monotonic() + store._lease(lease_s)
-        tier = self._tiers[host]
+        tier = self._slab(host)
         with self._lock:
             store._check_open()
             fresh = list(dict.fromkeys(k for k in keys if k not in self._index))
@@ -126,7 +123,7 @@ class SharedMemoryPath:
         store: Any = self
         host = self._require_host()
         keys = store._keys(namespace, hashes)
-        tier = self._tiers[host]
+        tier = self._slab(host)
         stored = existing = refused = 0
         with self._lock:
             mine: list[BlockKey] = []
@@ -184,8 +181,11 @@ class SharedMemoryPath:
                     freed += 1
         return freed
 
+    def _slab(self, pos: int) -> SlabTier:
+        return cast(SlabTier, self._tiers[pos])  # the host tier is always a slab tier
+
     def _require_host(self) -> int:
-        pos = self._host_pos()  # type: ignore[attr-defined]
+        pos = self._host_pos()
         if pos is None:
             raise KVStoreError("this store has no host tier: the shared-memory path is off")
         return int(pos)
