@@ -35,7 +35,6 @@ from kvstore.namespace import Namespace, NamespaceRegistry
 from kvstore.policy import Admission, Policy, make_admission, make_policy
 from kvstore.stats import Counters, NamespaceUsage
 from kvstore.store_core import check_hashes, fmt_key
-from kvstore.store_read import Reads
 from kvstore.store_shm import SharedMemoryPath
 from kvstore.tiers import Tier, make_tier
 from kvstore.tiers.base import BlockMeta, Buffer
@@ -48,7 +47,7 @@ class IntegrityError(KVStoreError, AssertionError):
     """The index, the tiers and the policies disagree, or a capacity is exceeded."""
 
 
-class Store(Reads, SharedMemoryPath):
+class Store(SharedMemoryPath):
     """Tiered block store. See ``docs/store_api.md`` for the method table; the zero-copy
     host path (``host_slab``, ``acquire_read``, ``reserve_write``...) is in
     :mod:`kvstore.store_shm`."""
@@ -110,10 +109,6 @@ class Store(Reads, SharedMemoryPath):
                 self._ns_usage.setdefault(ns.name, NamespaceUsage())
                 self._save_namespaces()
             return new
-
-    def namespace(self, name: str) -> Namespace:
-        with self._lock:
-            return self._namespaces.get(name)
 
     def namespaces(self) -> list[Namespace]:
         with self._lock:

@@ -18,7 +18,7 @@ from kvstore.config import StoreConfig, TierConfig
 from kvstore.errors import InvalidHashError, KVStoreError
 from kvstore.index import BlockIndex, Entry
 from kvstore.leases import LeaseTable
-from kvstore.namespace import NamespaceRegistry
+from kvstore.namespace import Namespace, NamespaceRegistry
 from kvstore.policy import Admission, Policy
 from kvstore.stats import Counters, NamespaceUsage
 from kvstore.tiers import Tier
@@ -49,6 +49,11 @@ class StoreCore:
     _totals: Counters
     _closed: bool
     _prefetcher: ThreadPoolExecutor
+
+    def namespace(self, name: str) -> Namespace:
+        """The registered namespace ``name``; raises ``UnknownNamespaceError``."""
+        with self._lock:
+            return self._namespaces.get(name)
 
     def _track(self, pos: int, key: BlockKey, size: int) -> None:
         self._policies[pos].on_put(key, size)

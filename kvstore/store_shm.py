@@ -22,7 +22,7 @@ import xxhash
 from kvstore.errors import CapacityError, KVStoreError
 from kvstore.index import Entry
 from kvstore.stats import NamespaceUsage
-from kvstore.store_core import StoreCore
+from kvstore.store_read import Reads
 from kvstore.tiers.base import BlockMeta
 from kvstore.tiers.slab import SlabInfo, SlabTier
 from kvstore.types import BlockKey, PutResult
@@ -30,7 +30,7 @@ from kvstore.types import BlockKey, PutResult
 Extents = list[tuple[int, int]]
 
 
-class SharedMemoryPath(StoreCore):
+class SharedMemoryPath(Reads):
     """Mixin of :class:`kvstore.store.Store`; uses its lock, index and tiers."""
 
     def host_slab(self) -> SlabInfo | None:
@@ -49,11 +49,10 @@ class SharedMemoryPath(StoreCore):
         """Extents in the host slab of each block (None for a miss), each pinned for
         ``lease_s`` under ``owner``: copy the bytes, then ``release`` them. Blocks in lower
         tiers are promoted into the host tier first. Counts as a get in the stats."""
-        store: Any = self
         host = self._require_host()
-        store.namespace(namespace)
-        keys = store._keys(namespace, hashes)
-        lease = store._lease(lease_s)
+        self.namespace(namespace)
+        keys = self._keys(namespace, hashes)
+        lease = self._lease(lease_s)
         out: list[Extents | None] = [None] * len(keys)
         with self._lock:
             below = [
@@ -61,7 +60,7 @@ class SharedMemoryPath(StoreCore):
                 if (e := self._index.get(k)) is not None and e.tiers and not e.holds(host)
             ]
         if below:
-            store._read(below, promote=True, count=False, promote_to=host)
+            self._read(below, promote=True, count=False, promote_to=host)
         with self._lock:
             entries = [self._index.get(key) for key in keys]
             stuck = sum(
@@ -77,10 +76,10 @@ class SharedMemoryPath(StoreCore):
                 ok = entry is not None and not entry.pending and entry.holds(host)
                 served.append(host if ok else -1)
                 if ok:
-                    store._leases.pin(key, owner, lease)
-                    store._policies[host].on_hit(key)
+                    self._leases.pin(key, owner, lease)
+                    self._policies[host].on_hit(key)
                     out[i] = self._slab(host).extents(key)
-            store._count_reads(keys, served, [b"" if e is not None else None for e in out])
+            self._count_reads(keys, served, [b"" if e is not None else None for e in out])
         return out
 
     def reserve_write(
@@ -94,16 +93,15 @@ class SharedMemoryPath(StoreCore):
         """Host-slab extents to write each new block into; None where the store already has
         the block (or another writer reserved it): skip those. Raises
         :class:`~kvstore.errors.CapacityError` if the host tier cannot make room."""
-        store: Any = self
         host = self._require_host()
-        ns = store.namespace(namespace)
-        keys = store._keys(namespace, hashes)
-        expiry = time.monotonic() + store._lease(lease_s)
+        ns = self.namespace(namespace)
+        keys = self._keys(namespace, hashes)
+        expiry = time.monotonic() + self._lease(lease_s)
         tier = self._slab(host)
         with self._lock:
-            store._check_open()
+            self._check_open()
             fresh = list(dict.fromkeys(k for k in keys if k not in self._index))
-            if not store._make_room(host, tier.charge(ns.block_bytes) * len(fresh)):
+            if not self._make_room(host, tier.charge(ns.block_bytes) * len(fresh)):
                 raise CapacityError(
                     f"host tier has no room for {len(fresh)} blocks: everything resident is "
                     "pinned or being read"
@@ -120,9 +118,8 @@ class SharedMemoryPath(StoreCore):
     ) -> PutResult:
         """Checksum and publish blocks this owner reserved and wrote. Keys it did not
         reserve count as ``existing`` if stored, else ``refused``."""
-        store: Any = self
         host = self._require_host()
-        keys = store._keys(namespace, hashes)
+        keys = self._keys(namespace, hashes)
         tier = self._slab(host)
         stored = existing = refused = 0
         with self._lock:
@@ -151,33 +148,32 @@ class SharedMemoryPath(StoreCore):
                 entry.checksum = csum
                 entry.pending = False
                 entry.tiers = 1 << host
-                store._track(host, key, entry.size)
-                for adm in store._admissions:
+                self._track(host, key, entry.size)
+                for adm in self._admissions:
                     adm.on_access(key)
-                usage = store._ns_usage.setdefault(key[0], NamespaceUsage())
+                usage = self._ns_usage.setdefault(key[0], NamespaceUsage())
                 usage.blocks += 1
                 usage.bytes += entry.size
                 stored += 1
-            through = any(c.write_through for c in store._tcfg[host + 1:])
+            through = any(c.write_through for c in self._tcfg[host + 1:])
             for key in mine if through else ():  # copies only when a tier below wants them
                 entry = self._index[key]
                 data = tier.read(key)
-                store._write_through(
+                self._write_through(
                     host, key, data, BlockMeta(entry.layout_id, entry.checksum, entry.size), entry
                 )
-            store._settle(host)
+            self._settle(host)
         return PutResult(stored, existing, refused)
 
     def abort_write(self, namespace: str, hashes: Sequence[bytes], *, owner: str = "") -> int:
         """Free this owner's reservations for ``hashes``. Returns how many were freed."""
-        store: Any = self
-        keys = store._keys(namespace, hashes)
+        keys = self._keys(namespace, hashes)
         freed = 0
         with self._lock:
             for key in keys:
                 held = self._reservations.get(key)
                 if held is not None and held[0] == owner:
-                    store._unreserve(key)
+                    self._unreserve(key)
                     freed += 1
         return freed
 
