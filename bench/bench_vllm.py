@@ -40,6 +40,8 @@ from typing import Any
 
 from common import machine  # bench/ is on sys.path when run as a script
 
+from server.launcher import free_port
+
 ROOT = Path(__file__).resolve().parents[1]
 BLOCK = 32
 TTFT_TARGET = 5.0  # kvstore TTFT on a hit vs recomputation (issue 5)
@@ -145,17 +147,11 @@ class Engine:
                 self.proc.kill()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def start_kvstore(data_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "kvstore", "serve", "--port", str(port),
-         "--data-port", str(_free_port()), "--data-dir", str(data_dir),
+         "--data-port", str(free_port()), "--data-dir", str(data_dir),
          "--host-capacity", "2GiB", "--log-level", "warning"],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )

