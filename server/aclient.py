@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import httpx
 
 from server.client_errors import (
+    CapacityError,
     KVStoreClientError,
     KVStoreUnavailableError,
     ProtocolError,
@@ -216,15 +217,20 @@ class AsyncKVStoreClient:
             step = get_batch(self._info, self._block_bytes.get(ns)) if slab is not None \
                 else self._info.max_batch
             hs = hashes[lo:lo + step]
-            if slab is None:
+            reply = None
+            if slab is not None:
+                try:
+                    reply = (await conn.request({"op": "shm_acquire", "ns": ns, "hashes": hs},
+                                                timeout=self.timeout))[0]
+                except CapacityError:  # the host tier is full of pinned blocks: use the socket
+                    reply = None
+            if slab is None or reply is None:
                 blocks = (await conn.request({"op": "get", "ns": ns, "hashes": hs},
                                              timeout=self.timeout))[1]
                 out += blocks if into is None else \
                     [_copy(b, into[lo + i]) for i, b in enumerate(blocks)]
                 lo += step
                 continue
-            reply = (await conn.request({"op": "shm_acquire", "ns": ns, "hashes": hs},
-                                        timeout=self.timeout))[0]
             try:
                 for i, ext in enumerate(reply["extents"], lo):
                     if ext is None:

@@ -184,7 +184,13 @@ class KVStoreClient:
         while lo < len(hashes):  # batches the host tier can hold pinned at once
             hi = min(len(hashes), lo + get_batch(info, self._block_bytes.get(ns)))
             hs = hashes[lo:hi]
-            extents = conn.request({"op": "shm_acquire", "ns": ns, "hashes": hs})[0]["extents"]
+            try:
+                extents = conn.request({"op": "shm_acquire", "ns": ns, "hashes": hs})[0]["extents"]
+            except CapacityError:  # the host tier is full of pinned blocks: use the socket
+                part = self._get_socket(conn, info, ns, hs, None if into is None else into[lo:hi])
+                out[lo:hi] = part
+                lo = hi
+                continue
             try:
                 for i, ext in enumerate(extents, lo):
                     if ext is None:

@@ -66,6 +66,8 @@ class WriteBack:
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._pending: dict[BlockKey, Pending] = {}
+        # one upload per key at a time, so that a newer version always lands last
+        self._inflight: dict[BlockKey, threading.Event] = {}
         self._bytes = 0
         self._gen = 0
         self._abandon = threading.Event()  # set by close(): stop retrying, drop what is left
@@ -113,11 +115,22 @@ class WriteBack:
     def _drain(self, key: BlockKey, gen: int) -> None:
         attempt = 0
         while True:
-            p = self._pending.get(key)
-            if p is None or p.gen != gen:
-                return  # overwritten (a newer task uploads) or deleted
+            with self._lock:
+                p = self._pending.get(key)
+                if p is None or p.gen != gen:
+                    return  # overwritten (a newer task uploads) or deleted
+                busy = self._inflight.get(key)
+                if busy is None:
+                    self._inflight[key] = threading.Event()
+            if busy is not None:  # an older version of this key is uploading: go after it
+                busy.wait()
+                continue
             try:
-                self._upload(key, p.data, p.meta)
+                try:
+                    self._upload(key, p.data, p.meta)
+                finally:
+                    with self._lock:
+                        self._inflight.pop(key).set()
             except Exception as exc:
                 kind = self._report(exc)
                 if kind in RETRYABLE and attempt < self._retries and not self._abandon.is_set():
