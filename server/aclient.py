@@ -25,7 +25,7 @@ from server.client_errors import (
 from server.client_plan import batches, get_batch, merge_put, slab_room
 from server.discovery import ServerInfo, auth_headers, check_response, info_url, parse_info
 from server.protocol import PREFIX, PREFIX_BYTES, Buffer, decode_header, encode_frame
-from server.shm import SlabMapping, try_map
+from server.shm import SlabMapping, remap
 
 T = TypeVar("T")
 
@@ -329,13 +329,7 @@ class AsyncKVStoreClient:
             raise KVStoreUnavailableError(f"cannot reach kvstore at {self.url}: {exc}") from exc
         check_response(r.status_code, r.text, self.url)
         info = parse_info(self.url, r.json(), self.transport)
-        if self._slab is not None:
-            self._slab.close()
-            self._slab = None
-        if self.use_shm is not False and info.shm_name:
-            self._slab = try_map(info.shm_name, info.shm_size, info.instance)
-        if self.use_shm and self._slab is None:
-            raise KVStoreClientError(f"use_shm=True but the slab of {self.url} cannot be "
-                                     "mapped from this process", "shm")
+        old, self._slab = self._slab, None
+        self._slab = remap(old, info, self.use_shm, self.url)
         self._info = info
         return info

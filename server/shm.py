@@ -12,7 +12,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from server.client_errors import BlockSizeError
+from server.client_errors import BlockSizeError, KVStoreClientError
 from server.protocol import Buffer
 
 Extents = Sequence[Sequence[int]]  # [(offset, length), ...] of one block
@@ -93,3 +93,19 @@ def try_map(name: str, size: int, instance: str = "") -> SlabMapping | None:
         mapping._key = key
         _SHARED[key] = mapping
         return mapping
+
+
+def remap(old: SlabMapping | None, info: Any, use_shm: bool | None, url: str) -> SlabMapping | None:
+    """The slab mapping for freshly discovered server ``info`` (both clients, after a
+    (re)connect): drop ``old``, map the new slab unless ``use_shm`` is False, and raise if
+    ``use_shm`` is True and the slab cannot be mapped from this process."""
+    if old is not None:
+        old.close()
+    slab = None
+    if use_shm is not False and info.shm_name:
+        slab = try_map(info.shm_name, info.shm_size, info.instance)
+    if use_shm and slab is None:
+        raise KVStoreClientError(
+            f"use_shm=True but the slab of {url} cannot be mapped from this process", "shm"
+        )
+    return slab
