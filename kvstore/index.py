@@ -14,11 +14,13 @@ class Entry:
 
     ``tiers`` is a bitmask of tier positions (bit 0 = top tier) that hold a complete, published
     copy. ``pending`` marks a shared-memory write reserved in the host tier but not yet
-    committed: such a block is invisible to get, lookup and contains.
+    committed: such a block is invisible to get, lookup and contains. ``checksum`` is None
+    while only memory tiers hold the block: they never verify, so it is computed when the block
+    first goes to a tier that keeps it (the store's ``_write``), not on the put path.
     """
 
     size: int
-    checksum: int
+    checksum: int | None
     layout_id: int
     tiers: int = 0
     pending: bool = False

@@ -77,6 +77,13 @@ class Store(SharedMemoryPath):
         self._shared: list[Any] = [
             t for t in self._tiers if getattr(t, "discover", None) is not None
         ]
+        # per start tier: does a put write a tier that keeps checksums (itself or write-through)
+        self._eager_sums: list[bool] = [
+            self._tiers[p].needs_checksum or any(
+                self._tcfg[low].write_through and self._tiers[low].needs_checksum
+                for low in range(p + 1, len(self._tiers)))
+            for p in range(len(self._tiers))
+        ]
         self._lock = threading.RLock()
         self._index = BlockIndex()
         self._leases = LeaseTable()
@@ -133,8 +140,11 @@ class Store(SharedMemoryPath):
         keys = self._keys(namespace, hashes)
         for block in blocks:
             ns.check_size(memoryview(block).nbytes)
-        sums = [checksum(b) for b in blocks]  # outside the lock: the costly part of a put
         start = self._tier_pos(tier) if tier is not None else 0
+        # Checksums only where a tier written now keeps them (computed outside the lock); a
+        # block that lands in memory gets its checksum when it first goes lower (_write).
+        sums: list[int | None] = [checksum(b) for b in blocks] if self._eager_sums[start] \
+            else [None] * len(blocks)
         stored = existing = refused = 0
         with self._lock:
             self._check_open()
@@ -359,6 +369,9 @@ class Store(SharedMemoryPath):
                     continue
                 if not entry.tiers:
                     raise IntegrityError(f"{fmt_key(key)} indexed in no tier")
+                if entry.checksum is None and any(
+                        self._tiers[p].needs_checksum for p in entry.positions()):
+                    raise IntegrityError(f"{fmt_key(key)} on a checksummed tier without checksum")
                 counted = usage.setdefault(key[0], [0, 0])
                 counted[0] += 1
                 counted[1] += entry.size

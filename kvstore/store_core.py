@@ -38,6 +38,7 @@ class StoreCore:
     _names: list[str]
     _top_name_by_mask: list[str | None]
     _shared: list[Any]
+    _eager_sums: list[bool]
     _lock: threading.RLock
     _index: BlockIndex
     _leases: LeaseTable

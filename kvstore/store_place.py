@@ -1,6 +1,10 @@
 """Placement and eviction: where a new block goes, how tiers make room (demoting victims
 down the stack), write-through copies and the spill to disk on close. Call with the store
-lock held."""
+lock held.
+
+Checksums are computed here, lazily: a block that only memory tiers hold has none (they never
+verify), and :meth:`Placement._write` computes it the first time the block goes to a tier that
+keeps one (disk, S3), recording it in the index entry too."""
 
 from __future__ import annotations
 
@@ -54,11 +58,13 @@ class Placement(StoreCore):
     def _place(self, item: tuple[BlockKey, Buffer, BlockMeta], start: int) -> bool:
         """Store a new block in the first tier at or below ``start`` that admits it and can make
         room; also into write-through tiers below. False if no tier could take it."""
-        key, data, meta = item
+        key = item[0]
         for pos in range(start, len(self._tiers)):
             if pos > start and not self._admissions[pos].admit(key):
                 continue
-            if self._write(pos, [item]):
+            one = [item]
+            if self._write(pos, one):
+                _, data, meta = item = one[0]  # _write may have added the checksum
                 entry = Entry(meta.size, meta.checksum, meta.layout_id, tiers=1 << pos)
                 self._index[key] = entry
                 self._track(pos, key, meta.size)
@@ -70,12 +76,21 @@ class Placement(StoreCore):
                 return True
         return False
 
-    def _copy_down(self, key: BlockKey, entry: Entry, data: Buffer, csum: int, pos: int) -> None:
+    def _copy_down(
+        self, key: BlockKey, entry: Entry, data: Buffer, csum: int | None, pos: int
+    ) -> None:
         """Give an existing block a copy in tier ``pos`` (a put that names a tier, such as a
         durable put to disk, of a block that memory tiers hold). The caller's bytes are used
         only if they are the bytes we hold."""
-        if csum != entry.checksum:
+        top: bytes | None = None
+        if entry.checksum is None:  # held by memory tiers only: hash what they hold
             top = self._tiers[entry.top()].get_many([key])[0]
+            if top is None:
+                return
+            entry.checksum = checksum(top)
+        if (checksum(data) if csum is None else csum) != entry.checksum:
+            if top is None:
+                top = self._tiers[entry.top()].get_many([key])[0]
             if top is None or checksum(top) != entry.checksum:
                 return
             data = top
@@ -95,17 +110,31 @@ class Placement(StoreCore):
                 self._settle(low)
 
     def _write(self, pos: int, items: list[tuple[BlockKey, Buffer, BlockMeta]]) -> bool:
-        """Make room in tier ``pos`` and write ``items``; False if it cannot."""
+        """Make room in tier ``pos`` and write ``items``; False if it cannot. For a tier that
+        keeps checksums, items without one get it computed, in ``items`` (callers read their
+        metas back) and in the index entry if the block has one."""
         tier = self._tiers[pos]
         need = sum(tier.charge(m.size) for _, _, m in items)
         if need > tier.capacity_bytes or not self._make_room(pos, need):
             return False
+        if tier.needs_checksum:
+            self._seal(items)
         try:
             tier.put_many(items)
         except (CapacityError, TierUnavailableError) as exc:
             log.warning("%s tier refused %d blocks: %s", tier.name, len(items), exc)
             return False
         return True
+
+    def _seal(self, items: list[tuple[BlockKey, Buffer, BlockMeta]]) -> None:
+        """Fill in missing checksums, in place."""
+        for i, (key, data, meta) in enumerate(items):
+            if meta.checksum is None:
+                csum = checksum(data)
+                items[i] = (key, data, meta._replace(checksum=csum))
+                entry = self._index.get(key)
+                if entry is not None and entry.checksum is None:
+                    entry.checksum = csum
 
     def _make_room(self, pos: int, need: int) -> bool:
         """Evict from tier ``pos`` until ``need`` more bytes fit under its capacity."""

@@ -7,17 +7,20 @@ extents inside it and copies block bytes itself, so only control messages cross 
   and returns its extents; the client copies, then calls ``release``.
 - write: :meth:`reserve_write` allocates host slots for blocks the store does not have yet
   (invisible to every reader); the client copies into them, then :meth:`commit_write`
-  checksums and publishes them, or :meth:`abort_write` frees them. A reservation whose lease
-  runs out is freed, so a client that dies mid-write leaves nothing behind.
+  publishes them, or :meth:`abort_write` frees them. A reservation whose lease runs out is
+  freed, so a client that dies mid-write leaves nothing behind.
+
+Commit does not checksum: like every block that only memory tiers hold, a committed block is
+hashed when it first goes to disk or S3. The slab is mapped writable by local clients, so a
+client that writes into a block after committing it changes what is later stored; local
+clients are trusted with the host tier's memory either way (they could overwrite any slot).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any, cast
-
-import xxhash
+from typing import cast
 
 from kvstore.errors import CapacityError, KVStoreError
 from kvstore.index import Entry
@@ -108,7 +111,7 @@ class SharedMemoryPath(Reads):
                 )
             extents = tier.reserve_many([(k, ns.block_bytes) for k in fresh])
             for key, ext in zip(fresh, extents, strict=True):
-                self._index[key] = Entry(ns.block_bytes, 0, ns.layout_id, pending=True)
+                self._index[key] = Entry(ns.block_bytes, None, ns.layout_id, pending=True)
                 self._reservations[key] = (owner, expiry, ext)
             where = dict(zip(fresh, extents, strict=True))
         return [where.pop(k, None) for k in keys]  # a key asked twice is written once
@@ -116,8 +119,8 @@ class SharedMemoryPath(Reads):
     def commit_write(
         self, namespace: str, hashes: Sequence[bytes], *, owner: str = ""
     ) -> PutResult:
-        """Checksum and publish blocks this owner reserved and wrote. Keys it did not
-        reserve count as ``existing`` if stored, else ``refused``."""
+        """Publish blocks this owner reserved and wrote. Keys it did not reserve count as
+        ``existing`` if stored, else ``refused``."""
         host = self._require_host()
         keys = self._keys(namespace, hashes)
         tier = self._slab(host)
@@ -139,13 +142,10 @@ class SharedMemoryPath(Reads):
                         refused += 1
                     continue
                 mine.append(key)
-            # checksum straight from the slab; the client finished writing before it committed
-            sums = [_checksum_extents(tier, self._reservations[k][2]) for k in mine]
             tier.publish_many(mine)
-            for key, csum in zip(mine, sums, strict=True):
+            for key in mine:
                 del self._reservations[key]
                 entry = self._index[key]
-                entry.checksum = csum
                 entry.pending = False
                 entry.tiers = 1 << host
                 self._track(host, key, entry.size)
@@ -185,11 +185,3 @@ class SharedMemoryPath(Reads):
         if pos is None:
             raise KVStoreError("this store has no host tier: the shared-memory path is off")
         return int(pos)
-
-
-def _checksum_extents(tier: Any, extents: Extents) -> int:
-    """xxh3-64 of a block laid out over slab extents, hashed in place (no joined copy)."""
-    digest = xxhash.xxh3_64()
-    for offset, length in extents:
-        digest.update(tier.view(offset, length))
-    return int(digest.intdigest())

@@ -23,10 +23,11 @@ Buffer = bytes | bytearray | memoryview
 
 class BlockMeta(NamedTuple):
     """What a tier keeps beside a block's bytes: the namespace layout id, the checksum of the
-    bytes (xxh3-64) and their length."""
+    bytes (xxh3-64) and their length. The checksum is None only on the way into a tier that
+    neither keeps nor verifies it (memory tiers; see :attr:`Tier.needs_checksum`)."""
 
     layout_id: int
-    checksum: int
+    checksum: int | None
     size: int
 
 
@@ -42,6 +43,11 @@ class Tier(ABC):
     name: str = "tier"
     persistent: bool = False
     verify_reads: bool = False
+
+    @property
+    def needs_checksum(self) -> bool:
+        """Whether blocks given to :meth:`put_many` must carry their checksum."""
+        return self.persistent or self.verify_reads
 
     def __init__(self, capacity_bytes: int) -> None:
         if capacity_bytes <= 0:
