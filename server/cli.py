@@ -44,7 +44,7 @@ def add_serve_parser(sub: Any) -> None:
 def run_serve(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
-    from server.runtime import serve
+    from server.runtime import loop_factory, serve
     from server.settings import ServerSettings, load_settings
 
     flags = {k: getattr(args, k) for k in ServerSettings.model_fields if hasattr(args, k)}
@@ -55,7 +55,8 @@ def run_serve(args: argparse.Namespace) -> int:
         return 2
     logging.basicConfig(level=settings.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    return asyncio.run(serve(settings))
+    with asyncio.Runner(loop_factory=loop_factory(settings.event_loop)) as runner:
+        return runner.run(serve(settings))
 
 
 def _client_args(p: argparse.ArgumentParser) -> None:

@@ -17,7 +17,7 @@ import os
 import signal
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import uvicorn
@@ -86,6 +86,20 @@ def durable_tier(settings: ServerSettings) -> str | None:
     if settings.disk_capacity:
         return "disk"
     return "s3" if settings.s3_bucket else None
+
+
+def loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The event loop ``kvstore serve`` runs on: uvloop for ``auto`` where it is installed
+    (it is a dependency on Linux and macOS), else asyncio's own. None means asyncio's."""
+    if choice == "asyncio":
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        if choice == "uvloop":
+            raise RuntimeError("event_loop 'uvloop' is set but uvloop is not installed") from None
+        return None
+    return uvloop.new_event_loop
 
 
 class _Uvicorn(uvicorn.Server):

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from server.runtime import loop_factory
 from server.settings import load_settings, parse_size
 
 
@@ -81,3 +82,14 @@ def test_too_long_socket_path_is_refused_with_advice(tmp_path: Path) -> None:
     with pytest.raises(ValidationError, match="unix_socket"):
         load_settings(data_dir=str(deep))
     assert load_settings(data_dir=str(deep), unix_socket=str(tmp_path / "s.sock")).socket_path
+
+
+def test_event_loop_choice(tmp_path: Path) -> None:
+    import uvloop
+
+    assert load_settings(None, data_dir=str(tmp_path)).event_loop == "auto"
+    assert loop_factory("auto") is uvloop.new_event_loop
+    assert loop_factory("uvloop") is uvloop.new_event_loop
+    assert loop_factory("asyncio") is None
+    with pytest.raises(ValidationError, match="event_loop"):
+        load_settings(None, data_dir=str(tmp_path), event_loop="trio")

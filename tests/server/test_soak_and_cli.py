@@ -62,11 +62,13 @@ def test_serve_rejects_bad_configuration(tmp_path: Path) -> None:
 
 
 def test_serve_reads_yaml_and_python_dash_m(tmp_path: Path) -> None:
-    """``python -m server --config kv.yaml`` with the ports and sizes from the file."""
+    """``python -m server --config kv.yaml`` with the ports and sizes from the file, on
+    asyncio's own event loop (every other server test runs on the default, uvloop)."""
     srv = ServerProc(tmp_path / "data")
     cfg = tmp_path / "kv.yaml"
     cfg.write_text(f"port: {srv.port}\ndata_port: {srv.data_port}\n"
-                   f"data_dir: {tmp_path / 'data'}\nhost_capacity: 32MiB\ndisk_capacity: 64MiB\n")
+                   f"data_dir: {tmp_path / 'data'}\nhost_capacity: 32MiB\ndisk_capacity: 64MiB\n"
+                   "event_loop: asyncio\n")
     proc = subprocess.Popen([sys.executable, "-m", "server", "--config", str(cfg)], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     srv.proc = proc
