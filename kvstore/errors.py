@@ -32,5 +32,11 @@ class CapacityError(KVStoreError):
     every tier."""
 
 
+class WouldBlock(KVStoreError):
+    """A call made with ``nowait=True`` would have waited: the store lock was busy, or it
+    needed tier I/O (an eviction to disk, a read from disk). Nothing was changed; call again
+    without ``nowait``, on a thread that may block."""
+
+
 class TierUnavailableError(KVStoreError):
     """A tier's back end (LMDB file, S3 endpoint) cannot serve right now."""

@@ -26,9 +26,7 @@ from typing import Any
 
 from kvstore.checksum import checksum
 from kvstore.config import StoreConfig, TierConfig
-from kvstore.errors import (
-    KVStoreError,
-)
+from kvstore.errors import KVStoreError, WouldBlock
 from kvstore.index import BlockIndex, Entry
 from kvstore.leases import LeaseTable
 from kvstore.namespace import Namespace, NamespaceRegistry
@@ -118,8 +116,7 @@ class Store(SharedMemoryPath):
             return new
 
     def namespaces(self) -> list[Namespace]:
-        with self._lock:
-            return self._namespaces.all()
+        return self._namespaces.all()  # one C-level copy of a dict: no lock (see namespace())
 
     # -- data path ----------------------------------------------------------------------------
     def put(
@@ -195,9 +192,12 @@ class Store(SharedMemoryPath):
             entry = self._index.get(key)
             return entry is not None and not entry.pending and entry.tiers != 0
 
-    def lookup(self, namespace: str, hashes: Sequence[bytes]) -> LookupResult:
+    def lookup(
+        self, namespace: str, hashes: Sequence[bytes], *, nowait: bool = False
+    ) -> LookupResult:
         """Longest prefix of ``hashes`` that is stored, and the top tier of each block in it.
-        No side effects on recency, leases or stats."""
+        No side effects on recency, leases or stats. With ``nowait``, raises
+        :class:`~kvstore.errors.WouldBlock` rather than wait for the lock or ask S3."""
         self.namespace(namespace)
         # The hot loop of routing decisions: one dict.get and one list index per block. Only
         # bytes are ever indexed, so a hit proves its hash valid; the tail after the first
@@ -205,7 +205,7 @@ class Store(SharedMemoryPath):
         by_mask = self._top_name_by_mask
         tiers: list[str] = []
         append = tiers.append
-        with self._lock:
+        with self._hold(nowait):
             get = self._index.namespace(namespace).get
             try:
                 for h in hashes:
@@ -221,9 +221,12 @@ class Store(SharedMemoryPath):
         n = len(tiers)
         if n < len(hashes):
             if check_hashes(hashes[n:]):
-                return self.lookup(namespace, [bytes(h) for h in hashes])
-            if self._shared and self._discover(self._keys(namespace, hashes[n:]), prefix=True):
-                return self.lookup(namespace, hashes)
+                return self.lookup(namespace, [bytes(h) for h in hashes], nowait=nowait)
+            if self._shared:
+                if nowait:
+                    raise WouldBlock("the rest of the chain must be looked up in S3")
+                if self._discover(self._keys(namespace, hashes[n:]), prefix=True):
+                    return self.lookup(namespace, hashes)
         return LookupResult(n, tiers)
 
     def delete(self, namespace: str, hashes: Sequence[bytes]) -> int:
@@ -276,9 +279,13 @@ class Store(SharedMemoryPath):
                 out.append(ok)
         return out
 
-    def release(self, namespace: str, hashes: Sequence[bytes], *, owner: str = "") -> int:
+    def release(
+        self, namespace: str, hashes: Sequence[bytes], *, owner: str = "", nowait: bool = False
+    ) -> int:
+        """Drop ``owner``'s pins on ``hashes``; returns how many it held. With ``nowait``,
+        raises :class:`~kvstore.errors.WouldBlock` rather than wait for the store lock."""
         keys = self._keys(namespace, hashes)
-        with self._lock:
+        with self._hold(nowait):
             return sum(self._leases.release(key, owner) for key in keys)
 
     def expire_leases(self, owner: str | None = None) -> int:

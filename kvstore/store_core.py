@@ -10,12 +10,13 @@ they say otherwise.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any
 
 from kvstore.config import StoreConfig, TierConfig
-from kvstore.errors import InvalidHashError, KVStoreError
+from kvstore.errors import InvalidHashError, KVStoreError, WouldBlock
 from kvstore.index import BlockIndex, Entry
 from kvstore.leases import LeaseTable
 from kvstore.namespace import Namespace, NamespaceRegistry
@@ -52,9 +53,19 @@ class StoreCore:
     _prefetcher: ThreadPoolExecutor
 
     def namespace(self, name: str) -> Namespace:
-        """The registered namespace ``name``; raises ``UnknownNamespaceError``."""
-        with self._lock:
-            return self._namespaces.get(name)
+        """The registered namespace ``name``; raises ``UnknownNamespaceError``. Takes no lock
+        (one dict read; registration is one dict write), so an event loop may call it."""
+        return self._namespaces.get(name)
+
+    @contextmanager
+    def _hold(self, nowait: bool) -> Iterator[None]:
+        """The store lock; with ``nowait``, :class:`WouldBlock` instead of waiting for it."""
+        if not self._lock.acquire(blocking=not nowait):
+            raise WouldBlock("the store is busy")
+        try:
+            yield
+        finally:
+            self._lock.release()
 
     def _track(self, pos: int, key: BlockKey, size: int) -> None:
         self._policies[pos].on_put(key, size)

@@ -22,7 +22,7 @@ import time
 from collections.abc import Sequence
 from typing import cast
 
-from kvstore.errors import CapacityError, KVStoreError
+from kvstore.errors import CapacityError, KVStoreError, WouldBlock
 from kvstore.index import Entry
 from kvstore.stats import NamespaceUsage
 from kvstore.store_read import Reads
@@ -48,23 +48,28 @@ class SharedMemoryPath(Reads):
         *,
         lease_s: float | None = None,
         owner: str = "",
+        nowait: bool = False,
     ) -> list[Extents | None]:
         """Extents in the host slab of each block (None for a miss), each pinned for
         ``lease_s`` under ``owner``: copy the bytes, then ``release`` them. Blocks in lower
-        tiers are promoted into the host tier first. Counts as a get in the stats."""
+        tiers are promoted into the host tier first. Counts as a get in the stats. With
+        ``nowait``, raises :class:`~kvstore.errors.WouldBlock` rather than wait for the lock
+        or promote (read a lower tier)."""
         host = self._require_host()
         self.namespace(namespace)
         keys = self._keys(namespace, hashes)
         lease = self._lease(lease_s)
         out: list[Extents | None] = [None] * len(keys)
-        with self._lock:
+        with self._hold(nowait):
             below = [
                 k for k in keys
                 if (e := self._index.get(k)) is not None and e.tiers and not e.holds(host)
             ]
         if below:
+            if nowait:
+                raise WouldBlock(f"{len(below)} blocks must be promoted from a lower tier")
             self._read(below, promote=True, count=False, promote_to=host)
-        with self._lock:
+        with self._hold(nowait):
             entries = [self._index.get(key) for key in keys]
             stuck = sum(
                 1 for e in entries if e is not None and e.tiers and not e.holds(host)
@@ -92,19 +97,24 @@ class SharedMemoryPath(Reads):
         *,
         lease_s: float | None = None,
         owner: str = "",
+        nowait: bool = False,
     ) -> list[Extents | None]:
         """Host-slab extents to write each new block into; None where the store already has
         the block (or another writer reserved it): skip those. Raises
-        :class:`~kvstore.errors.CapacityError` if the host tier cannot make room."""
+        :class:`~kvstore.errors.CapacityError` if the host tier cannot make room, and with
+        ``nowait`` :class:`~kvstore.errors.WouldBlock` rather than wait for the lock or evict."""
         host = self._require_host()
         ns = self.namespace(namespace)
         keys = self._keys(namespace, hashes)
         expiry = time.monotonic() + self._lease(lease_s)
         tier = self._slab(host)
-        with self._lock:
+        with self._hold(nowait):
             self._check_open()
             fresh = list(dict.fromkeys(k for k in keys if k not in self._index))
-            if not self._make_room(host, tier.charge(ns.block_bytes) * len(fresh)):
+            need = tier.charge(ns.block_bytes) * len(fresh)
+            if nowait and tier.used_bytes() + need > tier.capacity_bytes:
+                raise WouldBlock("the host tier must evict to make room")
+            if not self._make_room(host, need):
                 raise CapacityError(
                     f"host tier has no room for {len(fresh)} blocks: everything resident is "
                     "pinned or being read"
@@ -117,15 +127,21 @@ class SharedMemoryPath(Reads):
         return [where.pop(k, None) for k in keys]  # a key asked twice is written once
 
     def commit_write(
-        self, namespace: str, hashes: Sequence[bytes], *, owner: str = ""
+        self, namespace: str, hashes: Sequence[bytes], *, owner: str = "", nowait: bool = False
     ) -> PutResult:
         """Publish blocks this owner reserved and wrote. Keys it did not reserve count as
-        ``existing`` if stored, else ``refused``."""
+        ``existing`` if stored, else ``refused``. With ``nowait``, raises
+        :class:`~kvstore.errors.WouldBlock` (publishing nothing) rather than wait for the lock,
+        copy to a write-through tier or evict past the high watermark."""
         host = self._require_host()
         keys = self._keys(namespace, hashes)
         tier = self._slab(host)
         stored = existing = refused = 0
-        with self._lock:
+        through = any(c.write_through for c in self._tcfg[host + 1:])
+        with self._hold(nowait):
+            if nowait and (through or tier.used_bytes()
+                           > self._tcfg[host].high_watermark * tier.capacity_bytes):
+                raise WouldBlock("the commit must copy or evict to a lower tier")
             mine: list[BlockKey] = []
             seen: set[BlockKey] = set()
             for key in keys:
@@ -155,7 +171,6 @@ class SharedMemoryPath(Reads):
                 usage.blocks += 1
                 usage.bytes += entry.size
                 stored += 1
-            through = any(c.write_through for c in self._tcfg[host + 1:])
             for key in mine if through else ():  # copies only when a tier below wants them
                 entry = self._index[key]
                 data = tier.read(key)

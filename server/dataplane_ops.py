@@ -2,7 +2,11 @@
 
 Every op validates its arguments on the event loop (cheap, and a bad frame never reaches the
 store), then runs its store call in a worker thread: one thread hop per batch, never per
-block. Each returns ``(reply fields, payload buffers)``.
+block. The small ops of the shared-memory path and of routing (``shm_*``, ``lookup``,
+``release``) first try their store call on the event loop with ``nowait=True``: it either
+finishes in memory without waiting, or raises ``WouldBlock`` having changed nothing, and then
+goes to a worker thread. The hop costs more than such an op on a busy host, and a local put
+is two of them. Each op returns ``(reply fields, payload buffers)``.
 
 Pins and shared-memory reservations belong to the session's ``owner`` (chosen by the client
 in ``hello`` so that all its connections share it); reads through shared memory pin under
@@ -17,6 +21,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvstore.errors import WouldBlock
 from kvstore.namespace import Layout, Namespace
 from server.auth import Authenticator, Principal
 from server.errors import AuthError
@@ -92,6 +97,14 @@ class Ops:
     def _hashes(self, header: dict[str, Any]) -> list[bytes]:
         return arg_hashes(header, self.settings.max_batch)
 
+    async def _now(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args, nowait=True)`` here on the event loop, or ``fn(*args)`` in a worker
+        thread if that would block."""
+        try:
+            return fn(*args, nowait=True)
+        except WouldBlock:
+            return await self.run(fn, *args)
+
     def _require_shm(self) -> None:
         if not self.shm:
             raise FrameError("unavailable", "the shared-memory path is off on this server")
@@ -159,7 +172,7 @@ class Ops:
     # -- index and pins -------------------------------------------------------------------
     async def lookup(self, session: Session, header: dict[str, Any], _: memoryview) -> Reply:
         ns = self._ns(session, header)
-        result = await self.run(self.store.lookup, ns.name, self._hashes(header))
+        result = await self._now(self.store.lookup, ns.name, self._hashes(header))
         return {"prefix_blocks": result.prefix_blocks, "tiers": list(result.tiers)}, []
 
     async def prefetch(self, session: Session, header: dict[str, Any], _: memoryview) -> Reply:
@@ -179,11 +192,11 @@ class Ops:
 
     async def release(self, session: Session, header: dict[str, Any], _: memoryview) -> Reply:
         ns = self._ns(session, header)
-        n = await self.run(self._release, ns.name, self._hashes(header), session.owner)
+        n = await self._now(self._release, ns.name, self._hashes(header), session.owner)
         return {"released": n}, []
 
-    def _release(self, ns: str, hashes: list[bytes], owner: str) -> int:
-        released: int = self.store.release(ns, hashes, owner=owner)
+    def _release(self, ns: str, hashes: list[bytes], owner: str, nowait: bool = False) -> int:
+        released: int = self.store.release(ns, hashes, owner=owner, nowait=nowait)
         return released
 
     async def delete(self, session: Session, header: dict[str, Any], _: memoryview) -> Reply:
@@ -208,21 +221,22 @@ class Ops:
     async def shm_reserve(self, session: Session, header: dict[str, Any], _: memoryview) -> Reply:
         self._require_shm()
         ns = self._ns(session, header)
-        extents = await self.run(self._reserve, ns.name, self._hashes(header),
-                                 arg_float(header, "lease_s"), session.owner)
+        extents = await self._now(self._reserve, ns.name, self._hashes(header),
+                                  arg_float(header, "lease_s"), session.owner)
         return {"extents": extents}, []
 
-    def _reserve(self, ns: str, hashes: list[bytes], lease_s: float | None, owner: str) -> Any:
-        return self.store.reserve_write(ns, hashes, lease_s=lease_s, owner=owner)
+    def _reserve(self, ns: str, hashes: list[bytes], lease_s: float | None, owner: str,
+                 nowait: bool = False) -> Any:
+        return self.store.reserve_write(ns, hashes, lease_s=lease_s, owner=owner, nowait=nowait)
 
     async def shm_commit(self, session: Session, header: dict[str, Any], _: memoryview) -> Reply:
         self._require_shm()
         ns = self._ns(session, header)
-        result = await self.run(self._commit, ns.name, self._hashes(header), session.owner)
+        result = await self._now(self._commit, ns.name, self._hashes(header), session.owner)
         return result._asdict(), []
 
-    def _commit(self, ns: str, hashes: list[bytes], owner: str) -> Any:
-        return self.store.commit_write(ns, hashes, owner=owner)
+    def _commit(self, ns: str, hashes: list[bytes], owner: str, nowait: bool = False) -> Any:
+        return self.store.commit_write(ns, hashes, owner=owner, nowait=nowait)
 
     async def shm_abort(self, session: Session, header: dict[str, Any], _: memoryview) -> Reply:
         self._require_shm()
@@ -236,18 +250,19 @@ class Ops:
     async def shm_acquire(self, session: Session, header: dict[str, Any], _: memoryview) -> Reply:
         self._require_shm()
         ns = self._ns(session, header)
-        extents = await self.run(self._acquire, ns.name, self._hashes(header),
-                                 arg_float(header, "lease_s"), session.owner + READ_SUFFIX)
+        extents = await self._now(self._acquire, ns.name, self._hashes(header),
+                                  arg_float(header, "lease_s"), session.owner + READ_SUFFIX)
         return {"extents": extents}, []
 
-    def _acquire(self, ns: str, hashes: list[bytes], lease_s: float | None, owner: str) -> Any:
-        return self.store.acquire_read(ns, hashes, lease_s=lease_s, owner=owner)
+    def _acquire(self, ns: str, hashes: list[bytes], lease_s: float | None, owner: str,
+                 nowait: bool = False) -> Any:
+        return self.store.acquire_read(ns, hashes, lease_s=lease_s, owner=owner, nowait=nowait)
 
     async def shm_release(self, session: Session, header: dict[str, Any], _: memoryview) -> Reply:
         self._require_shm()
         ns = self._ns(session, header)
-        n = await self.run(self._release, ns.name, self._hashes(header),
-                           session.owner + READ_SUFFIX)
+        n = await self._now(self._release, ns.name, self._hashes(header),
+                            session.owner + READ_SUFFIX)
         return {"released": n}, []
 
 
