@@ -32,6 +32,11 @@ class CapacityError(KVStoreError):
     every tier."""
 
 
+class StaleStagingError(KVStoreError):
+    """A write named a staged host-slab place that its owner no longer holds (the server
+    restarted or dropped the owner's leases). Nothing was written; reserve afresh."""
+
+
 class WouldBlock(KVStoreError):
     """A call made with ``nowait=True`` would have waited: the store lock was busy, or it
     needed tier I/O (an eviction to disk, a read from disk). Nothing was changed; call again

@@ -33,7 +33,7 @@ from kvstore.namespace import Namespace, NamespaceRegistry
 from kvstore.policy import Admission, Policy, make_admission, make_policy
 from kvstore.stats import Counters, NamespaceUsage
 from kvstore.store_core import check_hashes, fmt_key
-from kvstore.store_shm import SharedMemoryPath
+from kvstore.store_stage import Staged, StagedWrites
 from kvstore.tiers import Tier, make_tier
 from kvstore.tiers.base import BlockMeta, Buffer
 from kvstore.types import BlockKey, LookupResult, PutResult
@@ -45,7 +45,7 @@ class IntegrityError(KVStoreError, AssertionError):
     """The index, the tiers and the policies disagree, or a capacity is exceeded."""
 
 
-class Store(SharedMemoryPath):
+class Store(StagedWrites):
     """Tiered block store. See ``docs/store_api.md`` for the method table; the zero-copy
     host path (``host_slab``, ``acquire_read``, ``reserve_write``...) is in
     :mod:`kvstore.store_shm`."""
@@ -87,6 +87,9 @@ class Store(SharedMemoryPath):
         self._leases = LeaseTable()
         # shm writes in flight: key -> (owner, lease expiry, host-slab extents)
         self._reservations: dict[BlockKey, tuple[str, float, list[tuple[int, int]]]] = {}
+        self._staged: dict[str, Staged] = {}
+        self._stage_seq = 0
+        self._staged_bytes = 0
         self._namespaces = NamespaceRegistry()
         self._tier_stats = [Counters() for _ in self._tiers]
         self._ns_stats: dict[str, Counters] = {}
@@ -289,9 +292,12 @@ class Store(SharedMemoryPath):
             return sum(self._leases.release(key, owner) for key in keys)
 
     def expire_leases(self, owner: str | None = None) -> int:
-        """Drop expired pins and reservations, or all of ``owner``'s when given."""
+        """Drop expired pins and reservations, or all of ``owner``'s (staged places too) when
+        given."""
         with self._lock:
             dropped = self._leases.expire(owner)
+            if owner is not None:
+                dropped += self._drop_staged(owner)
             now = time.monotonic()
             for key, (who, expiry, _) in list(self._reservations.items()):
                 if (owner is not None and who == owner) or expiry <= now:
@@ -421,6 +427,8 @@ class Store(SharedMemoryPath):
         with self._lock:
             for key in list(self._reservations):
                 self._unreserve(key)
+            for owner in list(self._staged):
+                self._drop_staged(owner)
             if self.config.spill_on_close:
                 self._spill()
             for tier in self._tiers:

@@ -135,12 +135,10 @@ class SharedMemoryPath(Reads):
         copy to a write-through tier or evict past the high watermark."""
         host = self._require_host()
         keys = self._keys(namespace, hashes)
-        tier = self._slab(host)
-        stored = existing = refused = 0
+        existing = refused = 0
         through = any(c.write_through for c in self._tcfg[host + 1:])
         with self._hold(nowait):
-            if nowait and (through or tier.used_bytes()
-                           > self._tcfg[host].high_watermark * tier.capacity_bytes):
+            if nowait and self._commit_blocked(host):
                 raise WouldBlock("the commit must copy or evict to a lower tier")
             mine: list[BlockKey] = []
             seen: set[BlockKey] = set()
@@ -158,27 +156,37 @@ class SharedMemoryPath(Reads):
                         refused += 1
                     continue
                 mine.append(key)
-            tier.publish_many(mine)
-            for key in mine:
-                del self._reservations[key]
-                entry = self._index[key]
-                entry.pending = False
-                entry.tiers = 1 << host
-                self._track(host, key, entry.size)
-                for adm in self._admissions:
-                    adm.on_access(key)
-                usage = self._ns_usage.setdefault(key[0], NamespaceUsage())
-                usage.blocks += 1
-                usage.bytes += entry.size
-                stored += 1
-            for key in mine if through else ():  # copies only when a tier below wants them
-                entry = self._index[key]
-                data = tier.read(key)
-                self._write_through(
-                    host, key, data, BlockMeta(entry.layout_id, entry.checksum, entry.size), entry
-                )
-            self._settle(host)
-        return PutResult(stored, existing, refused)
+            self._publish(host, mine, through)
+        return PutResult(len(mine), existing, refused)
+
+    def _publish(self, host: int, keys: list[BlockKey], through: bool) -> None:
+        """Make reserved, written blocks visible in the host tier (lock held)."""
+        tier = self._slab(host)
+        tier.publish_many(keys)
+        for key in keys:
+            del self._reservations[key]
+            entry = self._index[key]
+            entry.pending = False
+            entry.tiers = 1 << host
+            self._track(host, key, entry.size)
+            for adm in self._admissions:
+                adm.on_access(key)
+            usage = self._ns_usage.setdefault(key[0], NamespaceUsage())
+            usage.blocks += 1
+            usage.bytes += entry.size
+        for key in keys if through else ():  # copies only when a tier below wants them
+            entry = self._index[key]
+            data = tier.read(key)
+            self._write_through(
+                host, key, data, BlockMeta(entry.layout_id, entry.checksum, entry.size), entry
+            )
+        self._settle(host)
+
+    def _commit_blocked(self, host: int) -> bool:
+        """Whether a commit now would copy to a write-through tier or evict (I/O)."""
+        tier = self._slab(host)
+        return any(c.write_through for c in self._tcfg[host + 1:]) or \
+            tier.used_bytes() > self._tcfg[host].high_watermark * tier.capacity_bytes
 
     def abort_write(self, namespace: str, hashes: Sequence[bytes], *, owner: str = "") -> int:
         """Free this owner's reservations for ``hashes``. Returns how many were freed."""

@@ -31,6 +31,7 @@ from server.client_errors import (
     NamespaceConflictError,
     PermissionDeniedError,
     ProtocolError,
+    StaleStagingError,
     StoreUnavailableError,
     UnknownNamespaceError,
 )
@@ -44,8 +45,8 @@ T = TypeVar("T")
 __all__ = [
     "AsyncKVStoreClient", "AuthenticationError", "BadRequestError", "BlockSizeError",
     "CapacityError", "KVStoreClient", "KVStoreClientError", "KVStoreUnavailableError",
-    "NamespaceConflictError", "PermissionDeniedError", "ProtocolError", "StoreUnavailableError",
-    "UnknownNamespaceError",
+    "NamespaceConflictError", "PermissionDeniedError", "ProtocolError", "StaleStagingError",
+    "StoreUnavailableError", "UnknownNamespaceError",
 ]
 
 
@@ -64,6 +65,10 @@ class KVStoreClient:
         self._info: ServerInfo | None = None
         self._slab: SlabMapping | None = None
         self._block_bytes: dict[str, int] = {}  # per namespace, learnt from extents
+        # staged shm places per namespace (kvstore.store_stage), valid for _staged_for only
+        self._staged: dict[str, list[list[Any]]] = {}
+        self._stage_short: dict[str, int] = {}  # batches this large could not be staged
+        self._staged_for: str | None = None
         self._closed = False
 
     # -- public API -----------------------------------------------------------------------
@@ -161,6 +166,10 @@ class KVStoreClient:
         for lo, hi in batches(sizes, info, max_bytes=slab_room(info) if use_slab else None):
             hs, bs = hashes[lo:hi], blocks[lo:hi]
             if slab is not None and use_slab:
+                staged = self._put_staged(conn, info, slab, ns, hs, bs)
+                if staged is not None:
+                    results.append(staged)
+                    continue
                 extents = conn.request({"op": "shm_reserve", "ns": ns, "hashes": hs})[0]
                 todo = [i for i, e in enumerate(extents["extents"]) if e is not None]
                 try:
@@ -174,6 +183,54 @@ class KVStoreClient:
                 results.append(conn.request({"op": "put", "ns": ns, "hashes": hs,
                                              "sizes": sizes[lo:hi], "durable": durable}, bs)[0])
         return merge_put(results)
+
+    def _put_staged(self, conn: FrameSocket, info: ServerInfo, slab: SlabMapping, ns: str,
+                    hs: list[bytes], bs: Sequence[Buffer]) -> dict[str, int] | None:
+        """One batch through staged places in one round trip (kvstore.store_stage); None if
+        the server could not stage enough places (the caller reserves and commits)."""
+        places = self._take_places(conn, info.instance, ns, len(hs))
+        if places is None:
+            return None
+        try:
+            for ext, block in zip(places, bs, strict=True):
+                slab.write(ext, block)
+            reply = conn.request({"op": "shm_put", "ns": ns, "hashes": hs,
+                                  "places": [ext[0][0] for ext in places]})[0]
+        except StaleStagingError:  # the server dropped them: nothing was stored
+            with self._lock:
+                self._staged.pop(ns, None)
+            return None
+        except BaseException:
+            self._give_back(info.instance, ns, places)  # still ours unless the server went
+            raise
+        used = set(reply["used"])
+        self._give_back(info.instance, ns,
+                        [ext for ext in places if ext[0][0] not in used] + reply["staged"])
+        return reply
+
+    def _take_places(self, conn: FrameSocket, instance: str, ns: str,
+                     n: int) -> list[list[Any]] | None:
+        with self._lock:
+            if self._staged_for != instance:  # a restarted server: its places are new
+                self._staged, self._stage_short, self._staged_for = {}, {}, instance
+            if n >= self._stage_short.get(ns, n + 1):
+                return None
+            pool = self._staged.setdefault(ns, [])
+            places, pool[:] = pool[:n], pool[n:]
+        if len(places) < n:
+            places += conn.request({"op": "shm_stage", "ns": ns,
+                                    "count": n - len(places)})[0]["staged"]
+        if len(places) < n:  # the server caps staging: reserve batches this large instead
+            self._give_back(instance, ns, places)
+            with self._lock:
+                self._stage_short[ns] = min(n, self._stage_short.get(ns, n))
+            return None
+        return places
+
+    def _give_back(self, instance: str, ns: str, places: list[list[Any]]) -> None:
+        with self._lock:
+            if self._staged_for == instance:
+                self._staged.setdefault(ns, []).extend(places)
 
     def _get(self, ns: str, hashes: list[bytes], into: Sequence[Buffer] | None) -> list[Any]:
         conn, info, slab = self._session()

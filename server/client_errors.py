@@ -65,6 +65,11 @@ class BadRequestError(KVStoreClientError, ValueError):
     """The request was malformed (bad hash, too large, unknown op)."""
 
 
+class StaleStagingError(KVStoreClientError):
+    """A put named staged shared-memory places the server no longer holds for us (it dropped
+    our leases). The client handles it: it forgets them and writes the batch again."""
+
+
 _BY_CODE: dict[str, type[KVStoreClientError]] = {
     "unauthenticated": AuthenticationError,
     "forbidden": PermissionDeniedError,
@@ -72,6 +77,7 @@ _BY_CODE: dict[str, type[KVStoreClientError]] = {
     "namespace_conflict": NamespaceConflictError,
     "block_size": BlockSizeError,
     "capacity": CapacityError,
+    "stale_staging": StaleStagingError,
     "unavailable": StoreUnavailableError,
 }
 

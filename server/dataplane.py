@@ -23,6 +23,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from server.buffers import BufferPool
 from server.dataplane_ops import READ_SUFFIX, Ops, Session
 from server.errors import map_error
 from server.metrics import ServerMetrics
@@ -37,7 +38,6 @@ from server.protocol import (
 from server.settings import ServerSettings
 
 log = logging.getLogger("kvstore.dataplane")
-_KEEP_BUFFER = 8 << 20  # payload buffers up to this size are reused by the next frame
 
 
 class Connection(asyncio.BufferedProtocol):
@@ -110,8 +110,7 @@ class Connection(asyncio.BufferedProtocol):
             return
         if self._stage == 1 and self._lens[1]:
             size = self._lens[1]
-            if len(self._payload) < size or len(self._payload) > max(size, _KEEP_BUFFER):
-                self._payload = bytearray(size)
+            self._payload = self.plane.buffers.take(size)
             self._start(2, memoryview(self._payload)[:size])
             return
         payload = memoryview(self._payload)[:self._lens[1]] if self._stage == 2 \
@@ -126,7 +125,8 @@ class Connection(asyncio.BufferedProtocol):
 
     def _next_frame(self) -> None:
         self._start(0, memoryview(self._prefix))
-        if len(self._payload) > _KEEP_BUFFER:
+        if self._payload:  # the op is done with it: back to the pool
+            self.plane.buffers.give(self._payload)
             self._payload = bytearray()
         if not self.closed and self.transport is not None:
             self._arm(self.settings.idle_timeout_s)
@@ -225,6 +225,7 @@ class DataPlane:
         self.auth_on = auth.enabled
         self.admin = ADMIN
         self.executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="kvstore-data")
+        self.buffers = BufferPool(settings.recv_buffer_bytes)
         self.ops = Ops(store, settings, auth, ops_info, durable_tier, self._run)
         self.connections: set[Connection] = set()
         self.inflight = 0

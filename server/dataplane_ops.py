@@ -32,6 +32,7 @@ from server.protocol import (
     arg_float,
     arg_hashes,
     arg_int,
+    arg_ints,
     arg_sizes,
     arg_str,
     split_payload,
@@ -73,7 +74,8 @@ class Ops:
             "health": self.health, "flush": self.flush,
             "shm_reserve": self.shm_reserve, "shm_commit": self.shm_commit,
             "shm_abort": self.shm_abort, "shm_acquire": self.shm_acquire,
-            "shm_release": self.shm_release,
+            "shm_release": self.shm_release, "shm_stage": self.shm_stage,
+            "shm_put": self.shm_put,
         }
 
     async def dispatch(self, session: Session, header: dict[str, Any],
@@ -246,6 +248,33 @@ class Ops:
 
     def _abort(self, ns: str, hashes: list[bytes], owner: str) -> Any:
         return self.store.abort_write(ns, hashes, owner=owner)
+
+    async def shm_stage(self, session: Session, header: dict[str, Any], _: memoryview) -> Reply:
+        """Staged places for later ``shm_put`` frames (see :mod:`kvstore.store_stage`)."""
+        self._require_shm()
+        ns = self._ns(session, header)
+        count = arg_int(header, "count")
+        if not 0 <= count <= self.settings.max_batch:
+            raise FrameError("bad_request", f"'count' must be 0-{self.settings.max_batch}")
+        return {"staged": await self._now(self._stage, ns.name, count, session.owner)}, []
+
+    def _stage(self, ns: str, count: int, owner: str, nowait: bool = False) -> Any:
+        return self.store.stage_write(ns, count, owner=owner, nowait=nowait)
+
+    async def shm_put(self, session: Session, header: dict[str, Any], _: memoryview) -> Reply:
+        """Publish blocks the client wrote into staged places, and stage as many places again
+        (one round trip per local put)."""
+        self._require_shm()
+        ns = self._ns(session, header)
+        hashes = self._hashes(header)
+        places = arg_ints(header, "places", len(hashes))
+        result, used = await self._now(self._put_staged, ns.name, hashes, places, session.owner)
+        staged = await self._now(self._stage, ns.name, len(used), session.owner) if used else []
+        return {**result._asdict(), "used": used, "staged": staged}, []
+
+    def _put_staged(self, ns: str, hashes: list[bytes], places: list[int], owner: str,
+                    nowait: bool = False) -> Any:
+        return self.store.commit_staged(ns, hashes, places, owner=owner, nowait=nowait)
 
     async def shm_acquire(self, session: Session, header: dict[str, Any], _: memoryview) -> Reply:
         self._require_shm()

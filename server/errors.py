@@ -11,6 +11,7 @@ from kvstore.errors import (
     InvalidHashError,
     KVStoreError,
     NamespaceConflictError,
+    StaleStagingError,
     TierUnavailableError,
     UnknownNamespaceError,
 )
@@ -45,6 +46,7 @@ _TABLE: tuple[tuple[type[BaseException], Mapped], ...] = (
     (UnknownNamespaceError, Mapped(404, "unknown_namespace")),
     (BlockNotFoundError, Mapped(404, "block_not_found")),
     (NamespaceConflictError, Mapped(409, "namespace_conflict")),
+    (StaleStagingError, Mapped(409, "stale_staging")),
     (BlockSizeError, Mapped(400, "block_size")),
     (InvalidHashError, Mapped(400, "invalid_hash")),
     (CapacityError, Mapped(507, "capacity")),

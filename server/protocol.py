@@ -132,6 +132,15 @@ def arg_hashes(header: dict[str, Any], max_batch: int, key: str = "hashes") -> l
     return value
 
 
+def arg_ints(header: dict[str, Any], key: str, count: int) -> list[int]:
+    """A list of exactly ``count`` non-negative ints."""
+    value = header.get(key)
+    if not isinstance(value, list) or len(value) != count or not all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value):
+        raise FrameError("bad_request", f"field {key!r} must list {count} non-negative integers")
+    return value
+
+
 def arg_sizes(header: dict[str, Any], count: int, payload_len: int) -> list[int]:
     """Per-block sizes of a payload: ``count`` non-negative ints summing to ``payload_len``."""
     sizes = header.get("sizes")

@@ -117,6 +117,7 @@ class ServerSettings(BaseSettings):
     max_frame_bytes: Size = 256 << 20  # data plane payload limit per frame
     max_header_bytes: Size = 8 << 20  # data plane msgpack header limit per frame
     max_batch: int = Field(65536, ge=1)  # hashes per request
+    recv_buffer_bytes: Size = 256 << 20  # idle data plane receive buffers kept for reuse
     frame_timeout_s: float = Field(10.0, gt=0)  # a started frame must complete within this
     idle_timeout_s: float = Field(600.0, gt=0)  # a silent data plane connection is closed
     max_connections: int = Field(1024, ge=1)  # data plane connections at once

@@ -240,6 +240,22 @@ class SlabTier(Tier):
             index.update(zip(keys, entries, strict=True))
             self._release([old for old in olds if old is not None])
 
+    def rekey_reserved(self, pairs: Sequence[tuple[BlockKey, BlockKey]]) -> None:
+        """Move reservations from ``old`` to ``new`` keys (a staged place gets the key of the
+        block written into it), all or nothing: ``KeyError`` if an old key is not reserved,
+        ``ValueError`` if a new one already is."""
+        with self._lock:
+            reserved = self._reserved
+            for old, new in pairs:
+                if old not in reserved:
+                    raise KeyError(old)
+                if new in reserved:
+                    raise ValueError(f"{self.name} tier: already reserved: {new!r}")
+            if len({new for _, new in pairs}) != len(pairs):
+                raise ValueError(f"{self.name} tier: a key appears twice in one rekey")
+            for old, new in pairs:
+                reserved[new] = reserved.pop(old)
+
     def unreserve(self, key: BlockKey) -> None:
         """Free a reservation; a key that is not reserved is ignored (abort is idempotent)."""
         with self._lock:

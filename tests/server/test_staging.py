@@ -1,0 +1,99 @@
+"""Local puts through staged shared-memory places: one round trip per batch, and a clean
+fallback when the server no longer holds a client's places."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import time
+from collections.abc import Callable
+
+import httpx
+import pytest
+
+from server.client import KVStoreClient, StaleStagingError
+from server.client_conn import FrameSocket
+from server.launcher import ServerProc
+
+BLOCK = 64 << 10
+
+
+def _op_count(srv: ServerProc, op: str) -> int:
+    text = httpx.get(srv.url + "/metrics").text
+    m = re.search(rf'kvstore_request_seconds_count{{op="{op}",plane="data"}} (\S+)', text)
+    return int(float(m.group(1))) if m else 0
+
+
+def _blocks(n: int, salt: str) -> tuple[list[bytes], list[bytes]]:
+    hashes = [hashlib.sha256(f"{salt}/{i}".encode()).digest() for i in range(n)]
+    return hashes, [os.urandom(BLOCK) for _ in range(n)]
+
+
+def test_repeated_puts_use_staged_places(server: ServerProc, ns_name: str) -> None:
+    with KVStoreClient(server.url, use_shm=True) as c:
+        c.register_namespace(ns_name, BLOCK, {"model_id": "m"})
+        puts, reserves = _op_count(server, "shm_put"), _op_count(server, "shm_reserve")
+        for round_ in range(4):
+            hashes, data = _blocks(8, f"{ns_name}/{round_}")
+            assert c.put(ns_name, hashes, data) == {"stored": 8, "existing": 0, "refused": 0}
+            assert c.get(ns_name, hashes) == data
+        hashes, data = _blocks(8, f"{ns_name}/3")
+        assert c.put(ns_name, hashes, data)["existing"] == 8  # the places stay ours
+        assert _op_count(server, "shm_put") - puts == 5
+        assert _op_count(server, "shm_reserve") == reserves  # no two-round-trip puts
+        assert c.stats()["namespaces"][ns_name]["blocks"] == 32
+
+
+def test_places_dropped_by_the_server_fall_back_to_reserving(
+    make_server: Callable[..., ServerProc], ns_name: str
+) -> None:
+    server = make_server()
+    with KVStoreClient(server.url, use_shm=True) as c, KVStoreClient(server.url) as watcher:
+        c.register_namespace(ns_name, BLOCK, {"model_id": "m"})
+        c.put(ns_name, *_blocks(4, f"{ns_name}/a"))
+        assert c._staged[ns_name]  # places held for the next put
+        c._drop_connection()  # our only connection: the server drops our leases and places
+        for _ in range(100):  # the server notices the close asynchronously
+            if watcher.stats()["tiers"]["host"]["bytes"] == 4 * BLOCK:  # our places are gone
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("the server kept the places of a client whose connections all closed")
+        reserves = _op_count(server, "shm_reserve")
+        hashes, data = _blocks(4, f"{ns_name}/b")
+        assert c.put(ns_name, hashes, data)["stored"] == 4  # stale places: reserved instead
+        assert _op_count(server, "shm_reserve") == reserves + 1
+        assert c.get(ns_name, hashes) == data
+        assert c.put(ns_name, *_blocks(4, f"{ns_name}/c"))["stored"] == 4  # staged again
+    assert c._staged.get(ns_name) is not None
+
+
+def test_bad_staged_put_frames_get_error_frames(server: ServerProc, ns_name: str) -> None:
+    with KVStoreClient(server.url, use_shm=True) as c:
+        c.register_namespace(ns_name, BLOCK, {"model_id": "m"})
+        info = c._session()[1]
+    conn = FrameSocket.connect(info.target, 5)
+    try:
+        conn.request({"op": "hello", "owner": "stager"})
+        hashes, _ = _blocks(2, ns_name)
+        bad = [{"op": "shm_put", "ns": ns_name, "hashes": hashes, "places": [0]},
+               {"op": "shm_put", "ns": ns_name, "hashes": hashes, "places": ["a", 1]},
+               {"op": "shm_put", "ns": ns_name, "hashes": hashes, "places": [-1, 2]},
+               {"op": "shm_stage", "ns": ns_name, "count": -1},
+               {"op": "shm_stage", "ns": ns_name, "count": "many"}]
+        for frame in bad:
+            with pytest.raises(ValueError, match="bad_request"):
+                conn.request(frame)
+        staged = conn.request({"op": "shm_stage", "ns": ns_name, "count": 2})[0]["staged"]
+        assert len(staged) == 2
+        with pytest.raises(StaleStagingError):  # not places this owner holds
+            conn.request({"op": "shm_put", "ns": ns_name, "hashes": hashes,
+                          "places": [staged[0][0][0] + 1, staged[1][0][0]]})
+        assert conn.request({"op": "lookup", "ns": ns_name, "hashes": hashes})[0][
+            "prefix_blocks"] == 0
+        reply = conn.request({"op": "shm_put", "ns": ns_name, "hashes": hashes,
+                              "places": [ext[0][0] for ext in staged]})[0]
+        assert reply["stored"] == 2 and len(reply["staged"]) == 2
+    finally:
+        conn.close()
