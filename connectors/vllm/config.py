@@ -18,7 +18,7 @@ RETRY_AFTER_S = 1.0  # seconds of silence after the store was unreachable
 
 _KNOWN_KEYS = frozenset({
     "kvstore_url", "token", "namespace", "timeout_s", "lease_s", "retry_after_s",
-    "on_load_error", "prefetch",
+    "on_load_error", "prefetch", "load_mode",
 })
 
 
@@ -35,7 +35,11 @@ class ConnectorConfig:
     with a request whose stored blocks could not be loaded: ``"recompute"`` them (the connector
     sets vLLM's ``kv_load_failure_policy`` accordingly) or ``"fail"`` the request;
     ``prefetch`` asks the store to stage a request's blocks in RAM as soon as the scheduler
-    sees it (turn off where the store's lower tiers are slow to scan and hits are rare).
+    sees it (turn off where the store's lower tiers are slow to scan and hits are rare);
+    ``load_mode`` is ``"sync"`` (stored blocks are copied in before the forward pass of the
+    step that schedules the request: the lowest time to first token) or ``"async"`` (the
+    request waits out of the batch while its blocks load, so a slow store never stalls the
+    requests running beside it, at the cost of a scheduler step or two per hit).
     """
 
     url: str
@@ -46,10 +50,13 @@ class ConnectorConfig:
     retry_after_s: float = RETRY_AFTER_S
     on_load_error: str = "recompute"
     prefetch: bool = True
+    load_mode: str = "sync"
 
     def __post_init__(self) -> None:
         if self.on_load_error not in ("recompute", "fail"):
             raise ValueError(f"on_load_error must be recompute or fail, got {self.on_load_error!r}")
+        if self.load_mode not in ("sync", "async"):
+            raise ValueError(f"load_mode must be sync or async, got {self.load_mode!r}")
         if not self.url.startswith(("http://", "https://")):
             raise ValueError(f"kvstore_url must be an http(s) URL, got {self.url!r}")
         for name in ("timeout_s", "lease_s", "retry_after_s"):
@@ -88,4 +95,5 @@ class ConnectorConfig:
             retry_after_s=float(extra.get("retry_after_s", RETRY_AFTER_S)),
             on_load_error=str(extra.get("on_load_error", "recompute")),
             prefetch=bool(extra.get("prefetch", True)),
+            load_mode=str(extra.get("load_mode", "sync")),
         )

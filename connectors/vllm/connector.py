@@ -116,6 +116,7 @@ class KVStoreConnector(KVConnectorBase_V1):
                 load=ktc.is_kv_consumer,
                 save=ktc.is_kv_producer,
                 prefetch=cfg.prefetch,
+                load_async=cfg.load_mode == "async",
             )
             logger.info(
                 "KVStoreConnector: kvstore %s, namespace %s (%s, seed %s)",
@@ -161,7 +162,7 @@ class KVStoreConnector(KVConnectorBase_V1):
         self, request: Request, num_computed_tokens: int
     ) -> tuple[int | None, bool]:
         n = self._sched.get_num_new_matched_tokens(request, num_computed_tokens)
-        return n, n > 0
+        return n, n > 0 and self._sched.load_async
 
     def update_state_after_alloc(
         self, request: Request, blocks: KVCacheBlocks, num_external_tokens: int

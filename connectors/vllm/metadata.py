@@ -16,11 +16,14 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorMetadat
 @dataclass(slots=True)
 class BlockTransfer:
     """Blocks of one request: ``hashes[i]`` is stored in (load) or taken from (save) the engine
-    page ``block_ids[i]``. Both lists have the same length."""
+    page ``block_ids[i]``. Both lists have the same length. ``notify`` marks an asynchronous
+    load, whose end the worker reports to vLLM (``get_finished``); a synchronous load feeds
+    this step's forward pass and is reported to nobody."""
 
     req_id: str
     block_ids: list[int]
     hashes: list[bytes]
+    notify: bool = True
 
     def __post_init__(self) -> None:
         if len(self.block_ids) != len(self.hashes):
@@ -32,9 +35,10 @@ class BlockTransfer:
 
 @dataclass
 class KVStoreConnectorMetadata(KVConnectorMetadata):
-    """This step's work. Loads are asynchronous: each load's request waits in vLLM until the
-    worker reports it finished (or failed). Saves name pages that this step's forward pass
-    fills, so the worker copies them out in ``wait_for_save``, after the forward."""
+    """This step's work. An asynchronous load's request waits in vLLM until the worker reports
+    it finished (or failed); a synchronous one is copied in ``start_load_kv``, before this
+    step's forward pass reads it. Saves name pages that this step's forward pass fills, so the
+    worker copies them out in ``wait_for_save``, after the forward."""
 
     loads: list[BlockTransfer] = field(default_factory=list)
     saves: list[BlockTransfer] = field(default_factory=list)

@@ -11,6 +11,7 @@ step's forward pass completes). Nothing here touches KV bytes.
 from __future__ import annotations
 
 import logging
+from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -56,6 +57,7 @@ class SchedulerSide:
         load: bool = True,
         save: bool = True,
         prefetch: bool = True,
+        load_async: bool = False,
     ) -> None:
         self._link = link
         self._bs = block_size
@@ -63,8 +65,14 @@ class SchedulerSide:
         self._load = load
         self._save = save
         self._prefetch = prefetch
+        self.load_async = load_async
         self._reqs: dict[str, _Req] = {}
         self._loads: list[BlockTransfer] = []
+        # requests with synchronous loads, by the step that planned them: their pins go two
+        # steps later, when the load has run even under vLLM's async scheduling (which plans
+        # one step ahead of the one executing)
+        self._sync_now: list[_Req] = []
+        self._sync_steps: deque[list[_Req]] = deque()
         self.stats = KVStoreConnectorStats()
 
     # -- request arrives ---------------------------------------------------------------------
@@ -103,9 +111,12 @@ class SchedulerSide:
         start = end - (num_external_tokens + self._bs - 1) // self._bs
         block_ids = blocks.get_block_ids()[0]
         hashes = [bytes(h) for h in request.block_hashes[start:end]]
-        self._loads.append(BlockTransfer(request.request_id, list(block_ids[start:end]), hashes))
+        self._loads.append(BlockTransfer(request.request_id, list(block_ids[start:end]), hashes,
+                                         notify=self.load_async))
         self._link.pin(hashes)
         st.pinned = hashes
+        if not self.load_async:
+            self._sync_now.append(st)
         self.stats.add("hit_tokens", num_external_tokens)
 
     def hit_tiers(self, request: Request, num_external_tokens: int) -> list[str]:
@@ -122,6 +133,11 @@ class SchedulerSide:
         """This step's loads and saves; resets the pending loads."""
         meta = KVStoreConnectorMetadata(loads=self._loads)
         self._loads = []
+        self._sync_steps.append(self._sync_now)
+        self._sync_now = []
+        if len(self._sync_steps) > 2:
+            for st in self._sync_steps.popleft():
+                self._unpin(st)
         if not self._save:
             return meta
         seen: set[bytes] = set()  # two requests sharing a prefix save it once

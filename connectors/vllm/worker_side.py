@@ -1,9 +1,10 @@
 """The connector's worker half: copy blocks between kvstore and the engine's KV pages.
 
-Loads run in ``start_load_kv``, which vLLM calls after this step's forward pass for
-asynchronous loads: the request they feed waits in ``WAITING_FOR_REMOTE_KVS`` and none of its
-pages is read by anyone until :meth:`WorkerSide.get_finished` reports it, so the copy can
-never race attention. A block the store cannot supply (down, evicted, failed checksum) fails
+Loads run in ``start_load_kv``. For synchronous loads (``load_mode="sync"``) vLLM calls it
+before this step's forward pass, which then reads the pages. For asynchronous loads it comes
+after the forward pass: the request they feed waits in ``WAITING_FOR_REMOTE_KVS`` and none of
+its pages is read by anyone until :meth:`WorkerSide.get_finished` reports it. Either way the
+copy never races attention. A block the store cannot supply (down, evicted, failed checksum) fails
 that block and every later one of the request: vLLM learns them from
 :meth:`WorkerSide.take_load_errors` and recomputes from the first one.
 
@@ -101,7 +102,8 @@ class WorkerSide:
         """Copy every planned load into its pages; record finished requests and failures."""
         for transfer in meta.loads:
             self._load_one(transfer)
-            self._finished_loads.add(transfer.req_id)
+            if transfer.notify:
+                self._finished_loads.add(transfer.req_id)
 
     def _load_one(self, t: BlockTransfer) -> None:
         assert self._pages is not None and self._load_link is not None

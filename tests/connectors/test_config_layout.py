@@ -19,8 +19,8 @@ LAYOUT = KVLayout(
 
 def test_config_reads_extra_then_environment() -> None:
     cfg = ConnectorConfig.from_extra({"kvstore_url": "http://127.0.0.1:9/"}, env={})
-    assert (cfg.url, cfg.token, cfg.namespace, cfg.on_load_error) == (
-        "http://127.0.0.1:9", None, None, "recompute"
+    assert (cfg.url, cfg.token, cfg.namespace, cfg.on_load_error, cfg.load_mode) == (
+        "http://127.0.0.1:9", None, None, "recompute", "sync"
     )
     env = {"KVSTORE_URL": "http://h:1", "KVSTORE_TOKEN": "t"}
     cfg = ConnectorConfig.from_extra({"namespace": "shared", "timeout_s": 2}, env=env)
@@ -35,6 +35,7 @@ def test_config_reads_extra_then_environment() -> None:
         ({"kvstore_url": "http://h:1", "kvstore_ulr": "x"}, "unknown"),
         ({"kvstore_url": "http://h:1", "timeout_s": 0}, "positive"),
         ({"kvstore_url": "http://h:1", "on_load_error": "ignore"}, "on_load_error"),
+        ({"kvstore_url": "http://h:1", "load_mode": "later"}, "load_mode"),
     ],
 )
 def test_config_refuses_bad_settings(extra: dict[str, object], message: str) -> None:

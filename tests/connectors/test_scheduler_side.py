@@ -32,10 +32,19 @@ def _request(req_id: str, tokens: list[int]) -> Any:
     )
 
 
-def _side(server: Any, seed: str | None = None) -> tuple[SchedulerSide, StoreLink]:
+def _side(server: Any, seed: str | None = None,
+          load_async: bool = True) -> tuple[SchedulerSide, StoreLink]:
     cfg = ConnectorConfig(server.url, timeout_s=2.0)
     link = StoreLink(cfg, "vllm.sched", BLOCK_BYTES, {"block_size": BS}, "sha256", None)
-    return SchedulerSide(link, BS, BlockHasher("sha256", seed, BS)), link
+    side = SchedulerSide(link, BS, BlockHasher("sha256", seed, BS), load_async=load_async)
+    return side, link
+
+
+def _pinned(server: Any) -> int:
+    from server.client import KVStoreClient
+
+    with KVStoreClient(server.url) as c:
+        return int(c.stats()["totals"]["pinned"])
 
 
 def _blocks(block_ids: list[int]) -> Any:
@@ -62,10 +71,34 @@ def test_stored_prefix_becomes_an_async_load_into_the_new_pages(server: Any) -> 
 
     meta = side.build_meta(SchedulerOutput.make_empty())
     (load,) = meta.loads
-    assert load.block_ids == [12, 13]
+    assert load.block_ids == [12, 13] and load.notify  # the worker reports its end
     assert load.hashes == [bytes(h) for h in req.block_hashes[2:4]]
     assert side.stats.data["hit_tokens"] == 2 * BS
     assert side.build_meta(SchedulerOutput.make_empty()).loads == []  # handed over once
+    assert _pinned(server) == 2  # until the worker reports the load finished
+    from vllm.v1.outputs import KVConnectorOutput
+
+    side.update_connector_output(KVConnectorOutput(finished_recving={"r1"}))
+    assert _pinned(server) == 0
+
+
+def test_sync_loads_are_not_reported_and_unpin_two_steps_later(server: Any) -> None:
+    from vllm.v1.core.sched.output import SchedulerOutput
+
+    rng = random.Random(2)
+    side, link = _side(server, load_async=False)
+    req = _request("s1", [rng.randrange(1, 1000) for _ in range(3 * BS + 1)])
+    assert link.put(req.block_hashes[:3], [bytes(BLOCK_BYTES)] * 3)
+    side.on_new_request(req)
+    assert side.get_num_new_matched_tokens(req, 0) == 3 * BS
+    side.update_state_after_alloc(req, _blocks([4, 5, 6, 7]), 3 * BS)
+    (load,) = side.build_meta(SchedulerOutput.make_empty()).loads  # the step that loads
+    assert load.block_ids == [4, 5, 6] and not load.notify
+    assert _pinned(server) == 3
+    side.build_meta(SchedulerOutput.make_empty())  # may be planned while the load runs
+    assert _pinned(server) == 3
+    side.build_meta(SchedulerOutput.make_empty())  # the loading step has finished
+    assert _pinned(server) == 0
 
 
 def test_saves_cover_blocks_this_step_completes_and_skip_stored_ones(server: Any) -> None:

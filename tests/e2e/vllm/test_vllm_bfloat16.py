@@ -1,5 +1,6 @@
 """End to end, bfloat16: blocks stored by one engine load into a fresh one (in vLLM's
-in-process mode) and the tokens equal the baseline's.
+in-process mode, with asynchronous loads: the float32 module runs the default synchronous
+ones) and the tokens equal the baseline's.
 
 bfloat16 pages are packed differently from float32 ones on CPU (AMX tiles where the CPU has
 AMX), so this checks that whole-page copies round-trip whatever the packing, and that the
@@ -51,7 +52,7 @@ def test_bfloat16_fresh_engine_loads_stored_prefixes_and_matches_baseline(
     assert out_a == baseline[: len(STORED)]
     stored = [p + o[:-1] for p, o in zip(STORED, out_a, strict=True)]
 
-    b = engine(make_spec(tiny_llama, "bfloat16", kvstore_server.url))
+    b = engine(make_spec(tiny_llama, "bfloat16", kvstore_server.url, load_mode="async"))
     result = b.generate(ASKED)
     expected = [hit_tokens(p, stored) for p in ASKED]
     assert expected == [64, 128, 160, 0]
