@@ -95,8 +95,11 @@ class SchedulerSide:
             return 0
         self.stats.add("lookups")
         n, tiers = self._link.lookup_tiers(request.block_hashes)
-        st.hit_blocks, st.hit_tiers = n, tiers
         st.stored_blocks = max(st.stored_blocks, n)
+        if not self.load_async:
+            # the step that loads must compute at least one token: never the whole prompt
+            n = min(n, (request.num_tokens - 1) // self._bs)
+        st.hit_blocks, st.hit_tiers = n, tiers[:n]
         return max(0, n * self._bs - num_computed_tokens)
 
     def update_state_after_alloc(

@@ -95,6 +95,10 @@ def test_sync_loads_are_not_reported_and_unpin_two_steps_later(server: Any) -> N
     (load,) = side.build_meta(SchedulerOutput.make_empty()).loads  # the step that loads
     assert load.block_ids == [4, 5, 6] and not load.notify
     assert _pinned(server) == 3
+    whole = _request("s2", [rng.randrange(1, 1000) for _ in range(2 * BS)])
+    assert link.put(whole.block_hashes, [bytes(BLOCK_BYTES)] * 2)
+    side.on_new_request(whole)  # all stored: the step must still compute its last token
+    assert side.get_num_new_matched_tokens(whole, 0) == BS
     side.build_meta(SchedulerOutput.make_empty())  # may be planned while the load runs
     assert _pinned(server) == 3
     side.build_meta(SchedulerOutput.make_empty())  # the loading step has finished

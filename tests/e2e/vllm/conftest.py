@@ -180,15 +180,17 @@ def make_spec() -> Any:
     return engine_spec
 
 
-def expected_hit_tokens(prompt: list[int], stored: list[list[int]]) -> int:
+def expected_hit_tokens(prompt: list[int], stored: list[list[int]], sync: bool = True) -> int:
     """Tokens of ``prompt`` a fresh engine should load: its longest run of leading full blocks
     that equals the leading full blocks of a sequence whose KV was stored (``stored`` holds
     each stored sequence's tokens whose KV was computed: prompt plus all outputs but the
-    last)."""
+    last). A synchronous load leaves the prompt's last token to compute, so it never covers
+    the block holding it."""
     best = 0
     for seq in stored:
         n = 0
-        limit = min(len(prompt), len(seq)) // BLOCK
+        mine = (len(prompt) - 1 if sync else len(prompt)) // BLOCK
+        limit = min(mine, len(seq) // BLOCK)
         while n < limit and prompt[n * BLOCK : (n + 1) * BLOCK] == seq[n * BLOCK : (n + 1) * BLOCK]:
             n += 1
         best = max(best, n)
