@@ -14,6 +14,7 @@ reconnects (and remaps the new slab) and retries once; if the server stays away,
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -41,6 +42,7 @@ from server.protocol import Buffer
 from server.shm import SlabMapping, remap
 
 T = TypeVar("T")
+STAGE_RETRY_S = 30.0  # after the server staged too few places for a batch size, reserve instead
 
 __all__ = [
     "AsyncKVStoreClient", "AuthenticationError", "BadRequestError", "BlockSizeError",
@@ -67,7 +69,8 @@ class KVStoreClient:
         self._block_bytes: dict[str, int] = {}  # per namespace, learnt from extents
         # staged shm places per namespace (kvstore.store_stage), valid for _staged_for only
         self._staged: dict[str, list[list[Any]]] = {}
-        self._stage_short: dict[str, int] = {}  # batches this large could not be staged
+        # ns -> (batch size that could not be staged, when to try staging it again)
+        self._stage_short: dict[str, tuple[int, float]] = {}
         self._staged_for: str | None = None
         self._closed = False
 
@@ -104,20 +107,25 @@ class KVStoreClient:
         reply = self._call({"op": "lookup", "ns": namespace, "hashes": list(hashes)})
         return int(reply["prefix_blocks"]), list(reply["tiers"])
 
-    def prefetch(self, namespace: str, hashes: Sequence[bytes]) -> None:
-        """Ask the server to onboard the blocks toward RAM; returns at once."""
-        self._call({"op": "prefetch", "ns": namespace, "hashes": list(hashes)})
+    def prefetch(self, namespace: str, hashes: Sequence[bytes], *, wait: bool = True) -> None:
+        """Ask the server to onboard the blocks toward RAM (it does so in the background).
+        With ``wait=False`` the request is sent without waiting for the server's answer (no
+        round trip; errors are not reported)."""
+        self._call({"op": "prefetch", "ns": namespace, "hashes": list(hashes)}, wait)
 
-    def pin(self, namespace: str, hashes: Sequence[bytes],
-            lease_s: float | None = None) -> list[bool]:
-        """Pin blocks for ``lease_s`` seconds (server default if None); True where pinned."""
+    def pin(self, namespace: str, hashes: Sequence[bytes], lease_s: float | None = None, *,
+            wait: bool = True) -> list[bool]:
+        """Pin blocks for ``lease_s`` seconds (server default if None); True where pinned.
+        With ``wait=False``, sent without waiting for the answer; returns ``[]``."""
         reply = self._call({"op": "pin", "ns": namespace, "hashes": list(hashes),
-                            "lease_s": lease_s})
-        return [bool(x) for x in reply["pinned"]]
+                            "lease_s": lease_s}, wait)
+        return [bool(x) for x in reply.get("pinned", ())]
 
-    def release(self, namespace: str, hashes: Sequence[bytes]) -> int:
-        return int(self._call({"op": "release", "ns": namespace,
-                               "hashes": list(hashes)})["released"])
+    def release(self, namespace: str, hashes: Sequence[bytes], *, wait: bool = True) -> int:
+        """Drop this client's pins on the blocks; how many it held (0 with ``wait=False``,
+        which does not wait for the answer)."""
+        return int(self._call({"op": "release", "ns": namespace, "hashes": list(hashes)},
+                              wait).get("released", 0))
 
     def delete(self, namespace: str, hashes: Sequence[bytes]) -> int:
         return int(self._call({"op": "delete", "ns": namespace,
@@ -213,7 +221,8 @@ class KVStoreClient:
         with self._lock:
             if self._staged_for != instance:  # a restarted server: its places are new
                 self._staged, self._stage_short, self._staged_for = {}, {}, instance
-            if n >= self._stage_short.get(ns, n + 1):
+            short = self._stage_short.get(ns)
+            if short is not None and n >= short[0] and time.monotonic() < short[1]:
                 return None
             pool = self._staged.setdefault(ns, [])
             places, pool[:] = pool[:n], pool[n:]
@@ -223,7 +232,7 @@ class KVStoreClient:
         if len(places) < n:  # the server caps staging: reserve batches this large instead
             self._give_back(instance, ns, places)
             with self._lock:
-                self._stage_short[ns] = min(n, self._stage_short.get(ns, n))
+                self._stage_short[ns] = (n, time.monotonic() + STAGE_RETRY_S)
             return None
         return places
 
@@ -271,7 +280,9 @@ class KVStoreClient:
         return out
 
     # -- connections ----------------------------------------------------------------------
-    def _call(self, header: dict[str, Any]) -> dict[str, Any]:
+    def _call(self, header: dict[str, Any], wait: bool = True) -> dict[str, Any]:
+        if not wait:  # the server sends no reply; frames on a connection run in order
+            header = {**header, "noreply": True}
         return self._retry(lambda: self._session()[0].request(header)[0])
 
     def _retry(self, fn: Callable[[], T]) -> T:

@@ -132,19 +132,20 @@ class StoreLink:
         """Ask the store to bring ``hashes`` toward its fastest tier; best effort."""
         if hashes:
             with contextlib.suppress(StoreUnavailable):
-                self._call(lambda c: c.prefetch(self.namespace, list(hashes)))
+                self._call(lambda c: c.prefetch(self.namespace, list(hashes), wait=False))
 
     def pin(self, hashes: Sequence[bytes]) -> None:
         """Keep ``hashes`` from eviction for ``lease_s`` (until released); best effort."""
         if hashes:
             with contextlib.suppress(StoreUnavailable):
-                self._call(lambda c: c.pin(self.namespace, list(hashes), self.cfg.lease_s))
+                self._call(lambda c: c.pin(self.namespace, list(hashes), self.cfg.lease_s,
+                                           wait=False))
 
     def release(self, hashes: Sequence[bytes]) -> None:
         """Drop pins taken by :meth:`pin`; best effort (leases expire anyway)."""
         if hashes:
             with contextlib.suppress(StoreUnavailable):
-                self._call(lambda c: c.release(self.namespace, list(hashes)))
+                self._call(lambda c: c.release(self.namespace, list(hashes), wait=False))
 
     def get(self, hashes: Sequence[bytes]) -> list[bytes | None]:
         """Bytes of each block, None for a block the store does not hold (or dropped because

@@ -40,9 +40,12 @@ def _side(server: Any, seed: str | None = None,
     return side, link
 
 
-def _pinned(server: Any) -> int:
+def _pinned(server: Any, link: StoreLink) -> int:
+    """Pinned blocks in the store. Pins and releases go out without waiting for an answer;
+    a lookup on the same link's connection answers only after the server ran them."""
     from server.client import KVStoreClient
 
+    link.lookup_tiers([bytes(32)])
     with KVStoreClient(server.url) as c:
         return int(c.stats()["totals"]["pinned"])
 
@@ -75,11 +78,11 @@ def test_stored_prefix_becomes_an_async_load_into_the_new_pages(server: Any) -> 
     assert load.hashes == [bytes(h) for h in req.block_hashes[2:4]]
     assert side.stats.data["hit_tokens"] == 2 * BS
     assert side.build_meta(SchedulerOutput.make_empty()).loads == []  # handed over once
-    assert _pinned(server) == 2  # until the worker reports the load finished
+    assert _pinned(server, link) == 2  # until the worker reports the load finished
     from vllm.v1.outputs import KVConnectorOutput
 
     side.update_connector_output(KVConnectorOutput(finished_recving={"r1"}))
-    assert _pinned(server) == 0
+    assert _pinned(server, link) == 0
 
 
 def test_sync_loads_are_not_reported_and_unpin_two_steps_later(server: Any) -> None:
@@ -94,15 +97,15 @@ def test_sync_loads_are_not_reported_and_unpin_two_steps_later(server: Any) -> N
     side.update_state_after_alloc(req, _blocks([4, 5, 6, 7]), 3 * BS)
     (load,) = side.build_meta(SchedulerOutput.make_empty()).loads  # the step that loads
     assert load.block_ids == [4, 5, 6] and not load.notify
-    assert _pinned(server) == 3
+    assert _pinned(server, link) == 3
     whole = _request("s2", [rng.randrange(1, 1000) for _ in range(2 * BS)])
     assert link.put(whole.block_hashes, [bytes(BLOCK_BYTES)] * 2)
     side.on_new_request(whole)  # all stored: the step must still compute its last token
     assert side.get_num_new_matched_tokens(whole, 0) == BS
     side.build_meta(SchedulerOutput.make_empty())  # may be planned while the load runs
-    assert _pinned(server) == 3
+    assert _pinned(server, link) == 3
     side.build_meta(SchedulerOutput.make_empty())  # the loading step has finished
-    assert _pinned(server) == 0
+    assert _pinned(server, link) == 0
 
 
 def test_saves_cover_blocks_this_step_completes_and_skip_stored_ones(server: Any) -> None:

@@ -48,6 +48,12 @@ def test_roundtrip_over_both_paths(server: ServerProc, ns_name: str, use_shm: bo
         assert c.lookup(ns_name, [*hashes[:3], h(97), hashes[4]]) == (3, ["host"] * 3)
         assert c.pin(ns_name, hashes[:2] + [h(96)], lease_s=5) == [True, True, False]
         assert c.release(ns_name, hashes[:2]) == 2
+        # without waiting: no answer, but the frames run in order before the next call's
+        assert c.pin(ns_name, hashes[:3], lease_s=5, wait=False) == []
+        assert c.stats()["totals"]["pinned"] == 3
+        assert c.release(ns_name, hashes[:3], wait=False) == 0
+        c.prefetch(ns_name, hashes[:3], wait=False)
+        assert c.stats()["totals"]["pinned"] == 0
         c.prefetch(ns_name, hashes[:3])
         assert c.delete(ns_name, hashes[:1]) == 1
         assert c.get(ns_name, hashes[:1]) == [None]
