@@ -25,6 +25,8 @@ from typing import Any
 
 from server.buffers import BufferPool
 from server.dataplane_ops import READ_SUFFIX, Ops, Session
+from server.direct_put import DirectPut
+from server.direct_put import begin as begin_direct
 from server.errors import map_error
 from server.metrics import ServerMetrics
 from server.protocol import (
@@ -58,6 +60,7 @@ class Connection(asyncio.BufferedProtocol):
         self._writable.set()
         self._task: asyncio.Task[None] | None = None
         self._close_after = False  # the frame broke the session (auth): close after replying
+        self._direct: DirectPut | None = None  # a put read straight into the host tier
         self.closed = False
 
     # -- asyncio protocol -----------------------------------------------------------------
@@ -74,6 +77,9 @@ class Connection(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self._disarm()
+        direct = self._direct
+        if direct is not None and self._stage == 2:  # the payload never completed
+            self.plane.background(direct.abort)
         self._writable.set()
         self.plane.closed(self)
 
@@ -92,6 +98,11 @@ class Connection(asyncio.BufferedProtocol):
         self._pos += nbytes
         if self._pos < len(self._target):
             return
+        if self._stage == 2 and self._direct is not None:
+            place = self._direct.next_target()
+            if place is not None:  # the next block's place in the slab
+                self._target, self._pos = place, 0
+                return
         try:
             self._advance()
         except FrameError as exc:  # broken framing: answer, then close
@@ -110,6 +121,10 @@ class Connection(asyncio.BufferedProtocol):
             return
         if self._stage == 1 and self._lens[1]:
             size = self._lens[1]
+            self._direct = begin_direct(self.plane.ops, self.session, bytes(self._header), size)
+            if self._direct is not None:
+                self._start(2, self._direct.next_target() or memoryview(b""))
+                return
             self._payload = self.plane.buffers.take(size)
             self._start(2, memoryview(self._payload)[:size])
             return
@@ -118,6 +133,7 @@ class Connection(asyncio.BufferedProtocol):
         self._disarm()
         assert self.transport is not None
         self.transport.pause_reading()
+        self._stage = 3  # the frame is in: being served
         self._task = asyncio.ensure_future(self._serve(bytes(self._header), payload))
 
     def _start(self, stage: int, target: memoryview) -> None:
@@ -125,6 +141,9 @@ class Connection(asyncio.BufferedProtocol):
 
     def _next_frame(self) -> None:
         self._start(0, memoryview(self._prefix))
+        if self._direct is not None:
+            self._direct.release_scratch()
+            self._direct = None
         if self._payload:  # the op is done with it: back to the pool
             self.plane.buffers.give(self._payload)
             self._payload = bytearray()
@@ -146,7 +165,10 @@ class Connection(asyncio.BufferedProtocol):
             noreply = header.get("noreply") is True
             name = header.get("op")
             op = name if isinstance(name, str) and name in self.plane.ops.table else "unknown"
-            fields, blobs = await self.plane.ops.dispatch(self.session, header, payload)
+            if self._direct is not None:
+                fields, blobs = await self.plane.ops.commit_direct(self._direct)
+            else:
+                fields, blobs = await self.plane.ops.dispatch(self.session, header, payload)
             reply: dict[str, Any] = {"id": rid, "ok": True, **fields}
             status = "ok"
         except Exception as exc:
@@ -227,6 +249,7 @@ class DataPlane:
         self.executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="kvstore-data")
         self.buffers = BufferPool(settings.recv_buffer_bytes)
         self.ops = Ops(store, settings, auth, ops_info, durable_tier, self._run)
+        self.ops.buffers = self.buffers
         self.connections: set[Connection] = set()
         self.inflight = 0
         self._servers: list[asyncio.AbstractServer] = []
@@ -266,6 +289,18 @@ class DataPlane:
             return
         # the client's last connection: its pins and reservations go now, not at lease end
         task = asyncio.ensure_future(self._drop_owner(owner))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def background(self, fn: Any, *args: Any) -> None:
+        """Run ``fn(*args)`` on a worker thread without waiting; errors are logged."""
+        async def run() -> None:
+            try:
+                await self._run(fn, *args)
+            except Exception:
+                log.warning("background %s failed", getattr(fn, "__name__", fn), exc_info=True)
+
+        task = asyncio.ensure_future(run())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 

@@ -24,6 +24,8 @@ from typing import Any
 from kvstore.errors import WouldBlock
 from kvstore.namespace import Layout, Namespace
 from server.auth import Authenticator, Principal
+from server.buffers import BufferPool
+from server.direct_put import DirectPut
 from server.errors import AuthError
 from server.protocol import (
     Buffer,
@@ -62,6 +64,7 @@ class Ops:
         self.settings = settings
         self.auth = auth
         self.info = info
+        self.buffers = BufferPool(0)  # the data plane's pool, set by DataPlane
         self.durable_tier = durable_tier
         self.run = run  # run(fn, *args) in the worker pool
         self.shm = info.get("shm") is not None
@@ -154,6 +157,11 @@ class Ops:
         return {"namespaces": seen}, []
 
     # -- blocks over the socket ----------------------------------------------------------
+    async def commit_direct(self, direct: DirectPut) -> Reply:
+        """Finish a put whose payload was read straight into the host tier (direct_put)."""
+        result = await self._now(direct.commit)
+        return result._asdict(), []
+
     async def put(self, session: Session, header: dict[str, Any], payload: memoryview) -> Reply:
         ns = self._ns(session, header)
         hashes = self._hashes(header)

@@ -1,0 +1,97 @@
+"""Socket puts read straight into the host tier: one copy (kernel to slab) instead of two.
+
+A ``put`` frame's header arrives before its payload. When the header is a plain put (not
+durable) of blocks of the namespace's size and the host tier has room without evicting,
+:func:`begin` reserves host-slab places for the new blocks (the shared-memory path's
+``reserve_write``, invisible to every reader) and the connection reads each block's bytes
+from the socket into its place; blocks the store already has are read into a scratch buffer
+and dropped. :meth:`DirectPut.commit` publishes them once the whole payload is in, and
+:meth:`DirectPut.abort` frees them if the frame never completes (the connection dropped or
+timed out), so a block is never partially visible. Anything else (an odd header, a full host
+tier, a busy store) returns None and the frame is read into a buffer and served as before;
+that path also produces every error reply.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from typing import Any
+
+from kvstore.types import PutResult
+from server.buffers import BufferPool
+from server.protocol import arg_sizes, decode_header
+
+RECV_SUFFIX = "#recv"
+_ids = itertools.count()
+
+
+class DirectPut:
+    """One put frame being received into reserved host-slab places."""
+
+    def __init__(self, store: Any, ns: str, hashes: list[bytes], owner: str,
+                 targets: list[memoryview], scratch: bytearray | None,
+                 buffers: BufferPool) -> None:
+        self.store = store
+        self.ns = ns
+        self.hashes = hashes
+        self.owner = owner
+        self._targets: Iterator[memoryview] = iter(targets)
+        self._scratch = scratch
+        self._buffers = buffers
+        self.done = False
+
+    def next_target(self) -> memoryview | None:
+        """The next place to receive payload bytes into, None once the payload is complete."""
+        return next(self._targets, None)
+
+    def commit(self, nowait: bool = False) -> PutResult:
+        """Publish the received blocks (the store's ``commit_write``)."""
+        result: PutResult = self.store.commit_write(self.ns, self.hashes, owner=self.owner,
+                                                    nowait=nowait)
+        self.done = True
+        return result
+
+    def abort(self) -> None:
+        """Free the places of a frame that will never complete; idempotent."""
+        if not self.done:
+            self.done = True
+            self.store.abort_write(self.ns, self.hashes, owner=self.owner)
+
+    def release_scratch(self) -> None:
+        if self._scratch is not None:
+            self._buffers.give(self._scratch)
+            self._scratch = None
+
+
+def begin(ops: Any, session: Any, header_bytes: bytes, payload_len: int) -> DirectPut | None:
+    """A :class:`DirectPut` for this frame, or None to receive it the usual way."""
+    store = ops.store
+    if not ops.shm or session.principal is None:
+        return None
+    try:
+        header = decode_header(header_bytes)
+        if header.get("op") != "put" or header.get("durable") or header.get("noreply"):
+            return None
+        ns = ops._ns(session, header)
+        hashes = ops._hashes(header)
+        sizes = arg_sizes(header, len(hashes), payload_len)
+    except Exception:  # FrameError, unknown namespace...: the usual path answers with it
+        return None
+    if not hashes or any(s != ns.block_bytes for s in sizes) or len(set(hashes)) != len(hashes):
+        return None
+    owner = f"{session.owner}{RECV_SUFFIX}{next(_ids)}"
+    try:
+        extents = store.reserve_write(ns.name, hashes, owner=owner, nowait=True)
+    except Exception:  # WouldBlock, no room: the usual path
+        return None
+    host = store.tier("host")
+    scratch = ops.buffers.take(ns.block_bytes) if None in extents else None
+    targets: list[memoryview] = []
+    for ext in extents:
+        if ext is None:  # stored already (or another writer's): read and drop its bytes
+            assert scratch is not None
+            targets.append(memoryview(scratch)[: ns.block_bytes])
+        else:
+            targets.extend(host.view(off, n) for off, n in ext)
+    return DirectPut(store, ns.name, hashes, owner, targets, scratch, ops.buffers)
