@@ -135,18 +135,21 @@ class AsyncKVStoreClient:
         reply = await self._call({"op": "lookup", "ns": namespace, "hashes": list(hashes)})
         return int(reply["prefix_blocks"]), list(reply["tiers"])
 
-    async def prefetch(self, namespace: str, hashes: Sequence[bytes]) -> None:
-        await self._call({"op": "prefetch", "ns": namespace, "hashes": list(hashes)})
+    async def prefetch(self, namespace: str, hashes: Sequence[bytes], *,
+                       wait: bool = True) -> None:
+        await self._call({"op": "prefetch", "ns": namespace, "hashes": list(hashes)}, wait)
 
-    async def pin(self, namespace: str, hashes: Sequence[bytes],
-                  lease_s: float | None = None) -> list[bool]:
+    async def pin(self, namespace: str, hashes: Sequence[bytes], lease_s: float | None = None,
+                  *, wait: bool = True) -> list[bool]:
         reply = await self._call({"op": "pin", "ns": namespace, "hashes": list(hashes),
-                                  "lease_s": lease_s})
-        return [bool(x) for x in reply["pinned"]]
+                                  "lease_s": lease_s}, wait)
+        return [bool(x) for x in reply.get("pinned", ())]
 
-    async def release(self, namespace: str, hashes: Sequence[bytes]) -> int:
-        reply = await self._call({"op": "release", "ns": namespace, "hashes": list(hashes)})
-        return int(reply["released"])
+    async def release(self, namespace: str, hashes: Sequence[bytes], *,
+                      wait: bool = True) -> int:
+        reply = await self._call({"op": "release", "ns": namespace, "hashes": list(hashes)},
+                                 wait)
+        return int(reply.get("released", 0))
 
     async def delete(self, namespace: str, hashes: Sequence[bytes]) -> int:
         reply = await self._call({"op": "delete", "ns": namespace, "hashes": list(hashes)})
@@ -246,7 +249,10 @@ class AsyncKVStoreClient:
         return out
 
     # -- connections ----------------------------------------------------------------------
-    async def _call(self, header: dict[str, Any]) -> dict[str, Any]:
+    async def _call(self, header: dict[str, Any], wait: bool = True) -> dict[str, Any]:
+        if not wait:  # no reply comes; frames on a connection run in order
+            header = {**header, "noreply": True}
+
         async def one(conn: _Conn) -> dict[str, Any]:
             return (await conn.request(header, timeout=self.timeout))[0]
 

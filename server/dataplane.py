@@ -288,9 +288,7 @@ class DataPlane:
         if any(c.session.owner == owner for c in self.connections):
             return
         # the client's last connection: its pins and reservations go now, not at lease end
-        task = asyncio.ensure_future(self._drop_owner(owner))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self.background(self._drop_owner, owner)
 
     def background(self, fn: Any, *args: Any) -> None:
         """Run ``fn(*args)`` on a worker thread without waiting; errors are logged."""
@@ -304,10 +302,10 @@ class DataPlane:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _drop_owner(self, owner: str) -> None:
+    def _drop_owner(self, owner: str) -> None:
         try:
             for who in (owner, owner + READ_SUFFIX):
-                await self._run(self.store.expire_leases, who)
+                self.store.expire_leases(who)
         except Exception:  # the store may be closing; leases expire on their own anyway
             log.debug("dropping pins of %s failed", owner, exc_info=True)
 

@@ -119,6 +119,9 @@ def test_async_client(server: ServerProc, ns_name: str) -> None:
             assert await c.lookup(ns_name, hashes) == (8, ["host"] * 8)
             assert await c.pin(ns_name, hashes[:1]) == [True]
             assert await c.release(ns_name, hashes[:1]) == 1
+            assert await c.pin(ns_name, hashes[:2], wait=False) == []  # no answer to wait for
+            assert await c.release(ns_name, hashes[:2], wait=False) == 0
+            await c.prefetch(ns_name, hashes, wait=False)
             assert await c.delete(ns_name, hashes[:1]) == 1
             await c.prefetch(ns_name, hashes)
             assert (await c.health())["ok"]
