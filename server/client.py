@@ -14,7 +14,6 @@ reconnects (and remaps the new slab) and retries once; if the server stays away,
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -37,12 +36,12 @@ from server.client_errors import (
     UnknownNamespaceError,
 )
 from server.client_plan import batches, get_batch, merge_put, slab_room
+from server.client_stage import StagedPlaces
 from server.discovery import ServerInfo, auth_headers, check_response, info_url, parse_info
 from server.protocol import Buffer
 from server.shm import SlabMapping, remap
 
 T = TypeVar("T")
-STAGE_RETRY_S = 30.0  # after the server staged too few places for a batch size, reserve instead
 
 __all__ = [
     "AsyncKVStoreClient", "AuthenticationError", "BadRequestError", "BlockSizeError",
@@ -67,11 +66,7 @@ class KVStoreClient:
         self._info: ServerInfo | None = None
         self._slab: SlabMapping | None = None
         self._block_bytes: dict[str, int] = {}  # per namespace, learnt from extents
-        # staged shm places per namespace (kvstore.store_stage), valid for _staged_for only
-        self._staged: dict[str, list[list[Any]]] = {}
-        # ns -> (batch size that could not be staged, when to try staging it again)
-        self._stage_short: dict[str, tuple[int, float]] = {}
-        self._staged_for: str | None = None
+        self._staged = StagedPlaces()  # shm places for one-round-trip puts
         self._closed = False
 
     # -- public API -----------------------------------------------------------------------
@@ -196,7 +191,8 @@ class KVStoreClient:
                     hs: list[bytes], bs: Sequence[Buffer]) -> dict[str, int] | None:
         """One batch through staged places in one round trip (kvstore.store_stage); None if
         the server could not stage enough places (the caller reserves and commits)."""
-        places = self._take_places(conn, info.instance, ns, len(hs))
+        places = self._staged.take(info.instance, ns, len(hs), lambda count: conn.request(
+            {"op": "shm_stage", "ns": ns, "count": count})[0]["staged"])
         if places is None:
             return None
         try:
@@ -205,41 +201,15 @@ class KVStoreClient:
             reply = conn.request({"op": "shm_put", "ns": ns, "hashes": hs,
                                   "places": [ext[0][0] for ext in places]})[0]
         except StaleStagingError:  # the server dropped them: nothing was stored
-            with self._lock:
-                self._staged.pop(ns, None)
+            self._staged.forget(ns)
             return None
         except BaseException:
-            self._give_back(info.instance, ns, places)  # still ours unless the server went
+            self._staged.give_back(info.instance, ns, places)  # ours unless the server went
             raise
         used = set(reply["used"])
-        self._give_back(info.instance, ns,
-                        [ext for ext in places if ext[0][0] not in used] + reply["staged"])
+        self._staged.give_back(info.instance, ns,
+                               [ext for ext in places if ext[0][0] not in used] + reply["staged"])
         return reply
-
-    def _take_places(self, conn: FrameSocket, instance: str, ns: str,
-                     n: int) -> list[list[Any]] | None:
-        with self._lock:
-            if self._staged_for != instance:  # a restarted server: its places are new
-                self._staged, self._stage_short, self._staged_for = {}, {}, instance
-            short = self._stage_short.get(ns)
-            if short is not None and n >= short[0] and time.monotonic() < short[1]:
-                return None
-            pool = self._staged.setdefault(ns, [])
-            places, pool[:] = pool[:n], pool[n:]
-        if len(places) < n:
-            places += conn.request({"op": "shm_stage", "ns": ns,
-                                    "count": n - len(places)})[0]["staged"]
-        if len(places) < n:  # the server caps staging: reserve batches this large instead
-            self._give_back(instance, ns, places)
-            with self._lock:
-                self._stage_short[ns] = (n, time.monotonic() + STAGE_RETRY_S)
-            return None
-        return places
-
-    def _give_back(self, instance: str, ns: str, places: list[list[Any]]) -> None:
-        with self._lock:
-            if self._staged_for == instance:
-                self._staged.setdefault(ns, []).extend(places)
 
     def _get(self, ns: str, hashes: list[bytes], into: Sequence[Buffer] | None) -> list[Any]:
         conn, info, slab = self._session()

@@ -52,7 +52,7 @@ def test_places_dropped_by_the_server_fall_back_to_reserving(
     with KVStoreClient(server.url, use_shm=True) as c, KVStoreClient(server.url) as watcher:
         c.register_namespace(ns_name, BLOCK, {"model_id": "m"})
         c.put(ns_name, *_blocks(4, f"{ns_name}/a"))
-        assert c._staged[ns_name]  # places held for the next put
+        assert c._staged.held(ns_name)  # places held for the next put
         c._drop_connection()  # our only connection: the server drops our leases and places
         for _ in range(100):  # the server notices the close asynchronously
             if watcher.stats()["tiers"]["host"]["bytes"] == 4 * BLOCK:  # our places are gone
@@ -66,7 +66,7 @@ def test_places_dropped_by_the_server_fall_back_to_reserving(
         assert _op_count(server, "shm_reserve") == reserves + 1
         assert c.get(ns_name, hashes) == data
         assert c.put(ns_name, *_blocks(4, f"{ns_name}/c"))["stored"] == 4  # staged again
-    assert c._staged.get(ns_name) is not None
+    assert c._staged.held(ns_name)
 
 
 def test_bad_staged_put_frames_get_error_frames(server: ServerProc, ns_name: str) -> None:

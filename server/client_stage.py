@@ -1,0 +1,64 @@
+"""The sync client's pool of staged shared-memory places (see :mod:`kvstore.store_stage`).
+
+A local put copies blocks into places the server staged for this client and publishes them
+in one round trip; the reply stages as many new places, which go back in the pool. Places
+belong to one server instance (a restarted server starts a new pool) and one namespace (its
+block size). When the server stages fewer places than a batch needs (it caps staging per
+client), batches that large take the two-round-trip path for a while.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+STAGE_RETRY_S = 30.0  # after the server staged too few places for a batch size, reserve instead
+
+Place = list[Any]  # one place: [[offset, length], ...]
+
+
+class StagedPlaces:
+    """Thread-safe: concurrent puts take disjoint places."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pools: dict[str, list[Place]] = {}
+        self._short: dict[str, tuple[int, float]] = {}  # ns -> (batch size, retry after)
+        self._instance: str | None = None
+
+    def take(self, instance: str, ns: str, n: int,
+             stage: Callable[[int], list[Place]]) -> list[Place] | None:
+        """``n`` places for namespace ``ns`` of server ``instance``, asking ``stage(count)``
+        for the missing ones; None when the server would not stage enough."""
+        with self._lock:
+            if self._instance != instance:  # a restarted server: its places are new
+                self._pools, self._short, self._instance = {}, {}, instance
+            short = self._short.get(ns)
+            if short is not None and n >= short[0] and time.monotonic() < short[1]:
+                return None
+            pool = self._pools.setdefault(ns, [])
+            places, pool[:] = pool[:n], pool[n:]
+        if len(places) < n:
+            places += stage(n - len(places))
+        if len(places) < n:
+            self.give_back(instance, ns, places)
+            with self._lock:
+                self._short[ns] = (n, time.monotonic() + STAGE_RETRY_S)
+            return None
+        return places
+
+    def give_back(self, instance: str, ns: str, places: list[Place]) -> None:
+        with self._lock:
+            if self._instance == instance:
+                self._pools.setdefault(ns, []).extend(places)
+
+    def forget(self, ns: str) -> None:
+        """Drop the pool of ``ns`` (the server no longer holds those places)."""
+        with self._lock:
+            self._pools.pop(ns, None)
+
+    def held(self, ns: str) -> int:
+        with self._lock:
+            return len(self._pools.get(ns, ()))
