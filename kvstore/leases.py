@@ -65,6 +65,11 @@ class LeaseTable:
                 del self._pins[key]
         return dropped
 
+    def until(self, key: BlockKey) -> float:
+        """When the last live pin on ``key`` expires (0.0 if it has none)."""
+        owners = self._pins.get(key)
+        return max((expiry for _, expiry in owners.values()), default=0.0) if owners else 0.0
+
     def forget(self, key: BlockKey) -> None:
         self._pins.pop(key, None)
 

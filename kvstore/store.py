@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import threading
 import time
@@ -39,6 +40,7 @@ from kvstore.tiers.base import BlockMeta, Buffer
 from kvstore.types import BlockKey, LookupResult, PutResult
 
 log = logging.getLogger("kvstore.store")
+RETIRED_NS = "\x00retired"  # placeholder keys of deleted blocks' slots; no namespace has NUL
 
 
 class IntegrityError(KVStoreError, AssertionError):
@@ -90,6 +92,8 @@ class Store(StagedWrites):
         self._staged: dict[str, Staged] = {}
         self._stage_seq = 0
         self._staged_bytes = 0
+        # host slots of deleted blocks a reader may still copy: (free after, placeholder key)
+        self._retired: list[tuple[float, BlockKey]] = []
         self._namespaces = NamespaceRegistry()
         self._tier_stats = [Counters() for _ in self._tiers]
         self._ns_stats: dict[str, Counters] = {}
@@ -233,15 +237,26 @@ class Store(StagedWrites):
         return LookupResult(n, tiers)
 
     def delete(self, namespace: str, hashes: Sequence[bytes]) -> int:
-        """Remove blocks from every tier, pinned or not. Returns how many existed."""
+        """Remove blocks from every tier, pinned or not. Returns how many existed. The host
+        slots of a pinned block stay allocated (unreadable) until its pins would have expired:
+        a shared-memory reader handed their extents copies the bytes it asked for, never those
+        of a block stored there after the delete."""
         self.namespace(namespace)
         keys = self._keys(namespace, hashes)
         deleted = 0
+        host = self._host_pos()
         with self._lock:
             for key in keys:
                 entry = self._index.get(key)
                 if entry is None or entry.pending:
                     continue
+                if host is not None and entry.holds(host) and self._leases.is_pinned(key):
+                    self._stage_seq += 1
+                    placeholder = (RETIRED_NS, str(self._stage_seq).encode())
+                    self._slab(host).retire(key, placeholder)
+                    self._retired.append((self._leases.until(key), placeholder))
+                    self._policies[host].on_remove(key)
+                    entry.tiers &= ~(1 << host)
                 for pos in entry.positions():
                     self._remove_from(pos, key, entry)
                 self._drop_entry(key, entry)
@@ -298,12 +313,24 @@ class Store(StagedWrites):
             dropped = self._leases.expire(owner)
             if owner is not None:
                 dropped += self._drop_staged(owner)
+            self._free_retired(time.monotonic())
             now = time.monotonic()
             for key, (who, expiry, _) in list(self._reservations.items()):
                 if (owner is not None and who == owner) or expiry <= now:
                     self._unreserve(key)
                     dropped += 1
             return dropped
+
+    def _free_retired(self, now: float) -> None:
+        """Free the host slots of deleted blocks whose readers' pins have run out."""
+        keep = []
+        host = self._host_pos()
+        for until, placeholder in self._retired:
+            if until <= now and host is not None:
+                self._slab(host).unreserve(placeholder)
+            else:
+                keep.append((until, placeholder))
+        self._retired = keep
 
     # -- observability ------------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
@@ -429,6 +456,7 @@ class Store(StagedWrites):
                 self._unreserve(key)
             for owner in list(self._staged):
                 self._drop_staged(owner)
+            self._free_retired(math.inf)
             if self.config.spill_on_close:
                 self._spill()
             for tier in self._tiers:

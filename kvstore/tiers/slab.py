@@ -324,6 +324,16 @@ class SlabTier(Tier):
     def contains(self, key: BlockKey) -> bool:
         return key in self._index
 
+    def retire(self, key: BlockKey, placeholder: BlockKey) -> None:
+        """Take a stored ``key`` out of the index but keep its slots, reserved under
+        ``placeholder`` until :meth:`unreserve`: a reader that was handed its extents (a pinned
+        shared-memory read) can still copy the bytes it asked for. Raises ``KeyError`` if
+        ``key`` is not stored."""
+        with self._lock:
+            if placeholder in self._reserved:
+                raise ValueError(f"{self.name} tier: already reserved: {placeholder!r}")
+            self._reserved[placeholder] = self._index.pop(key)
+
     def delete(self, keys: Sequence[BlockKey]) -> None:
         with self._lock:
             self._release([e for k in keys if (e := self._index.pop(k, None)) is not None])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from pathlib import Path
 
 import lmdb
@@ -180,4 +181,27 @@ def test_shared_memory_batch_naming_a_block_twice(make_store: StoreFactory) -> N
     del view
     assert store.commit_write("m", h + h, owner="c") == (1, 1, 0)
     assert store.get("m", h) == d
+    store.check_integrity()
+
+
+def test_deleting_a_block_being_read_keeps_its_bytes_until_the_pins_run_out(
+    make_store: StoreFactory,
+) -> None:
+    store = make_store(host=16, disk=0)
+    hashes, data = blocks(4)
+    store.put("m", hashes, data)
+    (extents,) = store.acquire_read("m", hashes[:1], lease_s=0.3, owner="reader")
+    assert extents is not None
+    assert store.delete("m", hashes) == 4
+    assert store.lookup("m", hashes).prefix_blocks == 0
+    new_hashes, new_data = blocks(3)
+    assert store.put("m", new_hashes, new_data).stored == 3  # must not take the read slots
+    view = store.tier("host").view(0, store.host_slab().size)  # type: ignore[union-attr]
+    assert b"".join(bytes(view[o:o + n]) for o, n in extents) == data[0]
+    del view
+    store.check_integrity()
+    assert store.tier("host").used_bytes() == 4 * BLOCK  # 3 new blocks + the retired one
+    time.sleep(0.35)
+    store.expire_leases()
+    assert store.tier("host").used_bytes() == 3 * BLOCK
     store.check_integrity()

@@ -94,3 +94,4 @@ def test_dropping_the_owner_frees_its_places_and_staging_is_capped(
     again = make_store(host=8, disk=64, register=False)
     assert again.stats()["totals"]["blocks"] == 0
     assert ids
+
