@@ -255,6 +255,7 @@ class DataPlane:
         self._servers: list[asyncio.AbstractServer] = []
         self._reaper: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._closing = False
 
     async def _run(self, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
@@ -291,12 +292,17 @@ class DataPlane:
         self.background(self._drop_owner, owner)
 
     def background(self, fn: Any, *args: Any) -> None:
-        """Run ``fn(*args)`` on a worker thread without waiting; errors are logged."""
+        """Run ``fn(*args)`` on a worker thread without waiting; errors are logged. Nothing
+        runs once the plane is closing: closing the store frees every pin and reservation."""
+        if self._closing:
+            return
+
         async def run() -> None:
             try:
                 await self._run(fn, *args)
-            except Exception:
-                log.warning("background %s failed", getattr(fn, "__name__", fn), exc_info=True)
+            except Exception:  # while closing, the pool may already be shut: nothing to do
+                log.log(logging.DEBUG if self._closing else logging.WARNING,
+                        "background %s failed", getattr(fn, "__name__", fn), exc_info=True)
 
         task = asyncio.ensure_future(run())
         self._tasks.add(task)
@@ -320,6 +326,7 @@ class DataPlane:
     async def close(self, grace_s: float) -> None:
         """Stop accepting, let in-flight requests finish (up to ``grace_s``), then close every
         connection."""
+        self._closing = True
         for server in self._servers:
             server.close()
         deadline = time.monotonic() + grace_s
