@@ -72,11 +72,16 @@ class PagedKV:
         del shape[first.block_dim]
         return tuple(shape)
 
-    def gather(self, block_ids: Sequence[int]) -> torch.Tensor:
-        """A new ``uint8`` CPU tensor ``[len(block_ids), block_bytes]``: row ``i`` is block
-        ``block_ids[i]``. The copy is a snapshot: the pages may be reused right after."""
+    def gather(self, block_ids: Sequence[int], out: torch.Tensor | None = None) -> torch.Tensor:
+        """A ``uint8`` CPU tensor ``[len(block_ids), block_bytes]`` (``out`` if given, else a
+        new one): row ``i`` is block ``block_ids[i]``. The copy is a snapshot: the pages may be
+        reused right after."""
         n = len(block_ids)
-        out = torch.empty((n, self.block_bytes), dtype=torch.uint8)
+        if out is None:
+            out = torch.empty((n, self.block_bytes), dtype=torch.uint8)
+        elif tuple(out.shape) != (n, self.block_bytes) or out.dtype != torch.uint8 \
+                or not out.is_contiguous():
+            raise ValueError(f"out must be contiguous uint8 [{n}, {self.block_bytes}]")
         if n == 0:
             return out
         pb = self.page_bytes

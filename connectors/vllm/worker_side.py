@@ -38,6 +38,7 @@ logger = logging.getLogger(f"vllm.{__name__}")
 
 MAX_PENDING_SAVE_BYTES = 512 << 20  # saves beyond this are dropped rather than queued
 LOAD_CHUNK_BYTES = 256 << 20  # loads go through a reused buffer of at most this size
+SAVE_POOL_BYTES = 128 << 20  # snapshot buffers of finished saves kept for the next ones
 
 
 class WorkerSide:
@@ -61,7 +62,10 @@ class WorkerSide:
         self._load_errors: set[int] = set()
         self._stats = KVStoreConnectorStats()
         self._stats_lock = threading.Lock()
-        self._saves: queue.Queue[tuple[list[bytes], torch.Tensor] | None] = queue.Queue()
+        # (hashes, snapshot rows, the pooled buffer they live in)
+        self._saves: queue.Queue[tuple[list[bytes], torch.Tensor, torch.Tensor] | None] = \
+            queue.Queue()
+        self._save_pool: list[torch.Tensor] = []  # idle snapshot buffers, guarded by _stats_lock
         self._pending_save_bytes = 0
         self._saver: threading.Thread | None = None
 
@@ -177,20 +181,36 @@ class WorkerSide:
             with self._stats_lock:
                 self._stats.add("save_errors", len(ids))
             return
-        data = self._pages.gather(ids)
+        buf = self._save_buffer(len(ids))
+        data = self._pages.gather(ids, out=buf[: len(ids)])
         with self._stats_lock:
             self._pending_save_bytes += size
             self._stats.add("save_s", time.perf_counter() - start)
-        self._saves.put((hashes, data))
+        self._saves.put((hashes, data, buf))
+
+    def _save_buffer(self, n: int) -> torch.Tensor:
+        """A snapshot buffer of at least ``n`` rows: the smallest idle one that fits, else a
+        new one (touched once here, so the engine thread does not fault its pages in)."""
+        assert self._pages is not None
+        with self._stats_lock:
+            fits = [b for b in self._save_pool if b.shape[0] >= n]
+            if fits:
+                best = min(fits, key=lambda b: b.shape[0])
+                self._save_pool.remove(best)
+                return best
+        return torch.zeros((n, self._pages.block_bytes), dtype=torch.uint8)
 
     def _save_loop(self) -> None:
         link = self._make_link()
         try:
             while (item := self._saves.get()) is not None:
-                hashes, data = item
+                hashes, data, buf = item
                 start = time.perf_counter()
                 ok = link.put(hashes, [memoryview(row.numpy()) for row in data])
                 with self._stats_lock:
+                    pooled = sum(b.numel() for b in self._save_pool)
+                    if pooled + buf.numel() <= SAVE_POOL_BYTES:
+                        self._save_pool.append(buf)
                     self._pending_save_bytes -= data.numel()
                     self._stats.add("saved_blocks" if ok else "save_errors", len(hashes))
                     if ok:

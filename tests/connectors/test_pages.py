@@ -105,6 +105,10 @@ def test_wrong_sizes_are_refused() -> None:
         pages.stack([b"\0" * (pages.block_bytes - 1)])
     with pytest.raises(ValueError, match="expected uint8"):
         pages.scatter([1, 2], torch.zeros(1, pages.block_bytes, dtype=torch.uint8))
+    with pytest.raises(ValueError, match="out must be"):
+        pages.gather([1, 2], out=torch.zeros(1, pages.block_bytes, dtype=torch.uint8))
+    out = torch.zeros(2, pages.block_bytes, dtype=torch.uint8)
+    assert pages.gather([1, 2], out=out) is out
     with pytest.raises(ValueError, match="no block dimension"):
         PagedKV({"l": torch.zeros(3, 4)}, NUM_BLOCKS)
     with pytest.raises(ValueError, match="different page sizes"):

@@ -56,3 +56,26 @@ def test_loads_fill_pages_in_chunks_and_stop_at_a_missing_block(
     finally:
         side.shutdown(1.0)
         link.close()
+
+
+def test_saves_store_page_snapshots_through_reused_buffers(server: Any) -> None:
+    side, caches, link = _worker(server)
+    for i, cache in enumerate(caches.values()):
+        cache.copy_(torch.randn(cache.shape, generator=torch.Generator().manual_seed(i)))
+
+    def block_bytes(page: int) -> bytes:
+        return b"".join(caches[f"layer.{i}"][page].numpy().tobytes() for i in range(LAYERS))
+
+    try:
+        first = [os.urandom(32) for _ in range(3)]
+        side.save(KVStoreConnectorMetadata(saves=[BlockTransfer("a", [5, 6, 7], first)]))
+        assert side.flush(10)
+        (pooled,) = side._save_pool  # the snapshot buffer is back for the next save
+        second = [os.urandom(32) for _ in range(2)]
+        side.save(KVStoreConnectorMetadata(saves=[BlockTransfer("b", [1, 2], second)]))
+        assert side.flush(10)
+        assert side._save_pool == [pooled]  # reused, not reallocated
+        assert link.get(first + second) == [block_bytes(p) for p in (5, 6, 7, 1, 2)]
+    finally:
+        side.shutdown(1.0)
+        link.close()
