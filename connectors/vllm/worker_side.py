@@ -193,11 +193,9 @@ class WorkerSide:
         new one (touched once here, so the engine thread does not fault its pages in)."""
         assert self._pages is not None
         with self._stats_lock:
-            fits = [b for b in self._save_pool if b.shape[0] >= n]
-            if fits:
-                best = min(fits, key=lambda b: b.shape[0])
-                self._save_pool.remove(best)
-                return best
+            fits = [i for i, b in enumerate(self._save_pool) if b.shape[0] >= n]
+            if fits:  # by index: tensors do not compare as booleans
+                return self._save_pool.pop(min(fits, key=lambda i: self._save_pool[i].shape[0]))
         return torch.zeros((n, self._pages.block_bytes), dtype=torch.uint8)
 
     def _save_loop(self) -> None:
