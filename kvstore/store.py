@@ -90,7 +90,7 @@ class Store(StagedWrites):
         # shm writes in flight: key -> (owner, lease expiry, host-slab extents)
         self._reservations: dict[BlockKey, tuple[str, float, list[tuple[int, int]]]] = {}
         self._staged: dict[str, Staged] = {}
-        self._stage_seq = 0
+        self._placeholder_seq = 0
         self._staged_bytes = 0
         # host slots of deleted blocks a reader may still copy: (free after, placeholder key)
         self._retired: list[tuple[float, BlockKey]] = []
@@ -251,8 +251,8 @@ class Store(StagedWrites):
                 if entry is None or entry.pending:
                     continue
                 if host is not None and entry.holds(host) and self._leases.is_pinned(key):
-                    self._stage_seq += 1
-                    placeholder = (RETIRED_NS, str(self._stage_seq).encode())
+                    self._placeholder_seq += 1
+                    placeholder = (RETIRED_NS, str(self._placeholder_seq).encode())
                     self._slab(host).retire(key, placeholder)
                     self._retired.append((self._leases.until(key), placeholder))
                     self._policies[host].on_remove(key)

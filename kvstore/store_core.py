@@ -44,7 +44,7 @@ class StoreCore:
     _index: BlockIndex
     _leases: LeaseTable
     _reservations: dict[BlockKey, tuple[str, float, list[tuple[int, int]]]]
-    _stage_seq: int
+    _placeholder_seq: int  # numbers placeholder keys (staged places, retired slots)
     _namespaces: NamespaceRegistry
     _tier_stats: list[Counters]
     _ns_stats: dict[str, Counters]

@@ -136,7 +136,7 @@ class SharedMemoryPath(Reads):
         host = self._require_host()
         keys = self._keys(namespace, hashes)
         existing = refused = 0
-        through = any(c.write_through for c in self._tcfg[host + 1:])
+        through = self._writes_through(host)
         with self._hold(nowait):
             if nowait and self._commit_blocked(host):
                 raise WouldBlock("the commit must copy or evict to a lower tier")
@@ -185,8 +185,12 @@ class SharedMemoryPath(Reads):
     def _commit_blocked(self, host: int) -> bool:
         """Whether a commit now would copy to a write-through tier or evict (I/O)."""
         tier = self._slab(host)
-        return any(c.write_through for c in self._tcfg[host + 1:]) or \
+        return self._writes_through(host) or \
             tier.used_bytes() > self._tcfg[host].high_watermark * tier.capacity_bytes
+
+    def _writes_through(self, host: int) -> bool:
+        """Whether a tier below the host tier takes a copy of every new block."""
+        return any(c.write_through for c in self._tcfg[host + 1:])
 
     def abort_write(self, namespace: str, hashes: Sequence[bytes], *, owner: str = "") -> int:
         """Free this owner's reservations for ``hashes``. Returns how many were freed."""

@@ -69,8 +69,9 @@ class StagedWrites(SharedMemoryPath):
                 raise WouldBlock("the host tier must evict to make room")
             if not count or not self._make_room(host, need):
                 return []
-            self._stage_seq += count
-            keys = [(STAGE_NS, f"{owner}/{self._stage_seq - i}".encode()) for i in range(count)]
+            self._placeholder_seq += count
+            last = self._placeholder_seq
+            keys = [(STAGE_NS, f"{owner}/{last - i}".encode()) for i in range(count)]
             extents = tier.reserve_many([(k, ns.block_bytes) for k in keys])
             for key, ext in zip(keys, extents, strict=True):
                 mine.places[ext[0][0]] = (namespace, key, ext)
@@ -99,7 +100,7 @@ class StagedWrites(SharedMemoryPath):
             raise ValueError(f"{len(keys)} hashes but {len(places)} staged places")
         if len(set(places)) != len(places):
             raise ValueError("a staged place is named twice")
-        through = any(c.write_through for c in self._tcfg[host + 1:])
+        through = self._writes_through(host)
         with self._hold(nowait):
             if nowait and self._commit_blocked(host):
                 raise WouldBlock("the commit must copy or evict to a lower tier")
