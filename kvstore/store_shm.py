@@ -49,29 +49,34 @@ class SharedMemoryPath(Reads):
         lease_s: float | None = None,
         owner: str = "",
         nowait: bool = False,
+        promote: bool = True,
     ) -> list[Extents | None]:
         """Extents in the host slab of each block (None for a miss), each pinned for
         ``lease_s`` under ``owner``: copy the bytes, then ``release`` them. Blocks in lower
         tiers are promoted into the host tier first. Counts as a get in the stats. With
         ``nowait``, raises :class:`~kvstore.errors.WouldBlock` rather than wait for the lock
-        or promote (read a lower tier)."""
+        or promote (read a lower tier). With ``promote=False`` only blocks the host tier holds
+        now are served: the others get None (and are not counted), however many are stored
+        below."""
         host = self._require_host()
         self.namespace(namespace)
         keys = self._keys(namespace, hashes)
         lease = self._lease(lease_s)
         out: list[Extents | None] = [None] * len(keys)
-        with self._hold(nowait):
-            below = [
-                k for k in keys
-                if (e := self._index.get(k)) is not None and e.tiers and not e.holds(host)
-            ]
+        below: list[BlockKey] = []
+        if promote:
+            with self._hold(nowait):
+                below = [
+                    k for k in keys
+                    if (e := self._index.get(k)) is not None and e.tiers and not e.holds(host)
+                ]
         if below:
             if nowait:
                 raise WouldBlock(f"{len(below)} blocks must be promoted from a lower tier")
             self._read(below, promote=True, count=False, promote_to=host)
         with self._hold(nowait):
             entries = [self._index.get(key) for key in keys]
-            stuck = sum(
+            stuck = promote and sum(
                 1 for e in entries if e is not None and e.tiers and not e.holds(host)
             )
             if stuck:  # stored, but the host tier could not take it: not a miss
@@ -87,7 +92,11 @@ class SharedMemoryPath(Reads):
                     self._leases.pin(key, owner, lease)
                     self._policies[host].on_hit(key)
                     out[i] = self._slab(host).extents(key)
-            self._count_reads(keys, served, [b"" if e is not None else None for e in out])
+            found: list[bytes | None] = [b"" if e is not None else None for e in out]
+            if not promote:  # only what was served was read
+                keys = [k for k, pos in zip(keys, served, strict=True) if pos >= 0]
+                served, found = [host] * len(keys), [b""] * len(keys)
+            self._count_reads(keys, served, found)
         return out
 
     def reserve_write(

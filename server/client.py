@@ -35,6 +35,7 @@ from server.client_errors import (
     StoreUnavailableError,
     UnknownNamespaceError,
 )
+from server.client_grant import Grant, GrantedReads
 from server.client_plan import batches, get_batch, merge_put, slab_room
 from server.client_stage import StagedPlaces
 from server.discovery import ServerInfo, auth_headers, check_response, info_url, parse_info
@@ -45,13 +46,13 @@ T = TypeVar("T")
 
 __all__ = [
     "AsyncKVStoreClient", "AuthenticationError", "BadRequestError", "BlockSizeError",
-    "CapacityError", "KVStoreClient", "KVStoreClientError", "KVStoreUnavailableError",
+    "CapacityError", "Grant", "KVStoreClient", "KVStoreClientError", "KVStoreUnavailableError",
     "NamespaceConflictError", "PermissionDeniedError", "ProtocolError", "StaleStagingError",
     "StoreUnavailableError", "UnknownNamespaceError",
 ]
 
 
-class KVStoreClient:
+class KVStoreClient(GrantedReads):
     def __init__(self, url: str, token: str | None = None, *, use_shm: bool | None = None,
                  timeout: float = 10.0, transport: str = "auto") -> None:
         self.url = url.rstrip("/")

@@ -24,7 +24,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from server.buffers import BufferPool
-from server.dataplane_ops import READ_SUFFIX, Ops, Session
+from server.dataplane_ops import Ops, Session
+from server.dataplane_shm import READ_SUFFIX
 from server.direct_put import DirectPut
 from server.direct_put import begin as begin_direct
 from server.errors import map_error

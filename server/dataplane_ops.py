@@ -11,6 +11,7 @@ is two of them. Each op returns ``(reply fields, payload buffers)``.
 Pins and shared-memory reservations belong to the session's ``owner`` (chosen by the client
 in ``hello`` so that all its connections share it); reads through shared memory pin under
 ``owner + "#read"`` so that releasing them never drops a pin the client took with ``pin``.
+The ``shm_*`` ops are in :mod:`server.dataplane_shm`.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from kvstore.errors import WouldBlock
 from kvstore.namespace import Layout, Namespace
 from server.auth import Authenticator, Principal
 from server.buffers import BufferPool
+from server.dataplane_shm import SharedMemoryOps
 from server.direct_put import DirectPut
 from server.errors import AuthError
 from server.protocol import (
@@ -34,7 +36,6 @@ from server.protocol import (
     arg_float,
     arg_hashes,
     arg_int,
-    arg_ints,
     arg_sizes,
     arg_str,
     split_payload,
@@ -43,7 +44,6 @@ from server.settings import ServerSettings
 from server.writes import durable_put
 
 Reply = tuple[dict[str, Any], list[Buffer]]
-READ_SUFFIX = "#read"
 
 
 @dataclass(slots=True)
@@ -54,7 +54,7 @@ class Session:
     owner: str = field(default_factory=lambda: uuid.uuid4().hex)
 
 
-class Ops:
+class Ops(SharedMemoryOps):
     """The op table of the data plane over one store."""
 
     def __init__(self, store: Any, settings: ServerSettings, auth: Authenticator,
@@ -78,7 +78,7 @@ class Ops:
             "shm_reserve": self.shm_reserve, "shm_commit": self.shm_commit,
             "shm_abort": self.shm_abort, "shm_acquire": self.shm_acquire,
             "shm_release": self.shm_release, "shm_stage": self.shm_stage,
-            "shm_put": self.shm_put,
+            "shm_put": self.shm_put, "shm_lookup": self.shm_lookup,
         }
 
     async def dispatch(self, session: Session, header: dict[str, Any],
@@ -109,10 +109,6 @@ class Ops:
             return fn(*args, nowait=True)
         except WouldBlock:
             return await self.run(fn, *args)
-
-    def _require_shm(self) -> None:
-        if not self.shm:
-            raise FrameError("unavailable", "the shared-memory path is off on this server")
 
     # -- session --------------------------------------------------------------------------
     async def hello(self, session: Session, header: dict[str, Any], _: memoryview) -> Reply:
@@ -226,82 +222,6 @@ class Ops:
     async def flush(self, session: Session, header: dict[str, Any], _: memoryview) -> Reply:
         await self.run(self.store.flush)
         return {}, []
-
-    # -- shared memory: only control frames cross the socket ------------------------------
-    async def shm_reserve(self, session: Session, header: dict[str, Any], _: memoryview) -> Reply:
-        self._require_shm()
-        ns = self._ns(session, header)
-        extents = await self._now(self._reserve, ns.name, self._hashes(header),
-                                  arg_float(header, "lease_s"), session.owner)
-        return {"extents": extents}, []
-
-    def _reserve(self, ns: str, hashes: list[bytes], lease_s: float | None, owner: str,
-                 nowait: bool = False) -> Any:
-        return self.store.reserve_write(ns, hashes, lease_s=lease_s, owner=owner, nowait=nowait)
-
-    async def shm_commit(self, session: Session, header: dict[str, Any], _: memoryview) -> Reply:
-        self._require_shm()
-        ns = self._ns(session, header)
-        result = await self._now(self._commit, ns.name, self._hashes(header), session.owner)
-        return result._asdict(), []
-
-    def _commit(self, ns: str, hashes: list[bytes], owner: str, nowait: bool = False) -> Any:
-        return self.store.commit_write(ns, hashes, owner=owner, nowait=nowait)
-
-    async def shm_abort(self, session: Session, header: dict[str, Any], _: memoryview) -> Reply:
-        self._require_shm()
-        ns = self._ns(session, header)
-        n = await self.run(self._abort, ns.name, self._hashes(header), session.owner)
-        return {"aborted": n}, []
-
-    def _abort(self, ns: str, hashes: list[bytes], owner: str) -> Any:
-        return self.store.abort_write(ns, hashes, owner=owner)
-
-    async def shm_stage(self, session: Session, header: dict[str, Any], _: memoryview) -> Reply:
-        """Staged places for later ``shm_put`` frames (see :mod:`kvstore.store_stage`)."""
-        self._require_shm()
-        ns = self._ns(session, header)
-        count = arg_int(header, "count")
-        if not 0 <= count <= self.settings.max_batch:
-            raise FrameError("bad_request", f"'count' must be 0-{self.settings.max_batch}")
-        return {"staged": await self._now(self._stage, ns.name, count, session.owner)}, []
-
-    def _stage(self, ns: str, count: int, owner: str, nowait: bool = False) -> Any:
-        return self.store.stage_write(ns, count, owner=owner, nowait=nowait)
-
-    async def shm_put(self, session: Session, header: dict[str, Any], _: memoryview) -> Reply:
-        """Publish blocks the client wrote into staged places, and stage as many places again
-        (one round trip per local put)."""
-        self._require_shm()
-        ns = self._ns(session, header)
-        hashes = self._hashes(header)
-        places = arg_ints(header, "places", len(hashes))
-        result, used = await self._now(self._put_staged, ns.name, hashes, places, session.owner)
-        staged = await self._now(self._stage, ns.name, len(used), session.owner) if used else []
-        return {**result._asdict(), "used": used, "staged": staged}, []
-
-    def _put_staged(self, ns: str, hashes: list[bytes], places: list[int], owner: str,
-                    nowait: bool = False) -> Any:
-        return self.store.commit_staged(ns, hashes, places, owner=owner, nowait=nowait)
-
-    async def shm_acquire(self, session: Session, header: dict[str, Any], _: memoryview) -> Reply:
-        self._require_shm()
-        ns = self._ns(session, header)
-        extents = await self._now(self._acquire, ns.name, self._hashes(header),
-                                  arg_float(header, "lease_s"), session.owner + READ_SUFFIX)
-        return {"extents": extents}, []
-
-    def _acquire(self, ns: str, hashes: list[bytes], lease_s: float | None, owner: str,
-                 nowait: bool = False) -> Any:
-        return self.store.acquire_read(ns, hashes, lease_s=lease_s, owner=owner, nowait=nowait)
-
-    async def shm_release(self, session: Session, header: dict[str, Any], _: memoryview) -> Reply:
-        self._require_shm()
-        ns = self._ns(session, header)
-        n = await self._now(self._release, ns.name, self._hashes(header),
-                            session.owner + READ_SUFFIX)
-        return {"released": n}, []
-
 
 async def run_in(executor: Any, fn: Callable[..., Any], *args: Any) -> Any:
     """Run ``fn(*args)`` in ``executor`` from the event loop."""

@@ -1,0 +1,139 @@
+"""Data plane ops of the shared-memory path: only control frames cross the socket.
+
+A client on the server's host maps the host tier's slab and copies block bytes itself; these
+ops hand out and take back extents in it (see :mod:`kvstore.store_shm` and
+:mod:`kvstore.store_stage`). Reads pin under ``owner + "#read"`` so that releasing them never
+drops a pin the client took with ``pin``.
+
+``shm_lookup`` is a lookup that also pins the leading blocks the host tier holds right now and
+returns their extents. An engine's scheduler asks it in place of ``lookup`` and hands the
+extents to its workers, which then copy a hit with no round trip of their own (the scheduler
+releases the pins with ``shm_release`` once the workers are done).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from server.protocol import FrameError, arg_float, arg_int, arg_ints
+from server.settings import ServerSettings
+
+if TYPE_CHECKING:
+    from kvstore.namespace import Namespace
+    from server.dataplane_ops import Reply, Session
+
+READ_SUFFIX = "#read"
+
+
+class SharedMemoryOps:
+    """Mixin of :class:`server.dataplane_ops.Ops`; uses its store, settings and helpers."""
+
+    store: Any
+    settings: ServerSettings
+    shm: bool
+    run: Callable[..., Awaitable[Any]]
+
+    if TYPE_CHECKING:
+        def _ns(self, session: Session, header: dict[str, Any]) -> Namespace: ...
+        def _hashes(self, header: dict[str, Any]) -> list[bytes]: ...
+        async def _now(self, fn: Callable[..., Any], *args: Any) -> Any: ...
+        def _release(self, ns: str, hashes: list[bytes], owner: str,
+                     nowait: bool = False) -> int: ...
+
+    def _require_shm(self) -> None:
+        if not self.shm:
+            raise FrameError("unavailable", "the shared-memory path is off on this server")
+
+    async def shm_reserve(self, session: Session, header: dict[str, Any], _: memoryview) -> Reply:
+        self._require_shm()
+        ns = self._ns(session, header)
+        extents = await self._now(self._reserve, ns.name, self._hashes(header),
+                                  arg_float(header, "lease_s"), session.owner)
+        return {"extents": extents}, []
+
+    def _reserve(self, ns: str, hashes: list[bytes], lease_s: float | None, owner: str,
+                 nowait: bool = False) -> Any:
+        return self.store.reserve_write(ns, hashes, lease_s=lease_s, owner=owner, nowait=nowait)
+
+    async def shm_commit(self, session: Session, header: dict[str, Any], _: memoryview) -> Reply:
+        self._require_shm()
+        ns = self._ns(session, header)
+        result = await self._now(self._commit, ns.name, self._hashes(header), session.owner)
+        return result._asdict(), []
+
+    def _commit(self, ns: str, hashes: list[bytes], owner: str, nowait: bool = False) -> Any:
+        return self.store.commit_write(ns, hashes, owner=owner, nowait=nowait)
+
+    async def shm_abort(self, session: Session, header: dict[str, Any], _: memoryview) -> Reply:
+        self._require_shm()
+        ns = self._ns(session, header)
+        n = await self.run(self._abort, ns.name, self._hashes(header), session.owner)
+        return {"aborted": n}, []
+
+    def _abort(self, ns: str, hashes: list[bytes], owner: str) -> Any:
+        return self.store.abort_write(ns, hashes, owner=owner)
+
+    async def shm_stage(self, session: Session, header: dict[str, Any], _: memoryview) -> Reply:
+        """Staged places for later ``shm_put`` frames (see :mod:`kvstore.store_stage`)."""
+        self._require_shm()
+        ns = self._ns(session, header)
+        count = arg_int(header, "count")
+        if not 0 <= count <= self.settings.max_batch:
+            raise FrameError("bad_request", f"'count' must be 0-{self.settings.max_batch}")
+        return {"staged": await self._now(self._stage, ns.name, count, session.owner)}, []
+
+    def _stage(self, ns: str, count: int, owner: str, nowait: bool = False) -> Any:
+        return self.store.stage_write(ns, count, owner=owner, nowait=nowait)
+
+    async def shm_put(self, session: Session, header: dict[str, Any], _: memoryview) -> Reply:
+        """Publish blocks the client wrote into staged places, and stage as many places again
+        (one round trip per local put)."""
+        self._require_shm()
+        ns = self._ns(session, header)
+        hashes = self._hashes(header)
+        places = arg_ints(header, "places", len(hashes))
+        result, used = await self._now(self._put_staged, ns.name, hashes, places, session.owner)
+        staged = await self._now(self._stage, ns.name, len(used), session.owner) if used else []
+        return {**result._asdict(), "used": used, "staged": staged}, []
+
+    def _put_staged(self, ns: str, hashes: list[bytes], places: list[int], owner: str,
+                    nowait: bool = False) -> Any:
+        return self.store.commit_staged(ns, hashes, places, owner=owner, nowait=nowait)
+
+    async def shm_acquire(self, session: Session, header: dict[str, Any], _: memoryview) -> Reply:
+        self._require_shm()
+        ns = self._ns(session, header)
+        extents = await self._now(self._acquire, ns.name, self._hashes(header),
+                                  arg_float(header, "lease_s"), session.owner + READ_SUFFIX)
+        return {"extents": extents}, []
+
+    def _acquire(self, ns: str, hashes: list[bytes], lease_s: float | None, owner: str,
+                 nowait: bool = False) -> Any:
+        return self.store.acquire_read(ns, hashes, lease_s=lease_s, owner=owner, nowait=nowait)
+
+    async def shm_release(self, session: Session, header: dict[str, Any], _: memoryview) -> Reply:
+        self._require_shm()
+        ns = self._ns(session, header)
+        n = await self._now(self._release, ns.name, self._hashes(header),
+                            session.owner + READ_SUFFIX)
+        return {"released": n}, []
+
+    async def shm_lookup(self, session: Session, header: dict[str, Any], _: memoryview) -> Reply:
+        """``lookup``, plus the extents of each block of the hit that the host tier holds,
+        pinned for ``lease_s`` under the reading owner (None for a block held only below)."""
+        self._require_shm()
+        ns = self._ns(session, header)
+        n, tiers, extents = await self._now(self._lookup_acquire, ns.name, self._hashes(header),
+                                            arg_float(header, "lease_s"),
+                                            session.owner + READ_SUFFIX)
+        return {"prefix_blocks": n, "tiers": tiers, "extents": extents}, []
+
+    def _lookup_acquire(self, ns: str, hashes: list[bytes], lease_s: float | None, owner: str,
+                        nowait: bool = False) -> tuple[int, list[str], list[Any]]:
+        found = self.store.lookup(ns, hashes, nowait=nowait)
+        n = found.prefix_blocks
+        extents: list[Any] = self.store.acquire_read(
+            ns, hashes[:n], lease_s=lease_s, owner=owner, nowait=nowait, promote=False
+        ) if n else []
+        return n, list(found.tiers), extents
