@@ -2,8 +2,9 @@
 
 One :class:`KVStoreConnectorMetadata` per engine step crosses from the scheduler process to
 every worker (pickled in vLLM's multiprocess mode), so it holds only plain lists, ints and
-bytes: which stored blocks to copy into which pages (loads) and which freshly computed pages to
-store under which hashes (saves).
+bytes: which stored blocks to copy into which pages (loads; with the slab extents the
+scheduler was granted for them, when the store is on this host) and which freshly computed
+pages to store under which hashes (saves).
 """
 
 from __future__ import annotations
@@ -24,11 +25,22 @@ class BlockTransfer:
     block_ids: list[int]
     hashes: list[bytes]
     notify: bool = True
+    # A load's grant (server.client_grant): where each block lies in the slab of server
+    # ``instance``, pinned by the scheduler at ``granted_at`` (time.monotonic, which is
+    # system-wide); None where the worker must fetch the block itself.
+    extents: list[list[list[int]] | None] | None = None
+    instance: str = ""
+    granted_at: float = 0.0
 
     def __post_init__(self) -> None:
         if len(self.block_ids) != len(self.hashes):
             raise ValueError(
                 f"request {self.req_id}: {len(self.block_ids)} pages for "
+                f"{len(self.hashes)} hashes"
+            )
+        if self.extents is not None and len(self.extents) != len(self.hashes):
+            raise ValueError(
+                f"request {self.req_id}: {len(self.extents)} extents for "
                 f"{len(self.hashes)} hashes"
             )
 

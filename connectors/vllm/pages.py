@@ -59,6 +59,14 @@ class PagedKV:
         self.block_bytes = self.page_bytes * len(layers)
         self.device = layers[0].tensor.device
         self.dtype = layers[0].tensor.dtype
+        # CPU pages that are each one contiguous run: uint8 numpy views [num_blocks, page]
+        # of the engine's tensors, copied page by page (no index tensors, no temporaries)
+        self._flat: list[np.ndarray] | None = None
+        if self.device.type == "cpu" and all(
+            la.block_dim == 0 and la.tensor.is_contiguous() for la in layers
+        ):
+            self._flat = [la.tensor.view(num_blocks, -1).view(torch.uint8).numpy()
+                          for la in layers]
 
     @property
     def num_layers(self) -> int:
@@ -85,16 +93,14 @@ class PagedKV:
         if n == 0:
             return out
         pb = self.page_bytes
-        if self.device.type == "cpu" and all(
-            la.block_dim == 0 and la.tensor.is_contiguous() for la in self._layers
-        ):
+        if self._flat is not None:
             # Each page is one contiguous run: copy it straight to its place in the row. One
             # pass over the bytes instead of index_select's extra one (memory bandwidth is
             # what a save costs the engine thread).
-            for i, layer in enumerate(self._layers):
-                src = layer.tensor.view(self.num_blocks, -1).view(torch.uint8)
+            rows = out.numpy()
+            for i, src in enumerate(self._flat):
                 for j, b in enumerate(block_ids):
-                    out[j, i * pb : (i + 1) * pb].copy_(src[b])
+                    rows[j, i * pb : (i + 1) * pb] = src[b]
             return out
         idx = torch.tensor(block_ids, dtype=torch.long, device=self.device)
         for i, layer in enumerate(self._layers):
@@ -127,6 +133,48 @@ class PagedKV:
                 pages = cols.contiguous().view(layer.tensor.dtype)
             src = pages.reshape(n, *shape).movedim(0, layer.block_dim)
             layer.tensor.index_copy_(layer.block_dim, idx, src)
+
+    def scatter_extents(
+        self,
+        block_ids: Sequence[int],
+        src: np.ndarray,
+        extents: Sequence[Sequence[Sequence[int]]],
+        buf: torch.Tensor,
+    ) -> None:
+        """Write block ``block_ids[i]``, whose bytes lie at ``extents[i]`` (``[(offset,
+        length), ...]``) in the flat ``uint8`` array ``src`` (the store's shared slab), into
+        every layer. CPU pages are copied straight from ``src``, one pass over the bytes;
+        other pages go through the first rows of ``buf`` (``uint8 [>= n, block_bytes]``) and
+        :meth:`scatter`. Raises ``ValueError`` for extents that do not add up to a block or
+        fall outside ``src``, before copying anything."""
+        n = len(block_ids)
+        if len(extents) != n:
+            raise ValueError(f"{n} pages for {len(extents)} blocks")
+        for ext in extents:
+            if sum(length for _, length in ext) != self.block_bytes or any(
+                off < 0 or length < 0 or off + length > src.size for off, length in ext
+            ):
+                raise ValueError(f"extents {list(ext)} do not hold a block of "
+                                 f"{self.block_bytes} bytes inside a slab of {src.size}")
+        if self._flat is None:
+            rows = buf[:n].numpy()
+            for i, ext in enumerate(extents):
+                pos = 0
+                for off, length in ext:
+                    rows[i, pos : pos + length] = src[off : off + length]
+                    pos += length
+            self.scatter(block_ids, buf[:n])
+            return
+        pb = self.page_bytes
+        flat = self._flat
+        for b, ext in zip(block_ids, extents, strict=True):
+            pos = 0  # byte of the block: layer pos // pb, at pos % pb in its page
+            for off, length in ext:
+                while length:
+                    layer, at = divmod(pos, pb)
+                    take = min(length, pb - at)
+                    flat[layer][b, at : at + take] = src[off : off + take]
+                    pos, off, length = pos + take, off + take, length - take
 
     def stack(self, blocks: Sequence[bytes | bytearray | memoryview]) -> torch.Tensor:
         """``uint8 [len(blocks), block_bytes]`` from raw blocks, ready for :meth:`scatter`.

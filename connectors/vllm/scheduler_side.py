@@ -6,11 +6,16 @@ blocks the store already has or will have once queued saves land. Each step
 :meth:`SchedulerSide.build_meta` turns that into loads (blocks the store holds beyond vLLM's own
 prefix cache, copied asynchronously into freshly allocated pages) and saves (blocks that this
 step's forward pass completes). Nothing here touches KV bytes.
+
+The lookup is a grant (:mod:`server.client_grant`): the store pins the hit's blocks that its
+host tier holds and says where they lie in its shared slab. A load carries those places, so a
+worker on the store's host copies them into its pages without asking the store again.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -19,6 +24,7 @@ from connectors.vllm.metadata import BlockTransfer, KVStoreConnectorMetadata
 from connectors.vllm.stats import KVStoreConnectorStats
 from connectors.vllm.store_link import StoreLink
 from kvstore.keys import BlockHasher
+from server.client_grant import Grant
 
 if TYPE_CHECKING:
     from vllm.v1.core.kv_cache_manager import KVCacheBlocks
@@ -31,13 +37,32 @@ logger = logging.getLogger(f"vllm.{__name__}")
 
 
 @dataclass(slots=True)
+class _Pins:
+    """Pins the scheduler holds in the store: ``plain`` from ``pin``, ``read`` from a grant.
+    Pins are counted, so each is released exactly once: :meth:`release` empties the object,
+    and whoever still holds it afterwards releases nothing."""
+
+    plain: list[bytes] = field(default_factory=list)
+    read: list[bytes] = field(default_factory=list)
+
+    def release(self, link: StoreLink) -> None:
+        plain, read = self.plain, self.read
+        self.plain, self.read = [], []
+        link.release(plain)
+        link.release_reads(read)
+
+
+@dataclass(slots=True)
 class _Req:
     request: Request
     block_ids: list[int] = field(default_factory=list)
     stored_blocks: int = 0  # leading blocks the store holds or a queued save will hold
     hit_blocks: int = 0  # leading blocks the last lookup found
     hit_tiers: list[str] = field(default_factory=list)
-    pinned: list[bytes] = field(default_factory=list)  # pinned for an in-flight load
+    grant: Grant | None = None  # the last lookup's, until a load takes it
+    granted_at: float = 0.0
+    grant_pins: _Pins = field(default_factory=_Pins)  # the grant's, while no load holds them
+    load_pins: _Pins = field(default_factory=_Pins)  # held for the in-flight load
 
 
 class SchedulerSide:
@@ -71,8 +96,8 @@ class SchedulerSide:
         # requests with synchronous loads, by the step that planned them: their pins go two
         # steps later, when the load has run even under vLLM's async scheduling (which plans
         # one step ahead of the one executing)
-        self._sync_now: list[_Req] = []
-        self._sync_steps: deque[list[_Req]] = deque()
+        self._sync_now: list[_Pins] = []
+        self._sync_steps: deque[list[_Pins]] = deque()
         self.stats = KVStoreConnectorStats()
 
     # -- request arrives ---------------------------------------------------------------------
@@ -94,7 +119,12 @@ class SchedulerSide:
         if not self._load or not request.block_hashes:
             return 0
         self.stats.add("lookups")
-        n, tiers = self._link.lookup_tiers(request.block_hashes)
+        st.grant_pins.release(self._link)  # an earlier lookup's, never loaded
+        st.granted_at = time.monotonic()
+        grant = self._link.lookup_grant(request.block_hashes)
+        st.grant = grant
+        st.grant_pins.read = grant.granted(request.block_hashes)
+        n, tiers = grant.prefix_blocks, grant.tiers
         st.stored_blocks = max(st.stored_blocks, n)
         if not self.load_async:
             # the step that loads must compute at least one token: never the whole prompt
@@ -106,20 +136,35 @@ class SchedulerSide:
         self, request: Request, blocks: KVCacheBlocks, num_external_tokens: int
     ) -> None:
         """Plan the load of the ``num_external_tokens`` tokens vLLM accepted, into the pages
-        it just allocated, and pin their blocks until the worker has copied them."""
-        if num_external_tokens <= 0:
-            return
+        it just allocated. Blocks the lookup's grant located in the store's slab stay pinned
+        by it; the others are pinned now. Either way they stay pinned until the worker has
+        copied them."""
         st = self._state(request)
+        grant, pins = st.grant, st.grant_pins
+        st.grant, st.grant_pins = None, _Pins()
+        if num_external_tokens <= 0:
+            pins.release(self._link)
+            return
         end = st.hit_blocks
         start = end - (num_external_tokens + self._bs - 1) // self._bs
         block_ids = blocks.get_block_ids()[0]
         hashes = [bytes(h) for h in request.block_hashes[start:end]]
-        self._loads.append(BlockTransfer(request.request_id, list(block_ids[start:end]), hashes,
-                                         notify=self.load_async))
-        self._link.pin(hashes)
-        st.pinned = hashes
+        extents = None if grant is None or not grant.instance else grant.extents[start:end]
+        loaded = set(hashes)
+        pins.read, spare = [], [h for h in pins.read if h not in loaded]
+        if extents is not None:
+            pins.read = [h for h, ext in zip(hashes, extents, strict=True) if ext is not None]
+        self._link.release_reads(spare)  # granted blocks vLLM has or does not take
+        self._loads.append(BlockTransfer(
+            request.request_id, list(block_ids[start:end]), hashes, notify=self.load_async,
+            extents=extents, instance=grant.instance if extents else "",
+            granted_at=st.granted_at,
+        ))
+        pins.plain = [h for i, h in enumerate(hashes) if extents is None or extents[i] is None]
+        self._link.pin(pins.plain)
+        st.load_pins = pins
         if not self.load_async:
-            self._sync_now.append(st)
+            self._sync_now.append(pins)
         self.stats.add("hit_tokens", num_external_tokens)
 
     def hit_tiers(self, request: Request, num_external_tokens: int) -> list[str]:
@@ -139,8 +184,8 @@ class SchedulerSide:
         self._sync_steps.append(self._sync_now)
         self._sync_now = []
         if len(self._sync_steps) > 2:
-            for st in self._sync_steps.popleft():
-                self._unpin(st)
+            for pins in self._sync_steps.popleft():
+                pins.release(self._link)
         if not self._save:
             return meta
         seen: set[bytes] = set()  # two requests sharing a prefix save it once
@@ -194,14 +239,15 @@ class SchedulerSide:
         for req_id in output.finished_recving or ():
             st = self._reqs.get(req_id)
             if st is not None:
-                self._unpin(st)
+                st.load_pins.release(self._link)
 
     def request_finished(self, request: Request) -> tuple[bool, dict[str, Any] | None]:
         """Forget ``request``. Its pages can be freed at once: every save was copied out of
         them in ``wait_for_save`` of the step that computed it, before vLLM calls this."""
         st = self._reqs.pop(request.request_id, None)
         if st is not None:
-            self._unpin(st)
+            st.grant_pins.release(self._link)
+            st.load_pins.release(self._link)
         return False, None
 
     def take_stats(self) -> KVStoreConnectorStats | None:
@@ -217,11 +263,6 @@ class SchedulerSide:
         if st is None:  # the scheduler may skip on_new_request for resumed streaming inputs
             st = self._reqs[request.request_id] = _Req(request)
         return st
-
-    def _unpin(self, st: _Req) -> None:
-        if st.pinned:
-            self._link.release(st.pinned)
-            st.pinned = []
 
     def _check_hashes(self, request: Request) -> None:
         """Compare vLLM's first block hash with kvstore's once, on a plain-text request."""

@@ -22,9 +22,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from connectors.vllm.config import ConnectorConfig
+from server.client_grant import Grant
+
+if TYPE_CHECKING:
+    from server.shm import SlabMapping
 
 # Under "vllm." so that records show in vLLM's own log format and level.
 logger = logging.getLogger(f"vllm.{__name__}")
@@ -127,6 +131,35 @@ class StoreLink:
             return int(n), list(tiers)
         except StoreUnavailable:
             return 0, []
+
+    def lookup_grant(self, hashes: Sequence[bytes]) -> Grant:
+        """:meth:`lookup_tiers`, and each block of the hit that the store's host tier holds
+        pinned for ``lease_s`` with its place in the store's shared slab, for a worker on this
+        host to copy without asking (see :mod:`server.client_grant`). Release the granted
+        hashes with :meth:`release_reads`. An empty grant when the store cannot say."""
+        if hashes:
+            try:
+                grant: Grant = self._call(
+                    lambda c: c.lookup_acquire(self.namespace, list(hashes), self.cfg.lease_s))
+                return grant
+            except StoreUnavailable:
+                pass
+        return Grant(0, [], [], "")
+
+    def release_reads(self, hashes: Sequence[bytes]) -> None:
+        """Drop the pins of a :meth:`lookup_grant`; best effort (leases expire anyway)."""
+        if hashes:
+            with contextlib.suppress(StoreUnavailable):
+                self._call(lambda c: c.release_reads(self.namespace, list(hashes), wait=False))
+
+    def granted_slab(self, instance: str) -> SlabMapping | None:
+        """This process's mapping of the slab of store ``instance``, if this link is
+        connected to that instance through shared memory; None otherwise (fetch instead)."""
+        with self._lock:
+            if self._client is None or not self._registered:
+                return None
+            slab: SlabMapping | None = self._client.mapped_slab(instance)
+            return slab
 
     def prefetch(self, hashes: Sequence[bytes]) -> None:
         """Ask the store to bring ``hashes`` toward its fastest tier; best effort."""

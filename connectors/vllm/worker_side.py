@@ -4,9 +4,13 @@ Loads run in ``start_load_kv``. For synchronous loads (``load_mode="sync"``) vLL
 before this step's forward pass, which then reads the pages. For asynchronous loads it comes
 after the forward pass: the request they feed waits in ``WAITING_FOR_REMOTE_KVS`` and none of
 its pages is read by anyone until :meth:`WorkerSide.get_finished` reports it. Either way the
-copy never races attention. A block the store cannot supply (down, evicted, failed checksum) fails
-that block and every later one of the request: vLLM learns them from
-:meth:`WorkerSide.take_load_errors` and recomputes from the first one.
+copy never races attention. A block the scheduler's lookup found in the store's host tier
+comes with its place in the store's shared slab, pinned (a grant, see
+:mod:`server.client_grant`): the worker copies it from its own mapping of the slab straight
+into the pages, with no round trip. Any other block is fetched with ``get_into``. A block the
+store cannot supply (down, evicted, failed checksum) fails that block and every later one of
+the request: vLLM learns them from :meth:`WorkerSide.take_load_errors` and recomputes from the
+first one.
 
 Saves are copied out of the pages in ``wait_for_save`` (after the forward pass that filled
 them, before the scheduler can free or reuse them) and handed to one background thread that
@@ -22,6 +26,7 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 
 from connectors.vllm.layout import KVLayout
@@ -116,22 +121,30 @@ class WorkerSide:
         start = time.perf_counter()
         pages = self._pages
         step = max(1, LOAD_CHUNK_BYTES // pages.block_bytes)
-        good = 0  # Only a leading run of blocks is usable: KV after a missing block would
-        while good < len(t.hashes):  # describe a prefix the engine never computed.
-            hashes = t.hashes[good : good + step]
-            data = self._load_buffer(len(hashes))
+        ok = self._load_granted(t, step)
+        todo = [i for i, copied in enumerate(ok) if not copied]
+        pos = 0
+        while pos < len(todo):  # the rest through the store, a chunk at a time
+            idx = todo[pos : pos + step]
+            data = self._load_buffer(len(idx))
             try:
-                found = self._load_link.get_into(hashes, [memoryview(r.numpy()) for r in data])
+                found = self._load_link.get_into([t.hashes[i] for i in idx],
+                                                 [memoryview(r.numpy()) for r in data])
             except StoreUnavailable:
                 found = []
             run = 0
-            while run < len(hashes) and run < len(found) and found[run]:
+            while run < len(idx) and run < len(found) and found[run]:
                 run += 1
             if run:
-                pages.scatter(t.block_ids[good : good + run], data[:run])
-            good += run
-            if run < len(hashes):
+                pages.scatter([t.block_ids[i] for i in idx[:run]], data[:run])
+            for i in idx[:run]:
+                ok[i] = True
+            pos += run
+            if run < len(idx):
                 break
+        # Only a leading run of blocks is usable: KV after a missing block would describe a
+        # prefix the engine never computed.
+        good = ok.index(False) if False in ok else len(ok)
         failed = t.block_ids[good:]
         if failed:
             self._load_errors.update(failed)
@@ -144,6 +157,36 @@ class WorkerSide:
             self._stats.add("loaded_bytes", good * self._pages.block_bytes)
             self._stats.add("load_errors", len(failed))
             self._stats.add("load_s", time.perf_counter() - start)
+
+    def _load_granted(self, t: BlockTransfer, step: int) -> list[bool]:
+        """Copy the blocks the scheduler's grant located straight from the store's slab
+        (no round trip); which ones were copied. None is copied when the grant is for another
+        server instance (restarted since), has aged past half its lease, or this process
+        cannot map the slab: the caller then fetches every block."""
+        assert self._pages is not None and self._load_link is not None
+        ok = [False] * len(t.hashes)
+        if not t.extents or not t.instance \
+                or time.monotonic() - t.granted_at > self._load_link.cfg.lease_s / 2:
+            return ok
+        slab = self._load_link.granted_slab(t.instance)
+        if slab is None:
+            return ok
+        idx = [i for i, ext in enumerate(t.extents) if ext is not None]
+        src = np.frombuffer(slab.buf, dtype=np.uint8)
+        try:
+            for lo in range(0, len(idx), step):
+                part = idx[lo : lo + step]
+                self._pages.scatter_extents(
+                    [t.block_ids[i] for i in part], src, [t.extents[i] or [] for i in part],
+                    self._load_buffer(len(part)),
+                )
+                for i in part:
+                    ok[i] = True
+        except ValueError as exc:  # extents that cannot be a block of ours: fetch instead
+            logger.warning("request %s: unusable grant from kvstore (%s)", t.req_id, exc)
+        finally:
+            del src  # a live view would keep the slab mapped after the client lets it go
+        return ok
 
     def _load_buffer(self, n: int) -> torch.Tensor:
         """``uint8 [n, block_bytes]`` rows of a buffer kept between loads. Copying a 2k-token

@@ -7,6 +7,9 @@ page the kernel writes for the same tokens in another block.
 
 from __future__ import annotations
 
+import itertools
+
+import numpy as np
 import pytest
 import torch
 
@@ -113,3 +116,61 @@ def test_wrong_sizes_are_refused() -> None:
         PagedKV({"l": torch.zeros(3, 4)}, NUM_BLOCKS)
     with pytest.raises(ValueError, match="different page sizes"):
         PagedKV({"a": torch.zeros(NUM_BLOCKS, 4), "b": torch.zeros(NUM_BLOCKS, 8)}, NUM_BLOCKS)
+
+
+def _slab_with(blocks: list[bytes], cuts: list[int]) -> tuple[np.ndarray, list[list[list[int]]]]:
+    """A fake slab holding each block in pieces: ``cuts`` are the piece boundaries inside a
+    block (not aligned to pages), the pieces scattered out of order with gaps between."""
+    slab = np.full(4 * sum(len(b) for b in blocks), 0xEE, dtype=np.uint8)
+    extents: list[list[list[int]]] = []
+    at = len(slab) - 7
+    for block in blocks:
+        ext = []
+        bounds = [0, *cuts, len(block)]
+        for lo, hi in itertools.pairwise(bounds):
+            at -= (hi - lo) + 13  # backwards through the slab, 13 bytes apart
+            slab[at : at + hi - lo] = np.frombuffer(block[lo:hi], dtype=np.uint8)
+            ext.append([at, hi - lo])
+        extents.append(ext)
+    return slab, extents
+
+
+@pytest.mark.parametrize("planes", [False, True])
+def test_blocks_copied_from_slab_extents_equal_the_source_pages(planes: bool) -> None:
+    if planes:  # not one run per page: goes through the buffer and scatter
+        layers = {f"l{i}": torch.randn(2, NUM_BLOCKS, BLOCK, HEADS, HEAD_DIM) for i in range(3)}
+    else:
+        layers = _cpu_layers(torch.bfloat16)
+        for t in layers.values():
+            t.copy_(torch.randn_like(t, dtype=torch.float32).to(torch.bfloat16))
+    pages = PagedKV(layers, NUM_BLOCKS)
+    assert (pages._flat is None) == planes
+    src, dst = [1, 3, 5], [10, 8, 6]
+    blocks = [bytes(r.numpy()) for r in pages.gather(src)]
+    pb = pages.page_bytes
+    slab, extents = _slab_with(blocks, [pb // 3, pb + 5, 2 * pb + 1])  # pieces straddle pages
+    before = {n: t.clone() for n, t in layers.items()}
+    buf = torch.zeros(4, pages.block_bytes, dtype=torch.uint8)
+    pages.scatter_extents(dst, slab, extents, buf)
+    assert [bytes(r.numpy()) for r in pages.gather(dst)] == blocks
+    for name, t in layers.items():
+        others = [b for b in range(NUM_BLOCKS) if b not in dst]
+        dim = 1 if planes else 0
+        assert torch.equal(t.index_select(dim, torch.tensor(others)),
+                           before[name].index_select(dim, torch.tensor(others))), name
+
+
+def test_bad_slab_extents_are_refused_before_copying() -> None:
+    layers = _cpu_layers(torch.float32)
+    pages = PagedKV(layers, NUM_BLOCKS)
+    slab = np.zeros(4 * pages.block_bytes, dtype=np.uint8)
+    buf = torch.zeros(2, pages.block_bytes, dtype=torch.uint8)
+    good = [[0, pages.block_bytes]]
+    for bad in ([[0, pages.block_bytes - 1]],  # short of a block
+                [[3 * pages.block_bytes + 1, pages.block_bytes]],  # past the slab's end
+                [[-1, 1], [0, pages.block_bytes - 1]]):  # a negative offset
+        with pytest.raises(ValueError, match="extents"):
+            pages.scatter_extents([1, 2], slab + 1, [good, bad], buf)
+        assert all(t.abs().sum() == 0 for t in layers.values())  # nothing was copied
+    with pytest.raises(ValueError, match="pages for"):
+        pages.scatter_extents([1, 2], slab, [good], buf)

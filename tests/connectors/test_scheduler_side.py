@@ -97,11 +97,15 @@ def test_sync_loads_are_not_reported_and_unpin_two_steps_later(server: Any) -> N
     side.update_state_after_alloc(req, _blocks([4, 5, 6, 7]), 3 * BS)
     (load,) = side.build_meta(SchedulerOutput.make_empty()).loads  # the step that loads
     assert load.block_ids == [4, 5, 6] and not load.notify
+    # the store is on this host: the load carries the slab places its lookup was granted
+    assert load.instance and load.extents is not None and None not in load.extents
     assert _pinned(server, link) == 3
     whole = _request("s2", [rng.randrange(1, 1000) for _ in range(2 * BS)])
     assert link.put(whole.block_hashes, [bytes(BLOCK_BYTES)] * 2)
     side.on_new_request(whole)  # all stored: the step must still compute its last token
     assert side.get_num_new_matched_tokens(whole, 0) == BS
+    assert _pinned(server, link) == 5  # the lookup's grant pins both blocks of s2 ...
+    side.update_state_after_alloc(whole, _blocks([8, 9]), 0)  # ... until vLLM declines
     side.build_meta(SchedulerOutput.make_empty())  # may be planned while the load runs
     assert _pinned(server, link) == 3
     side.build_meta(SchedulerOutput.make_empty())  # the loading step has finished
@@ -142,3 +146,16 @@ def test_store_down_means_no_hit(server: Any) -> None:
     server.stop()
     side.on_new_request(req)  # the prefetch fails quietly
     assert side.get_num_new_matched_tokens(req, 0) == 0
+
+
+def test_repeated_lookups_hold_one_grant_and_finishing_drops_it(server: Any) -> None:
+    # vLLM asks again each step while a request waits for pages: pins must not pile up
+    side, link = _side(server, load_async=False)
+    req = _request("g1", list(range(1, 3 * BS + 2)))
+    assert link.put(req.block_hashes, [bytes(BLOCK_BYTES)] * 3)
+    side.on_new_request(req)
+    for _ in range(3):
+        assert side.get_num_new_matched_tokens(req, 0) == 3 * BS
+    assert _pinned(server, link) == 3
+    side.request_finished(req)
+    assert _pinned(server, link) == 0

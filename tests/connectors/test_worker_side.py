@@ -91,3 +91,66 @@ def test_saves_store_page_snapshots_through_reused_buffers(server: Any) -> None:
     finally:
         side.shutdown(1.0)
         link.close()
+
+
+def _acquires(server: Any) -> int:
+    """Data plane ``shm_acquire`` frames the server has served (each a worker round trip)."""
+    import re
+
+    import httpx
+
+    text = httpx.get(server.url + "/metrics").text
+    m = re.search(r'kvstore_request_seconds_count{op="shm_acquire",plane="data"} (\S+)', text)
+    return int(float(m.group(1))) if m else 0
+
+
+def _pages_hold(caches: dict[str, torch.Tensor], pages: list[int], blocks: list[bytes]) -> bool:
+    return all(
+        b"".join(caches[f"layer.{i}"][p].numpy().tobytes() for i in range(LAYERS)) == block
+        for p, block in zip(pages, blocks, strict=True)
+    )
+
+
+def test_granted_blocks_are_copied_from_the_slab_without_asking_the_store(
+    server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import time
+
+    side, caches, link = _worker(server)
+    sched = side._make_link()  # the scheduler's link: another client, as in vLLM
+    block_bytes = side.layout.block_bytes
+    monkeypatch.setattr(worker_side, "LOAD_CHUNK_BYTES", 2 * block_bytes)
+    hashes = [os.urandom(32) for _ in range(5)]
+    blocks = [os.urandom(block_bytes) for _ in range(5)]
+    assert link.put(hashes, blocks)
+    try:
+        grant = sched.lookup_grant(hashes)
+        assert grant.prefix_blocks == 5 and grant.instance and None not in grant.extents
+
+        def load(pages: list[int], **kw: Any) -> None:
+            fields = {"extents": grant.extents, "instance": grant.instance,
+                      "granted_at": time.monotonic(), **kw}
+            side.start_load(KVStoreConnectorMetadata(loads=[
+                BlockTransfer("r", pages, hashes, notify=False, **fields)]))
+            assert side.take_load_errors() == set()
+            assert _pages_hold(caches, pages, blocks)
+
+        before = _acquires(server)
+        load([9, 4, 7, 1, 2])
+        assert _acquires(server) == before  # no round trip
+        # a block the grant did not locate (held below the host tier) is fetched
+        load([3, 5, 6, 8, 10], extents=[*grant.extents[:2], None, *grant.extents[3:]])
+        assert _acquires(server) == before + 1
+        # grants that must not be trusted are fetched whole, and still land right
+        stale = time.monotonic() - side._load_link.cfg.lease_s
+        for kw in [{"granted_at": stale}, {"instance": "restarted"},
+                   {"extents": [[[0, 1]]] * 5}]:
+            caches["layer.0"].zero_()
+            before = _acquires(server)
+            load([11, 0, 12, 14, 15], **kw)
+            assert _acquires(server) == before + 3, kw  # 5 blocks, 2 per chunk
+    finally:
+        sched.release_reads(grant.granted(hashes))
+        sched.close()
+        side.shutdown(1.0)
+        link.close()

@@ -16,9 +16,11 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import subprocess
 import sys
 import threading
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -201,3 +203,17 @@ def expected_hit_tokens(prompt: list[int], stored: list[list[int]], sync: bool =
 def hit_tokens() -> Any:
     """:func:`expected_hit_tokens`, for test modules."""
     return expected_hit_tokens
+
+
+def data_op_count(url: str, op: str) -> int:
+    """How many ``op`` frames the kvstore data plane at ``url`` has served (its metrics)."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    m = re.search(rf'kvstore_request_seconds_count{{op="{op}",plane="data"}} (\S+)', text)
+    return int(float(m.group(1))) if m else 0
+
+
+@pytest.fixture(scope="session")
+def op_count() -> Any:
+    """:func:`data_op_count`, for test modules."""
+    return data_op_count

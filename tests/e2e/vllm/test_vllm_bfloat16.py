@@ -39,7 +39,8 @@ ASKED = [
 
 
 def test_bfloat16_fresh_engine_loads_stored_prefixes_and_matches_baseline(
-    tiny_llama: str, kvstore_server: Any, engine: Any, make_spec: Any, hit_tokens: Any
+    tiny_llama: str, kvstore_server: Any, engine: Any, make_spec: Any, hit_tokens: Any,
+    op_count: Any,
 ) -> None:
     every = STORED + ASKED
     base = engine(make_spec(tiny_llama, "bfloat16", None))
@@ -53,7 +54,11 @@ def test_bfloat16_fresh_engine_loads_stored_prefixes_and_matches_baseline(
     stored = [p + o[:-1] for p, o in zip(STORED, out_a, strict=True)]
 
     b = engine(make_spec(tiny_llama, "bfloat16", kvstore_server.url, load_mode="async"))
+    acquires = op_count(kvstore_server.url, "shm_acquire")
     result = b.generate(ASKED)
+    # every stored block is in kvstore's RAM: the scheduler's lookups were granted their
+    # places in the shared slab and the worker asked kvstore for nothing
+    assert op_count(kvstore_server.url, "shm_acquire") == acquires
     expected = [hit_tokens(p, stored, sync=False) for p in ASKED]
     assert expected == [64, 128, 160, 0]
     assert result["cached"] == expected

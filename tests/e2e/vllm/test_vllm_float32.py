@@ -44,7 +44,8 @@ R = _tokens(100)  # asked for only after kvstore restarted under a running engin
 F = _tokens(90)  # never stored; asked for while kvstore is down
 G = _tokens(70)  # the same
 SUF = _tokens(40)
-STORED = [P1, P2, E, R]
+H = _tokens(128)  # read back into kvstore's RAM before engine B asks: a granted load
+STORED = [P1, P2, E, R, H]
 ASKED = [
     P1,  # the whole prompt is stored: its last block is computed, for its last token
     P1 + SUF,  # a stored prefix, then new tokens
@@ -56,13 +57,14 @@ ASKED = [
 E_ASKED = E + SUF
 DOWN_ASKED = [F, G]
 AFTER_RESTART = R + SUF
+H_ASKED = H + SUF
 
 
 @pytest.fixture(scope="module")
 def story(
     tiny_llama: str, kvstore_server: Any, engine: Any, make_spec: Any
 ) -> dict[str, Any]:
-    every = [*STORED, *ASKED, E_ASKED, *DOWN_ASKED, AFTER_RESTART]
+    every = [*STORED, *ASKED, E_ASKED, *DOWN_ASKED, AFTER_RESTART, H_ASKED]
     base = engine(make_spec(tiny_llama, "float32", None))
     baseline = dict(zip(map(tuple, every), base.generate(every)["tokens"], strict=True))
     base.close()
@@ -133,6 +135,28 @@ def test_corrupted_block_is_a_load_error_and_recomputed(story: dict[str, Any]) -
     # Block 0 loads; block 1 fails its checksum in kvstore, so it and the blocks after it
     # (whose KV would extend a prefix the engine does not have) are reported to vLLM.
     assert any("3 of 4 stored blocks could not be loaded" in line for line in b.lines), b.tail()
+
+
+def test_blocks_in_kvstore_ram_load_with_no_worker_round_trip(
+    story: dict[str, Any], hit_tokens: Any, op_count: Any
+) -> None:
+    # The scheduler's lookup is granted the blocks' places in kvstore's shared slab and the
+    # worker process copies them from its own mapping: no shm_acquire for this load.
+    server = story["server"]
+    ns = _namespace(server.url)
+    hashes = block_hashes(H, BLOCK, seed=os.environ.get("PYTHONHASHSEED"))
+    client = server.client()
+    try:
+        assert None not in client.get(ns, hashes)  # kvstore restarted: this promotes them
+        assert client.lookup(ns, hashes)[1] == ["host"] * 4
+    finally:
+        client.close()
+    acquires, grants = op_count(server.url, "shm_acquire"), op_count(server.url, "shm_lookup")
+    result = story["b"].generate([H_ASKED])
+    assert result["cached"] == [hit_tokens(H_ASKED, story["stored"])] == [128]
+    assert result["tokens"] == [story["baseline"][tuple(H_ASKED)]]
+    assert op_count(server.url, "shm_lookup") > grants
+    assert op_count(server.url, "shm_acquire") == acquires
 
 
 def test_kvstore_down_then_restarted_under_a_running_engine(
