@@ -25,12 +25,15 @@ class BlockTransfer:
     block_ids: list[int]
     hashes: list[bytes]
     notify: bool = True
-    # A load's grant (server.client_grant): where each block lies in the slab of server
-    # ``instance``, pinned by the scheduler at ``granted_at`` (time.monotonic, which is
-    # system-wide); None where the worker must fetch the block itself.
+    # A load's grant (server.client_grant): where each block of namespace ``granted_ns``
+    # lies in the slab of server ``instance``, pinned by the scheduler at ``granted_at``
+    # (time.monotonic, which is system-wide); None where the worker must fetch the block.
+    # Only a worker whose namespace is ``granted_ns`` may use it: with tensor parallelism
+    # each rank stores its own shard of a block under its own namespace.
     extents: list[list[list[int]] | None] | None = None
     instance: str = ""
     granted_at: float = 0.0
+    granted_ns: str = ""
 
     def __post_init__(self) -> None:
         if len(self.block_ids) != len(self.hashes):

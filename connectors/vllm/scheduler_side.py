@@ -158,7 +158,7 @@ class SchedulerSide:
         self._loads.append(BlockTransfer(
             request.request_id, list(block_ids[start:end]), hashes, notify=self.load_async,
             extents=extents, instance=grant.instance if extents else "",
-            granted_at=st.granted_at,
+            granted_at=st.granted_at, granted_ns=self._link.namespace,
         ))
         pins.plain = [h for i, h in enumerate(hashes) if extents is None or extents[i] is None]
         self._link.pin(pins.plain)

@@ -160,15 +160,17 @@ class WorkerSide:
 
     def _load_granted(self, t: BlockTransfer, step: int) -> list[bool]:
         """Copy the blocks the scheduler's grant located straight from the store's slab
-        (no round trip); which ones were copied. None is copied when the grant is for another
-        server instance (restarted since), has aged past half its lease, or this process
-        cannot map the slab: the caller then fetches every block."""
+        (no round trip); which ones were copied. None is copied when the grant is for
+        another namespace (this is not tensor-parallel rank 0) or server instance (restarted
+        since), has aged past half its lease, or this process cannot map the slab: the
+        caller then fetches every block."""
         assert self._pages is not None and self._load_link is not None
+        link = self._load_link
         ok = [False] * len(t.hashes)
-        if not t.extents or not t.instance \
-                or time.monotonic() - t.granted_at > self._load_link.cfg.lease_s / 2:
+        if not t.extents or not t.instance or t.granted_ns != link.namespace \
+                or time.monotonic() - t.granted_at > link.cfg.lease_s / 2:
             return ok
-        slab = self._load_link.granted_slab(t.instance)
+        slab = link.granted_slab(t.instance)
         if slab is None:
             return ok
         idx = [i for i, ext in enumerate(t.extents) if ext is not None]

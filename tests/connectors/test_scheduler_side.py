@@ -99,6 +99,7 @@ def test_sync_loads_are_not_reported_and_unpin_two_steps_later(server: Any) -> N
     assert load.block_ids == [4, 5, 6] and not load.notify
     # the store is on this host: the load carries the slab places its lookup was granted
     assert load.instance and load.extents is not None and None not in load.extents
+    assert load.granted_ns == link.namespace  # rank 0's: other ranks fetch their own shards
     assert _pinned(server, link) == 3
     whole = _request("s2", [rng.randrange(1, 1000) for _ in range(2 * BS)])
     assert link.put(whole.block_hashes, [bytes(BLOCK_BYTES)] * 2)

@@ -129,7 +129,7 @@ def test_granted_blocks_are_copied_from_the_slab_without_asking_the_store(
 
         def load(pages: list[int], **kw: Any) -> None:
             fields = {"extents": grant.extents, "instance": grant.instance,
-                      "granted_at": time.monotonic(), **kw}
+                      "granted_at": time.monotonic(), "granted_ns": sched.namespace, **kw}
             side.start_load(KVStoreConnectorMetadata(loads=[
                 BlockTransfer("r", pages, hashes, notify=False, **fields)]))
             assert side.take_load_errors() == set()
@@ -144,7 +144,7 @@ def test_granted_blocks_are_copied_from_the_slab_without_asking_the_store(
         # grants that must not be trusted are fetched whole, and still land right
         stale = time.monotonic() - side._load_link.cfg.lease_s
         for kw in [{"granted_at": stale}, {"instance": "restarted"},
-                   {"extents": [[[0, 1]]] * 5}]:
+                   {"granted_ns": "vllm.another-rank"}, {"extents": [[[0, 1]]] * 5}]:
             caches["layer.0"].zero_()
             before = _acquires(server)
             load([11, 0, 12, 14, 15], **kw)
