@@ -95,3 +95,19 @@ def test_nowait_read_refuses_to_promote(make_store: StoreFactory) -> None:
     assert store.acquire_read("m", hashes, owner="r")[0] is not None  # blocking: promotes
     assert store.acquire_read("m", hashes, owner="r", nowait=True)[0] is not None
     assert store.release("m", hashes, owner="r", nowait=True) == 1  # one pin, renewed
+
+
+def test_read_without_promotion_serves_only_what_the_host_tier_holds(
+    make_store: StoreFactory,
+) -> None:
+    store = make_store(host=8, disk=64)
+    hashes, data = blocks(3)
+    store.put("m", hashes[:1], data[:1], tier="disk")
+    store.put("m", hashes[1:2], data[1:2])
+    got = store.acquire_read("m", hashes, owner="r", nowait=True, promote=False)
+    assert got[0] is None and got[1] is not None and got[2] is None  # disk, host, missing
+    assert store.lookup("m", hashes[:2]).tiers == ["disk", "host"]  # nothing promoted
+    assert store.stats()["totals"]["pinned"] == 1
+    assert store.stats()["totals"]["queries"] == 1  # only the block served was read
+    assert store.release("m", hashes, owner="r") == 1
+    store.check_integrity()
