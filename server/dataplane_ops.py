@@ -2,11 +2,12 @@
 
 Every op validates its arguments on the event loop (cheap, and a bad frame never reaches the
 store), then runs its store call in a worker thread: one thread hop per batch, never per
-block. The small ops of the shared-memory path and of routing (``shm_*``, ``lookup``,
-``release``) first try their store call on the event loop with ``nowait=True``: it either
-finishes in memory without waiting, or raises ``WouldBlock`` having changed nothing, and then
-goes to a worker thread. The hop costs more than such an op on a busy host, and a local put
-is two of them. Each op returns ``(reply fields, payload buffers)``.
+block. ``prefetch`` only queues work for the store's prefetch threads, on the event loop. The
+small ops of the shared-memory path and of routing (``shm_*``, ``lookup``, ``release``) first
+try their store call on the event loop with ``nowait=True``: it either finishes in memory
+without waiting, or raises ``WouldBlock`` having changed nothing, and then goes to a worker
+thread. The hop costs more than such an op on a busy host, and a local put is two of them.
+Each op returns ``(reply fields, payload buffers)``.
 
 Pins and shared-memory reservations belong to the session's ``owner`` (chosen by the client
 in ``hello`` so that all its connections share it); reads through shared memory pin under
@@ -184,7 +185,9 @@ class Ops(SharedMemoryOps):
     async def prefetch(self, session: Session, header: dict[str, Any], _: memoryview) -> Reply:
         ns = self._ns(session, header)
         hashes = self._hashes(header)
-        await self.run(self.store.prefetch, ns.name, hashes)
+        # Only queues the work on the store's prefetch threads: no need for a hop of our own
+        # (which would hold up the next frame on this connection, often the lookup).
+        self.store.prefetch(ns.name, hashes)
         return {"accepted": len(hashes)}, []
 
     async def pin(self, session: Session, header: dict[str, Any], _: memoryview) -> Reply:
