@@ -3,8 +3,9 @@ the small helpers that keep the index, the policies and the counters in step.
 
 The store is split by concern into mixins over this state: placement and eviction
 (:mod:`kvstore.store_place`), reads (:mod:`kvstore.store_read`), the shared-memory path
-(:mod:`kvstore.store_shm`). All their ``_`` methods expect the store lock to be held unless
-they say otherwise.
+(:mod:`kvstore.store_shm`, :mod:`kvstore.store_stage`) and reports
+(:mod:`kvstore.store_report`). All their ``_`` methods expect the store lock to be held
+unless they say otherwise.
 """
 
 from __future__ import annotations
