@@ -5,10 +5,12 @@ scheduler asks :meth:`GrantedReads.lookup_acquire`: the server answers the looku
 block of the hit that its host tier holds, pins it and returns its extents in the shared slab
 (op ``shm_lookup``). The scheduler passes the :class:`Grant` to the workers, which copy the
 bytes straight out of their own mapping of the slab (:meth:`GrantedReads.mapped_slab`) with no
-round trip, and then :meth:`GrantedReads.release_reads` drops the pins.
+round trip, and then :meth:`GrantedReads.release_grant` drops the pins.
 
 A grant is only good while its pins hold: for ``lease_s`` seconds, and only in the server
-instance that made it (a restarted server's slab is a new segment). Readers check both.
+instance that made it (a restarted server's slab is a new segment). Readers check both. The
+pins do not go with the granting client's connections (a reconnect must not free slots a
+worker is copying): only a release or the end of the lease drops them.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ class Grant:
 
     ``extents[i]`` locates block ``i`` of the hit in the slab of server ``instance`` (None
     where only a lower tier holds it, or without shared memory, in which case ``instance`` is
-    empty). Release the hashes that have extents with :meth:`GrantedReads.release_reads`.
+    empty). Release the hashes that have extents with :meth:`GrantedReads.release_grant`.
     """
 
     prefix_blocks: int
@@ -78,11 +80,14 @@ class GrantedReads:
 
         return self._retry(call)
 
-    def release_reads(self, namespace: str, hashes: Sequence[bytes], *,
+    def release_grant(self, namespace: str, hashes: Sequence[bytes], *,
                       wait: bool = True) -> int:
-        """Drop the read pins of a :class:`Grant` (or of ``shm_acquire``); how many were held
-        (0 with ``wait=False``, which does not wait for the answer)."""
-        reply = self._call({"op": "shm_release", "ns": namespace, "hashes": list(hashes)}, wait)
+        """Drop the pins of a :class:`Grant` on ``hashes``; how many were held (0 with
+        ``wait=False``, which does not wait for the answer). Grant pins outlive this client's
+        connections (another process may be copying them): release them, or they stay until
+        their lease runs out."""
+        reply = self._call({"op": "shm_release", "ns": namespace, "hashes": list(hashes),
+                            "grant": True}, wait)
         return int(reply.get("released", 0))
 
     def mapped_slab(self, instance: str) -> SlabMapping | None:

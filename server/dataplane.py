@@ -310,6 +310,8 @@ class DataPlane:
         task.add_done_callback(self._tasks.discard)
 
     def _drop_owner(self, owner: str) -> None:
+        # Not the owner's grants (GRANT_SUFFIX): other processes may be copying them; they
+        # go when released or when their lease runs out.
         try:
             for who in (owner, owner + READ_SUFFIX):
                 self.store.expire_leases(who)

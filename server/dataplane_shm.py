@@ -8,7 +8,9 @@ drops a pin the client took with ``pin``.
 ``shm_lookup`` is a lookup that also pins the leading blocks the host tier holds right now and
 returns their extents. An engine's scheduler asks it in place of ``lookup`` and hands the
 extents to its workers, which then copy a hit with no round trip of their own (the scheduler
-releases the pins with ``shm_release`` once the workers are done).
+releases the pins with ``shm_release`` and ``grant: true`` once the workers are done). These
+pins are not dropped when the client's connections close, only when released or when their
+lease runs out: the workers copying them are other processes.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from server.protocol import FrameError, arg_float, arg_int, arg_ints
+from server.protocol import FrameError, arg_bool, arg_float, arg_int, arg_ints
 from server.settings import ServerSettings
 
 if TYPE_CHECKING:
@@ -24,6 +26,10 @@ if TYPE_CHECKING:
     from server.dataplane_ops import Reply, Session
 
 READ_SUFFIX = "#read"
+# Grants (shm_lookup) pin under their own owner, which outlives the client's connections: the
+# process that copies a grant is not the one holding the connection, and must not see the
+# pins go when that connection drops. Released by shm_release with "grant", or by the lease.
+GRANT_SUFFIX = "#grant"
 
 
 class SharedMemoryOps:
@@ -115,18 +121,19 @@ class SharedMemoryOps:
     async def shm_release(self, session: Session, header: dict[str, Any], _: memoryview) -> Reply:
         self._require_shm()
         ns = self._ns(session, header)
-        n = await self._now(self._release, ns.name, self._hashes(header),
-                            session.owner + READ_SUFFIX)
+        suffix = GRANT_SUFFIX if arg_bool(header, "grant") else READ_SUFFIX
+        n = await self._now(self._release, ns.name, self._hashes(header), session.owner + suffix)
         return {"released": n}, []
 
     async def shm_lookup(self, session: Session, header: dict[str, Any], _: memoryview) -> Reply:
         """``lookup``, plus the extents of each block of the hit that the host tier holds,
-        pinned for ``lease_s`` under the reading owner (None for a block held only below)."""
+        pinned for ``lease_s`` under the owner's grants (None for a block held only below);
+        ``shm_release`` with ``grant`` drops them."""
         self._require_shm()
         ns = self._ns(session, header)
         n, tiers, extents = await self._now(self._lookup_acquire, ns.name, self._hashes(header),
                                             arg_float(header, "lease_s"),
-                                            session.owner + READ_SUFFIX)
+                                            session.owner + GRANT_SUFFIX)
         return {"prefix_blocks": n, "tiers": tiers, "extents": extents}, []
 
     def _lookup_acquire(self, ns: str, hashes: list[bytes], lease_s: float | None, owner: str,

@@ -38,18 +38,18 @@ logger = logging.getLogger(f"vllm.{__name__}")
 
 @dataclass(slots=True)
 class _Pins:
-    """Pins the scheduler holds in the store: ``plain`` from ``pin``, ``read`` from a grant.
+    """Pins the scheduler holds in the store: ``plain`` from ``pin``, ``granted`` by a lookup.
     Pins are counted, so each is released exactly once: :meth:`release` empties the object,
     and whoever still holds it afterwards releases nothing."""
 
     plain: list[bytes] = field(default_factory=list)
-    read: list[bytes] = field(default_factory=list)
+    granted: list[bytes] = field(default_factory=list)
 
     def release(self, link: StoreLink) -> None:
-        plain, read = self.plain, self.read
-        self.plain, self.read = [], []
+        plain, granted = self.plain, self.granted
+        self.plain, self.granted = [], []
         link.release(plain)
-        link.release_reads(read)
+        link.release_grant(granted)
 
 
 @dataclass(slots=True)
@@ -123,7 +123,7 @@ class SchedulerSide:
         st.granted_at = time.monotonic()
         grant = self._link.lookup_grant(request.block_hashes)
         st.grant = grant
-        st.grant_pins.read = grant.granted(request.block_hashes)
+        st.grant_pins.granted = grant.granted(request.block_hashes)
         n, tiers = grant.prefix_blocks, grant.tiers
         st.stored_blocks = max(st.stored_blocks, n)
         if not self.load_async:
@@ -150,11 +150,8 @@ class SchedulerSide:
         block_ids = blocks.get_block_ids()[0]
         hashes = [bytes(h) for h in request.block_hashes[start:end]]
         extents = None if grant is None or not grant.instance else grant.extents[start:end]
-        loaded = set(hashes)
-        pins.read, spare = [], [h for h in pins.read if h not in loaded]
-        if extents is not None:
-            pins.read = [h for h, ext in zip(hashes, extents, strict=True) if ext is not None]
-        self._link.release_reads(spare)  # granted blocks vLLM has or does not take
+        # The grant's pins on blocks vLLM already has go with the load's: released now, they
+        # would wake the store during this step's forward pass for nothing.
         self._loads.append(BlockTransfer(
             request.request_id, list(block_ids[start:end]), hashes, notify=self.load_async,
             extents=extents, instance=grant.instance if extents else "",

@@ -136,7 +136,7 @@ class StoreLink:
         """:meth:`lookup_tiers`, and each block of the hit that the store's host tier holds
         pinned for ``lease_s`` with its place in the store's shared slab, for a worker on this
         host to copy without asking (see :mod:`server.client_grant`). Release the granted
-        hashes with :meth:`release_reads`. An empty grant when the store cannot say."""
+        hashes with :meth:`release_grant`. An empty grant when the store cannot say."""
         if hashes:
             try:
                 grant: Grant = self._call(
@@ -146,11 +146,11 @@ class StoreLink:
                 pass
         return Grant(0, [], [], "")
 
-    def release_reads(self, hashes: Sequence[bytes]) -> None:
+    def release_grant(self, hashes: Sequence[bytes]) -> None:
         """Drop the pins of a :meth:`lookup_grant`; best effort (leases expire anyway)."""
         if hashes:
             with contextlib.suppress(StoreUnavailable):
-                self._call(lambda c: c.release_reads(self.namespace, list(hashes), wait=False))
+                self._call(lambda c: c.release_grant(self.namespace, list(hashes), wait=False))
 
     def granted_slab(self, instance: str) -> SlabMapping | None:
         """This process's mapping of the slab of store ``instance``, if this link is

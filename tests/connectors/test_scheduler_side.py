@@ -78,7 +78,9 @@ def test_stored_prefix_becomes_an_async_load_into_the_new_pages(server: Any) -> 
     assert load.hashes == [bytes(h) for h in req.block_hashes[2:4]]
     assert side.stats.data["hit_tokens"] == 2 * BS
     assert side.build_meta(SchedulerOutput.make_empty()).loads == []  # handed over once
-    assert _pinned(server, link) == 2  # until the worker reports the load finished
+    # until the worker reports the load finished (with the grant's pins on the 2 blocks vLLM
+    # had: they go together)
+    assert _pinned(server, link) == 4
     from vllm.v1.outputs import KVConnectorOutput
 
     side.update_connector_output(KVConnectorOutput(finished_recving={"r1"}))

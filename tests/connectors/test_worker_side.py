@@ -150,7 +150,7 @@ def test_granted_blocks_are_copied_from_the_slab_without_asking_the_store(
             load([11, 0, 12, 14, 15], **kw)
             assert _acquires(server) == before + 3, kw  # 5 blocks, 2 per chunk
     finally:
-        sched.release_reads(grant.granted(hashes))
+        sched.release_grant(grant.granted(hashes))
         sched.close()
         side.shutdown(1.0)
         link.close()

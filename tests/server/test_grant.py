@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from collections.abc import Callable
 
 import pytest
@@ -42,7 +43,7 @@ def test_another_client_reads_granted_blocks_from_its_own_mapping(
         assert slab is not None
         assert [slab.read(e) for e in grant.extents if e is not None] == data[:4]
         assert grant.granted(hashes) == hashes[:4]
-        assert sched.release_reads(ns_name, grant.granted(hashes)) == 4
+        assert sched.release_grant(ns_name, grant.granted(hashes)) == 4
         assert _pinned(sched) == base
         assert worker.mapped_slab("another-instance") is None
 
@@ -70,7 +71,7 @@ def test_blocks_held_only_below_the_host_tier_are_not_granted_or_promoted(
         for ext, block in zip(grant.extents, data, strict=True):
             if ext is not None:
                 assert slab.read(ext) == block
-        c.release_reads(ns_name, grant.granted(hashes))
+        c.release_grant(ns_name, grant.granted(hashes))
 
 
 def test_without_shared_memory_a_grant_is_a_plain_lookup(server: ServerProc,
@@ -104,3 +105,29 @@ def test_bad_shm_lookup_frames_get_error_frames(server: ServerProc, ns_name: str
         assert conn.request({"op": "ping"})[0]["ok"]  # the connection goes on
     finally:
         conn.close()
+
+
+def test_grant_pins_outlive_the_granting_connection_until_their_lease(
+    server: ServerProc, ns_name: str
+) -> None:
+    # The process copying a grant is not the one holding the connection: a reconnect of the
+    # granting client must not free slots a worker is still copying.
+    hashes, data = _blocks(3, ns_name)
+    with KVStoreClient(server.url, use_shm=True) as watcher:
+        watcher.register_namespace(ns_name, BLOCK, {"model_id": "m"})
+        watcher.put(ns_name, hashes, data)
+        base = _pinned(watcher)
+        sched = KVStoreClient(server.url, use_shm=True)
+        grant = sched.lookup_acquire(ns_name, hashes[:2], lease_s=6.0)
+        assert grant.granted(hashes[:2]) == hashes[:2]
+        assert sched.pin(ns_name, hashes[2:], lease_s=30) == [True]  # goes with the connection
+        assert _pinned(watcher) == base + 3
+        sched.close()
+        deadline = time.monotonic() + 5
+        while _pinned(watcher) != base + 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _pinned(watcher) == base + 2  # the plain pin went, the grant stays
+        deadline = time.monotonic() + 10
+        while _pinned(watcher) != base and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _pinned(watcher) == base  # until its lease ran out
