@@ -2,8 +2,8 @@
 :class:`server.client.KVStoreClient`, as coroutines.
 
 Connections come from a small pool (``pool_size``), so concurrent tasks run concurrent
-requests; the shared-memory path and the reconnect-and-retry-once rule are the same as the
-sync client's.
+requests; the shared-memory path (local puts through staged places in one round trip) and the
+reconnect-and-retry-once rule are the same as the sync client's.
 """
 
 from __future__ import annotations
@@ -15,76 +15,21 @@ from typing import Any, TypeVar
 
 import httpx
 
+from server.aclient_conn import AsyncConn, copy_into
 from server.client_errors import (
     CapacityError,
     KVStoreClientError,
     KVStoreUnavailableError,
     ProtocolError,
-    from_reply,
+    StaleStagingError,
 )
 from server.client_plan import batches, get_batch, merge_put, slab_room
+from server.client_stage import StagedPlaces
 from server.discovery import ServerInfo, auth_headers, check_response, info_url, parse_info
-from server.protocol import PREFIX, PREFIX_BYTES, Buffer, decode_header, encode_frame
+from server.protocol import Buffer
 from server.shm import SlabMapping, remap
 
 T = TypeVar("T")
-
-
-class _Conn:
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                 instance: str) -> None:
-        self.reader, self.writer, self.instance = reader, writer, instance
-        self._next_id = 1
-
-    @classmethod
-    async def open(cls, info: ServerInfo, timeout: float) -> _Conn:
-        try:
-            if isinstance(info.target, str):
-                coro = asyncio.open_unix_connection(info.target)
-            else:
-                coro = asyncio.open_connection(*info.target)
-            reader, writer = await asyncio.wait_for(coro, timeout)
-        except (OSError, TimeoutError) as exc:
-            raise KVStoreUnavailableError(f"cannot connect to {info.target}: {exc}") from exc
-        return cls(reader, writer, info.instance)
-
-    async def request(self, header: dict[str, Any], payload: Sequence[Buffer] = (),
-                      timeout: float = 10.0) -> tuple[dict[str, Any], list[bytes | None]]:
-        rid = self._next_id
-        self._next_id += 1
-        for piece in encode_frame({**header, "id": rid}, payload):
-            self.writer.write(piece)
-        await asyncio.wait_for(self.writer.drain(), timeout)
-        if header.get("noreply"):
-            return {}, []
-        return await asyncio.wait_for(self._reply(rid), timeout)
-
-    async def _reply(self, rid: int) -> tuple[dict[str, Any], list[bytes | None]]:
-        header_len, payload_len = PREFIX.unpack(await self.reader.readexactly(PREFIX_BYTES))
-        reply = decode_header(await self.reader.readexactly(header_len))
-        sizes = reply.get("sizes")
-        blocks: list[bytes | None] = []
-        if isinstance(sizes, list) and sum(s for s in sizes if s > 0) == payload_len:
-            for size in sizes:
-                blocks.append(None if size < 0 else await self.reader.readexactly(size))
-        elif payload_len:
-            await self.reader.readexactly(payload_len)
-            raise ProtocolError("reply payload without matching sizes")
-        if not reply.get("ok"):
-            raise from_reply(reply)
-        if reply.get("id") != rid:
-            raise ProtocolError(f"reply id {reply.get('id')} does not match request {rid}")
-        return reply, blocks
-
-    def close(self) -> None:
-        self.writer.close()
-
-
-def _copy(block: bytes | None, dest: Buffer) -> bool:
-    if block is None:
-        return False
-    memoryview(dest).cast("B")[:len(block)] = block
-    return True
 
 
 class AsyncKVStoreClient:
@@ -97,12 +42,13 @@ class AsyncKVStoreClient:
         self.timeout = timeout
         self.owner = uuid.uuid4().hex
         self._pool_size = pool_size
-        self._idle: list[_Conn] = []
+        self._idle: list[AsyncConn] = []
         self._open = 0
         self._freed = asyncio.Condition()
         self._info: ServerInfo | None = None
         self._slab: SlabMapping | None = None
         self._block_bytes: dict[str, int] = {}  # per namespace, learnt from extents
+        self._staged = StagedPlaces()  # shm places for one-round-trip puts
         self._closed = False
 
     # -- public API (see KVStoreClient for each contract) ---------------------------------
@@ -182,7 +128,7 @@ class AsyncKVStoreClient:
         await self.close()
 
     # -- operations -----------------------------------------------------------------------
-    async def _put(self, conn: _Conn, ns: str, hashes: list[bytes], blocks: Sequence[Buffer],
+    async def _put(self, conn: AsyncConn, ns: str, hashes: list[bytes], blocks: Sequence[Buffer],
                    durable: bool) -> dict[str, int]:
         assert self._info is not None
         results = []
@@ -191,6 +137,10 @@ class AsyncKVStoreClient:
         for lo, hi in batches([memoryview(b).nbytes for b in blocks], self._info, max_bytes=room):
             hs, bs = hashes[lo:hi], blocks[lo:hi]
             if slab is not None and not durable:
+                staged = await self._put_staged(conn, slab, ns, hs, bs)
+                if staged is not None:
+                    results.append(staged)
+                    continue
                 reply = (await conn.request({"op": "shm_reserve", "ns": ns, "hashes": hs},
                                             timeout=self.timeout))[0]
                 try:
@@ -209,7 +159,43 @@ class AsyncKVStoreClient:
             results.append((await conn.request(req, payload, timeout=self.timeout))[0])
         return merge_put(results)
 
-    async def _get(self, conn: _Conn, ns: str, hashes: list[bytes],
+    async def _put_staged(self, conn: AsyncConn, slab: SlabMapping, ns: str, hs: list[bytes],
+                          bs: Sequence[Buffer]) -> dict[str, int] | None:
+        """One batch through staged places in one round trip (as the sync client's); None
+        if the server could not stage enough places (the caller reserves and commits)."""
+        instance = conn.instance
+        places = self._staged.pooled(instance, ns, len(hs))
+        if places is None:
+            return None
+        if len(places) < len(hs):
+            try:
+                places += (await conn.request({"op": "shm_stage", "ns": ns,
+                                               "count": len(hs) - len(places)},
+                                              timeout=self.timeout))[0]["staged"]
+            except BaseException:
+                self._staged.give_back(instance, ns, places)
+                raise
+        places = self._staged.enough(instance, ns, len(hs), places)
+        if places is None:
+            return None
+        try:
+            for ext, block in zip(places, bs, strict=True):
+                slab.write(ext, block)
+            reply = (await conn.request({"op": "shm_put", "ns": ns, "hashes": hs,
+                                         "places": [ext[0][0] for ext in places]},
+                                        timeout=self.timeout))[0]
+        except StaleStagingError:  # the server dropped them: nothing was stored
+            self._staged.forget(ns)
+            return None
+        except BaseException:
+            self._staged.give_back(instance, ns, places)  # ours unless the server went
+            raise
+        used = set(reply["used"])
+        self._staged.give_back(instance, ns,
+                               [ext for ext in places if ext[0][0] not in used] + reply["staged"])
+        return reply
+
+    async def _get(self, conn: AsyncConn, ns: str, hashes: list[bytes],
                    into: Sequence[Buffer] | None) -> list[Any]:
         """Blocks (or, with ``into``, whether each was copied into its buffer)."""
         assert self._info is not None
@@ -231,7 +217,7 @@ class AsyncKVStoreClient:
                 blocks = (await conn.request({"op": "get", "ns": ns, "hashes": hs},
                                              timeout=self.timeout))[1]
                 out += blocks if into is None else \
-                    [_copy(b, into[lo + i]) for i, b in enumerate(blocks)]
+                    [copy_into(b, into[lo + i]) for i, b in enumerate(blocks)]
                 lo += step
                 continue
             try:
@@ -253,14 +239,14 @@ class AsyncKVStoreClient:
         if not wait:  # no reply comes; frames on a connection run in order
             header = {**header, "noreply": True}
 
-        async def one(conn: _Conn) -> dict[str, Any]:
+        async def one(conn: AsyncConn) -> dict[str, Any]:
             return (await conn.request(header, timeout=self.timeout))[0]
 
         return await self._retry(one)
 
-    async def _retry(self, fn: Callable[[_Conn], Awaitable[T]]) -> T:
+    async def _retry(self, fn: Callable[[AsyncConn], Awaitable[T]]) -> T:
         for attempt in (0, 1):
-            conn: _Conn | None = None
+            conn: AsyncConn | None = None
             try:
                 conn = await self._acquire()
                 result = await fn(conn)
@@ -279,7 +265,7 @@ class AsyncKVStoreClient:
             return result
         raise AssertionError("unreachable")
 
-    async def _acquire(self) -> _Conn:
+    async def _acquire(self) -> AsyncConn:
         if self._closed:
             raise KVStoreClientError("client is closed")
         async with self._freed:
@@ -290,7 +276,7 @@ class AsyncKVStoreClient:
             self._open += 1
         try:
             info = self._info or await self._discover()
-            conn = await _Conn.open(info, self.timeout)
+            conn = await AsyncConn.open(info, self.timeout)
             hello = (await conn.request({"op": "hello", "token": self.token,
                                          "owner": self.owner}, timeout=self.timeout))[0]
             if hello.get("instance") != info.instance:
@@ -304,7 +290,7 @@ class AsyncKVStoreClient:
                 self._freed.notify()
             raise
 
-    async def _give_back(self, conn: _Conn) -> None:
+    async def _give_back(self, conn: AsyncConn) -> None:
         async with self._freed:
             if self._info is not None and conn.instance == self._info.instance \
                     and not self._closed:
@@ -314,7 +300,7 @@ class AsyncKVStoreClient:
                 self._open -= 1
             self._freed.notify()
 
-    async def _discard(self, conn: _Conn | None) -> None:
+    async def _discard(self, conn: AsyncConn | None) -> None:
         self._info = None  # rediscover on the next connect
         if conn is None:
             return

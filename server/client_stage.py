@@ -1,4 +1,4 @@
-"""The sync client's pool of staged shared-memory places (see :mod:`kvstore.store_stage`).
+"""The clients' pool of staged shared-memory places (see :mod:`kvstore.store_stage`).
 
 A local put copies blocks into places the server staged for this client and publishes them
 in one round trip; the reply stages as many new places, which go back in the pool. Places
@@ -20,7 +20,8 @@ Place = list[Any]  # one place: [[offset, length], ...]
 
 
 class StagedPlaces:
-    """Thread-safe: concurrent puts take disjoint places."""
+    """Thread-safe: concurrent puts take disjoint places. The sync client calls :meth:`take`;
+    the async one :meth:`pooled`, awaits ``shm_stage`` for the rest, then :meth:`enough`."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -32,6 +33,16 @@ class StagedPlaces:
              stage: Callable[[int], list[Place]]) -> list[Place] | None:
         """``n`` places for namespace ``ns`` of server ``instance``, asking ``stage(count)``
         for the missing ones; None when the server would not stage enough."""
+        places = self.pooled(instance, ns, n)
+        if places is None:
+            return None
+        if len(places) < n:
+            places += stage(n - len(places))
+        return self.enough(instance, ns, n, places)
+
+    def pooled(self, instance: str, ns: str, n: int) -> list[Place] | None:
+        """Up to ``n`` pooled places (the caller stages the rest, then calls :meth:`enough`);
+        None while batches of ``n`` are known to need more than the server stages."""
         with self._lock:
             if self._instance != instance:  # a restarted server: its places are new
                 self._pools, self._short, self._instance = {}, {}, instance
@@ -40,14 +51,17 @@ class StagedPlaces:
                 return None
             pool = self._pools.setdefault(ns, [])
             places, pool[:] = pool[:n], pool[n:]
-        if len(places) < n:
-            places += stage(n - len(places))
-        if len(places) < n:
-            self.give_back(instance, ns, places)
-            with self._lock:
-                self._short[ns] = (n, time.monotonic() + STAGE_RETRY_S)
-            return None
-        return places
+            return places
+
+    def enough(self, instance: str, ns: str, n: int, places: list[Place]) -> list[Place] | None:
+        """``places`` if there are ``n`` of them; else they go back to the pool, batches of
+        ``n`` reserve instead for a while, and None."""
+        if len(places) >= n:
+            return places
+        self.give_back(instance, ns, places)
+        with self._lock:
+            self._short[ns] = (n, time.monotonic() + STAGE_RETRY_S)
+        return None
 
     def give_back(self, instance: str, ns: str, places: list[Place]) -> None:
         with self._lock:

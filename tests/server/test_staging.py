@@ -3,6 +3,7 @@ fallback when the server no longer holds a client's places."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
 import re
@@ -12,7 +13,7 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from server.client import KVStoreClient, StaleStagingError
+from server.client import AsyncKVStoreClient, KVStoreClient, StaleStagingError
 from server.client_conn import FrameSocket
 from server.launcher import ServerProc
 
@@ -97,3 +98,41 @@ def test_bad_staged_put_frames_get_error_frames(server: ServerProc, ns_name: str
         assert reply["stored"] == 2 and len(reply["staged"]) == 2
     finally:
         conn.close()
+
+
+def test_async_client_puts_through_staged_places(server: ServerProc, ns_name: str) -> None:
+    async def main() -> None:
+        async with AsyncKVStoreClient(server.url, use_shm=True) as c, \
+                AsyncKVStoreClient(server.url, use_shm=True) as other:
+            await c.register_namespace(ns_name, BLOCK, {"model_id": "m"})
+            puts, reserves = _op_count(server, "shm_put"), _op_count(server, "shm_reserve")
+            for round_ in range(3):
+                hashes, data = _blocks(8, f"{ns_name}/{round_}")
+                assert await c.put(ns_name, hashes, data) == \
+                    {"stored": 8, "existing": 0, "refused": 0}
+                assert await c.get(ns_name, hashes) == data
+            # concurrent puts take disjoint places (the pool holds 8; two more are staged)
+            batches = [_blocks(4, f"{ns_name}/c{i}") for i in range(4)]
+            results = await asyncio.gather(*(c.put(ns_name, hs, ds) for hs, ds in batches))
+            assert [r["stored"] for r in results] == [4] * 4
+            for hs, ds in batches:
+                assert await c.get(ns_name, hs) == ds
+            assert _op_count(server, "shm_put") - puts == 7
+            assert _op_count(server, "shm_reserve") == reserves  # no two-round-trip puts
+
+            # places the server did not stage for this client: refused, then reserved
+            await other.put(ns_name, *_blocks(4, f"{ns_name}/other"))
+            instance = c._info.instance if c._info else ""
+            theirs = other._staged.pooled(instance, ns_name, 4)
+            assert theirs is not None and len(theirs) == 4
+            c._staged.forget(ns_name)
+            c._staged.give_back(instance, ns_name, theirs)
+            hashes, data = _blocks(4, f"{ns_name}/stale")
+            assert (await c.put(ns_name, hashes, data))["stored"] == 4
+            assert _op_count(server, "shm_reserve") == reserves + 1
+            assert await c.get(ns_name, hashes) == data
+            assert c._staged.held(ns_name) == 0  # dropped; the next put stages afresh
+            assert (await c.put(ns_name, *_blocks(4, f"{ns_name}/again")))["stored"] == 4
+            assert _op_count(server, "shm_reserve") == reserves + 1
+
+    asyncio.run(main())
