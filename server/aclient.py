@@ -181,15 +181,18 @@ class AsyncKVStoreClient:
         try:
             for ext, block in zip(places, bs, strict=True):
                 slab.write(ext, block)
+        except BaseException:
+            self._staged.give_back(instance, ns, places)  # the server saw none of it
+            raise
+        try:
             reply = (await conn.request({"op": "shm_put", "ns": ns, "hashes": hs,
                                          "places": [ext[0][0] for ext in places]},
                                         timeout=self.timeout))[0]
         except StaleStagingError:  # the server dropped them: nothing was stored
             self._staged.forget(ns)
             return None
-        except BaseException:
-            self._staged.give_back(instance, ns, places)  # ours unless the server went
-            raise
+        # Any other failure (a timeout, a cancelled task): the server may have published the
+        # places as blocks, so they are never written again (see the sync client).
         used = set(reply["used"])
         self._staged.give_back(instance, ns,
                                [ext for ext in places if ext[0][0] not in used] + reply["staged"])

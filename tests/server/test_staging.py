@@ -136,3 +136,61 @@ def test_async_client_puts_through_staged_places(server: ServerProc, ns_name: st
             assert _op_count(server, "shm_reserve") == reserves + 1
 
     asyncio.run(main())
+
+
+def test_places_of_a_put_whose_reply_was_lost_are_never_written_again(
+    server: ServerProc, ns_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The server may have published the places as blocks before the reply was lost: a client
+    # that put them back in its pool would write the next blocks over stored ones.
+    with KVStoreClient(server.url, use_shm=True) as c:
+        c.register_namespace(ns_name, BLOCK, {"model_id": "m"})
+        c.put(ns_name, *_blocks(4, f"{ns_name}/warm"))  # four places now wait in the pool
+        real = FrameSocket.request
+
+        def lose_reply(self: FrameSocket, header: dict, *args: object, **kw: object) -> object:
+            reply = real(self, header, *args, **kw)  # type: ignore[arg-type]
+            if header.get("op") == "shm_put":
+                raise RuntimeError("reply lost")
+            return reply
+
+        hashes, data = _blocks(4, f"{ns_name}/a")
+        monkeypatch.setattr(FrameSocket, "request", lose_reply)
+        with pytest.raises(RuntimeError, match="reply lost"):
+            c.put(ns_name, hashes, data)
+        monkeypatch.setattr(FrameSocket, "request", real)
+        more, more_data = _blocks(4, f"{ns_name}/b")
+        assert c.put(ns_name, more, more_data)["stored"] == 4
+        assert c.get(ns_name, hashes) == data  # stored by the lost put, and intact
+        assert c.get(ns_name, more) == more_data
+
+
+def test_async_places_of_a_cancelled_put_are_never_written_again(
+    server: ServerProc, ns_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from server.aclient_conn import AsyncConn
+
+    async def main() -> None:
+        async with AsyncKVStoreClient(server.url, use_shm=True) as c:
+            await c.register_namespace(ns_name, BLOCK, {"model_id": "m"})
+            await c.put(ns_name, *_blocks(4, f"{ns_name}/warm"))
+            real = AsyncConn.request
+
+            async def cancelled(self: AsyncConn, header: dict, *args: object,
+                                **kw: object) -> object:
+                reply = await real(self, header, *args, **kw)  # type: ignore[arg-type]
+                if header.get("op") == "shm_put":
+                    raise asyncio.CancelledError
+                return reply
+
+            hashes, data = _blocks(4, f"{ns_name}/a")
+            monkeypatch.setattr(AsyncConn, "request", cancelled)
+            with pytest.raises(asyncio.CancelledError):
+                await c.put(ns_name, hashes, data)
+            monkeypatch.setattr(AsyncConn, "request", real)
+            more, more_data = _blocks(4, f"{ns_name}/b")
+            assert (await c.put(ns_name, more, more_data))["stored"] == 4
+            assert await c.get(ns_name, hashes) == data
+            assert await c.get(ns_name, more) == more_data
+
+    asyncio.run(main())
