@@ -178,12 +178,7 @@ class AsyncKVStoreClient:
         places = self._staged.enough(instance, ns, len(hs), places)
         if places is None:
             return None
-        try:
-            for ext, block in zip(places, bs, strict=True):
-                slab.write(ext, block)
-        except BaseException:
-            self._staged.give_back(instance, ns, places)  # the server saw none of it
-            raise
+        self._staged.fill(slab, instance, ns, places, bs)
         try:
             reply = (await conn.request({"op": "shm_put", "ns": ns, "hashes": hs,
                                          "places": [ext[0][0] for ext in places]},
@@ -191,11 +186,9 @@ class AsyncKVStoreClient:
         except StaleStagingError:  # the server dropped them: nothing was stored
             self._staged.forget(ns)
             return None
-        # Any other failure (a timeout, a cancelled task): the server may have published the
-        # places as blocks, so they are never written again (see the sync client).
-        used = set(reply["used"])
-        self._staged.give_back(instance, ns,
-                               [ext for ext in places if ext[0][0] not in used] + reply["staged"])
+        # on any other failure (a timeout, a cancelled task) the places are dropped (see
+        # StagedPlaces.settle)
+        self._staged.settle(instance, ns, places, reply)
         return reply
 
     async def _get(self, conn: AsyncConn, ns: str, hashes: list[bytes],

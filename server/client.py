@@ -196,23 +196,15 @@ class KVStoreClient(GrantedReads):
             {"op": "shm_stage", "ns": ns, "count": count})[0]["staged"])
         if places is None:
             return None
-        try:
-            for ext, block in zip(places, bs, strict=True):
-                slab.write(ext, block)
-        except BaseException:
-            self._staged.give_back(info.instance, ns, places)  # the server saw none of it
-            raise
+        self._staged.fill(slab, info.instance, ns, places, bs)
         try:
             reply = conn.request({"op": "shm_put", "ns": ns, "hashes": hs,
                                   "places": [ext[0][0] for ext in places]})[0]
         except StaleStagingError:  # the server dropped them: nothing was stored
             self._staged.forget(ns)
             return None
-        # Any other failure: the server may have published the places as blocks, so they are
-        # never written again (not given back; the server frees them with our leases).
-        used = set(reply["used"])
-        self._staged.give_back(info.instance, ns,
-                               [ext for ext in places if ext[0][0] not in used] + reply["staged"])
+        # on any other failure the places are dropped (see StagedPlaces.settle)
+        self._staged.settle(info.instance, ns, places, reply)
         return reply
 
     def _get(self, ns: str, hashes: list[bytes], into: Sequence[Buffer] | None) -> list[Any]:

@@ -11,8 +11,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from server.protocol import Buffer
+    from server.shm import SlabMapping
 
 STAGE_RETRY_S = 30.0  # after the server staged too few places for a batch size, reserve instead
 
@@ -62,6 +66,27 @@ class StagedPlaces:
         with self._lock:
             self._short[ns] = (n, time.monotonic() + STAGE_RETRY_S)
         return None
+
+    def fill(self, slab: SlabMapping, instance: str, ns: str, places: list[Place],
+             blocks: Sequence[Buffer]) -> None:
+        """Copy ``blocks`` into ``places``; on failure the places go back to the pool (the
+        server has not seen them) and the error is raised."""
+        try:
+            for ext, block in zip(places, blocks, strict=True):
+                slab.write(ext, block)
+        except BaseException:
+            self.give_back(instance, ns, places)
+            raise
+
+    def settle(self, instance: str, ns: str, places: list[Place],
+               reply: dict[str, Any]) -> None:
+        """After an ``shm_put`` of ``places``: the ones the server did not use (their blocks
+        were stored already) and the freshly staged ones go back to the pool. A put that got
+        no reply keeps none of its places: the server may have published them as blocks, and
+        writing into them again would overwrite stored bytes."""
+        used = set(reply["used"])
+        self.give_back(instance, ns,
+                       [ext for ext in places if ext[0][0] not in used] + reply["staged"])
 
     def give_back(self, instance: str, ns: str, places: list[Place]) -> None:
         with self._lock:
