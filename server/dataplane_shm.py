@@ -5,8 +5,8 @@ ops hand out and take back extents in it (see :mod:`kvstore.store_shm` and
 :mod:`kvstore.store_stage`). Reads pin under ``owner + "#read"`` so that releasing them never
 drops a pin the client took with ``pin``.
 
-``shm_lookup`` is a lookup that also pins the leading blocks the host tier holds right now and
-returns their extents. An engine's scheduler asks it in place of ``lookup`` and hands the
+``shm_lookup`` is a lookup that also pins each block of the hit that the host tier holds right
+now and returns its extents. An engine's scheduler asks it in place of ``lookup`` and hands the
 extents to its workers, which then copy a hit with no round trip of their own (the scheduler
 releases the pins with ``shm_release`` and ``grant: true`` once the workers are done). These
 pins are not dropped when the client's connections close, only when released or when their
