@@ -6,6 +6,10 @@ keeps global state per process). Protocol: the engine prints ``@@READY`` once lo
 stdin line is a JSON command, answered by one ``@@RESULT <json>`` line (vLLM logs to stdout
 too, so answers carry a marker).
 
+Spec keys beyond vLLM's: ``tp`` (tensor-parallel size: each rank gets its share of the
+cores), ``executor`` (vLLM's ``distributed_executor_backend``), ``prefix_caching``,
+``connector`` (the ``kv_transfer_config``).
+
 Commands: ``{"op": "generate", "prompts": [[ids...]], "max_tokens": n}`` returns each output's
 token ids and ``num_cached_tokens`` plus vLLM's prefix-cache counters (local and external);
 ``{"op": "exit"}`` shuts the engine down.
@@ -14,6 +18,7 @@ token ids and ``num_cached_tokens`` plus vLLM's prefix-cache counters (local and
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from typing import Any
@@ -37,9 +42,25 @@ def build_engine(spec: dict[str, Any]) -> Any:
     }
     if spec.get("connector"):
         kwargs["kv_transfer_config"] = spec["connector"]
+    if spec.get("tp"):
+        kwargs["tensor_parallel_size"] = spec["tp"]
+        _bind_ranks(int(spec["tp"]))
     if spec.get("executor"):
         kwargs["distributed_executor_backend"] = spec["executor"]
     return LLM(**kwargs)
+
+
+def _bind_ranks(tp: int) -> None:
+    """Give each tensor-parallel CPU worker its own share of this process's cores. vLLM's CPU
+    backend binds one rank per NUMA node by default, and these machines have one node."""
+    if "VLLM_CPU_OMP_THREADS_BIND" in os.environ:
+        return
+    cpus = sorted(os.sched_getaffinity(0))
+    per = len(cpus) // tp
+    if per < 1:
+        raise RuntimeError(f"tensor_parallel_size {tp} needs {tp} cores, this process has {cpus}")
+    shares = [cpus[i * per : (i + 1) * per] for i in range(tp)]
+    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = "|".join(",".join(map(str, s)) for s in shares)
 
 
 def counters(llm: Any) -> dict[str, float]:
