@@ -14,15 +14,11 @@ that the block is not evicted meanwhile; their checksum makes a racing delete ha
 
 from __future__ import annotations
 
-import json
 import logging
 import math
-import os
 import threading
-import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 from kvstore.checksum import checksum
@@ -30,13 +26,15 @@ from kvstore.config import StoreConfig, TierConfig
 from kvstore.errors import WouldBlock
 from kvstore.index import BlockIndex, Entry
 from kvstore.leases import LeaseTable
-from kvstore.namespace import Namespace, NamespaceRegistry
+from kvstore.namespace import NamespaceRegistry
 from kvstore.policy import Admission, Policy, make_admission, make_policy
 from kvstore.stats import Counters, NamespaceUsage
 from kvstore.store_core import check_hashes, fmt_key
+from kvstore.store_namespaces import Namespaces
+from kvstore.store_pins import Pinning
 from kvstore.store_report import IntegrityError as IntegrityError  # re-exported
 from kvstore.store_report import Reports
-from kvstore.store_stage import Staged, StagedWrites
+from kvstore.store_stage import Staged
 from kvstore.tiers import Tier, make_tier
 from kvstore.tiers.base import BlockMeta, Buffer
 from kvstore.types import BlockKey, LookupResult, PutResult
@@ -45,11 +43,12 @@ log = logging.getLogger("kvstore.store")
 RETIRED_NS = "\x00retired"  # placeholder keys of deleted blocks' slots; no namespace has NUL
 
 
-class Store(StagedWrites, Reports):
+class Store(Pinning, Namespaces, Reports):
     """Tiered block store. See ``docs/store_api.md`` for the method table; the zero-copy
     host path (``host_slab``, ``acquire_read``, ``reserve_write``...) is in
-    :mod:`kvstore.store_shm`, ``stats``, ``health`` and ``check_integrity`` in
-    :mod:`kvstore.store_report`."""
+    :mod:`kvstore.store_shm`, ``pin``, ``release`` and ``expire_leases`` in
+    :mod:`kvstore.store_pins`, ``register_namespace`` in :mod:`kvstore.store_namespaces`,
+    ``stats``, ``health`` and ``check_integrity`` in :mod:`kvstore.store_report`."""
 
     def __init__(self, config: StoreConfig, tiers: Sequence[Tier] | None = None) -> None:
         self.config = config
@@ -108,21 +107,6 @@ class Store(StagedWrites, Reports):
     @classmethod
     def open(cls, config: StoreConfig) -> Store:
         return cls(config)
-
-    # -- namespaces ---------------------------------------------------------------------------
-    def register_namespace(self, ns: Namespace) -> bool:
-        """Register ``ns``; True if new, False if an identical one exists. Raises
-        :class:`~kvstore.errors.NamespaceConflictError` on a differing definition."""
-        with self._lock:
-            new = self._namespaces.register(ns)
-            if new:
-                self._ns_stats.setdefault(ns.name, Counters())
-                self._ns_usage.setdefault(ns.name, NamespaceUsage())
-                self._save_namespaces()
-            return new
-
-    def namespaces(self) -> list[Namespace]:
-        return self._namespaces.all()  # one C-level copy of a dict: no lock (see namespace())
 
     # -- data path ----------------------------------------------------------------------------
     def put(
@@ -272,65 +256,6 @@ class Store(StagedWrites, Reports):
         keys = self._keys(namespace, hashes)
         return self._prefetcher.submit(self._prefetch, keys)
 
-    # -- pins ---------------------------------------------------------------------------------
-    def pin(
-        self,
-        namespace: str,
-        hashes: Sequence[bytes],
-        *,
-        lease_s: float | None = None,
-        owner: str = "",
-    ) -> list[bool]:
-        """Pin existing blocks for ``lease_s`` seconds (renewed by pinning again). True where
-        the block exists and is now pinned."""
-        self.namespace(namespace)
-        keys = self._keys(namespace, hashes)
-        lease = self._lease(lease_s)
-        out: list[bool] = []
-        with self._lock:
-            for key in keys:
-                entry = self._index.get(key)
-                ok = entry is not None and not entry.pending and entry.tiers != 0
-                if ok:
-                    self._leases.pin(key, owner, lease)
-                out.append(ok)
-        return out
-
-    def release(
-        self, namespace: str, hashes: Sequence[bytes], *, owner: str = "", nowait: bool = False
-    ) -> int:
-        """Drop ``owner``'s pins on ``hashes``; returns how many it held. With ``nowait``,
-        raises :class:`~kvstore.errors.WouldBlock` rather than wait for the store lock."""
-        keys = self._keys(namespace, hashes)
-        with self._hold(nowait):
-            return sum(self._leases.release(key, owner) for key in keys)
-
-    def expire_leases(self, owner: str | None = None) -> int:
-        """Drop expired pins and reservations, or all of ``owner``'s (staged places too) when
-        given."""
-        with self._lock:
-            dropped = self._leases.expire(owner)
-            if owner is not None:
-                dropped += self._drop_staged(owner)
-            self._free_retired(time.monotonic())
-            now = time.monotonic()
-            for key, (who, expiry, _) in list(self._reservations.items()):
-                if (owner is not None and who == owner) or expiry <= now:
-                    self._unreserve(key)
-                    dropped += 1
-            return dropped
-
-    def _free_retired(self, now: float) -> None:
-        """Free the host slots of deleted blocks whose readers' pins have run out."""
-        keep = []
-        host = self._host_pos()
-        for until, placeholder in self._retired:
-            if until <= now and host is not None:
-                self._slab(host).unreserve(placeholder)
-            else:
-                keep.append((until, placeholder))
-        self._retired = keep
-
     def tier_names(self) -> list[str]:
         return list(self._names)
 
@@ -369,7 +294,6 @@ class Store(StagedWrites, Reports):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # -- internals: placement and eviction (call with the lock held) --------------------------
     # -- internals: startup and persistence ---------------------------------------------------
     def _rebuild_index(self) -> None:
         """Index every block persistent tiers hold (restart). Blocks whose layout id does not
@@ -390,27 +314,3 @@ class Store(StagedWrites, Reports):
                     usage.bytes += meta.size
                 entry.tiers |= 1 << pos
                 self._track(pos, key, meta.size)
-
-    def _load_namespaces(self) -> None:
-        path = self.config.namespaces_path
-        if not path or not os.path.exists(path):
-            return
-        with open(path, encoding="utf-8") as fh:
-            for doc in json.load(fh):
-                ns = Namespace.from_dict(doc)
-                self._namespaces.register(ns)
-                self._ns_stats.setdefault(ns.name, Counters())
-                self._ns_usage.setdefault(ns.name, NamespaceUsage())
-
-    def _save_namespaces(self) -> None:
-        path = self.config.namespaces_path
-        if not path:
-            return
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        tmp = f"{path}.tmp"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump([ns.to_dict() for ns in self._namespaces.all()], fh, indent=1)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)  # atomic: a crash leaves the old or the new file, never half
-

@@ -3,7 +3,8 @@ the small helpers that keep the index, the policies and the counters in step.
 
 The store is split by concern into mixins over this state: placement and eviction
 (:mod:`kvstore.store_place`), reads (:mod:`kvstore.store_read`), the shared-memory path
-(:mod:`kvstore.store_shm`, :mod:`kvstore.store_stage`) and reports
+(:mod:`kvstore.store_shm`, :mod:`kvstore.store_stage`), pins and leases
+(:mod:`kvstore.store_pins`), namespaces (:mod:`kvstore.store_namespaces`) and reports
 (:mod:`kvstore.store_report`). All their ``_`` methods expect the store lock to be held
 unless they say otherwise.
 """
@@ -46,6 +47,7 @@ class StoreCore:
     _leases: LeaseTable
     _reservations: dict[BlockKey, tuple[str, float, list[tuple[int, int]]]]
     _placeholder_seq: int  # numbers placeholder keys (staged places, retired slots)
+    _retired: list[tuple[float, BlockKey]]  # host slots of deleted blocks readers may hold
     _namespaces: NamespaceRegistry
     _tier_stats: list[Counters]
     _ns_stats: dict[str, Counters]

@@ -77,7 +77,7 @@ class SharedMemoryPath(Reads):
         with self._hold(nowait):
             entries = [self._index.get(key) for key in keys]
             stuck = promote and sum(
-                1 for e in entries if e is not None and e.tiers and not e.holds(host)
+                e is not None and e.tiers != 0 and not e.holds(host) for e in entries
             )
             if stuck:  # stored, but the host tier could not take it: not a miss
                 raise CapacityError(
