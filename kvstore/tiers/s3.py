@@ -12,46 +12,34 @@ What it promises beyond :class:`~kvstore.tiers.base.Tier`:
   S3 down); an object whose body does not match the checksum in its own metadata is counted
   in ``corrupt`` and never returned. While the back end is degraded reads answer "miss" at
   once and a probe thread brings the tier back when S3 answers again.
-- **Sharing.** :meth:`S3Tier.discover` HEADs (in parallel) keys that this node does not know
-  yet, with a short negative cache, so a block that another node wrote is found and adopted.
+- **Sharing.** :meth:`S3Tier.discover` finds and adopts blocks that other nodes wrote.
+  ``used_bytes`` counts the blocks this node knows, not the whole bucket (``s3_known``).
 
-``used_bytes`` counts the blocks this node knows (written, scanned or discovered), not the
-whole bucket: several nodes share one bucket, each charging its own view against its own
-capacity, and one node's eviction deletes an object that another node may still list (that
-node then reads a miss and forgets it).
+The parts: S3 requests in ``s3_objects``, the write-back queue in ``s3_writeback``, the known
+blocks and the negative cache in ``s3_known``, background deletes in ``s3_background``.
 """
 
 from __future__ import annotations
 
-import io
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import fields
 from typing import Any
 
-from kvstore.checksum import checksum
 from kvstore.errors import CapacityError, TierUnavailableError
 from kvstore.tiers.base import BlockMeta, Buffer, Tier
-from kvstore.tiers.s3_client import (
-    MISSING,
-    NO_BUCKET,
-    S3Settings,
-    classify,
-    describe,
-    make_client,
-)
+from kvstore.tiers.s3_background import BackgroundTasks
+from kvstore.tiers.s3_client import S3Settings
 from kvstore.tiers.s3_health import Prober, S3Health
-from kvstore.tiers.s3_layout import meta_headers, object_key, parse_key, parse_meta
+from kvstore.tiers.s3_known import KnownBlocks
+from kvstore.tiers.s3_objects import S3Objects
 from kvstore.tiers.s3_writeback import WriteBack
 from kvstore.types import BlockKey
 
 log = logging.getLogger("kvstore.s3")
-
-_NEGATIVE_CACHE_MAX = 100_000  # entries before expired ones are pruned
-_DELETE_BATCH = 1000  # keys per DeleteObjects request (the S3 maximum)
 
 
 class S3Tier(Tier):
@@ -77,27 +65,18 @@ class S3Tier(Tier):
                 f"unknown s3 tier option(s) {unknown}; known: {', '.join(sorted(known_options))}"
             )
         s = self.settings = S3Settings(**options)
-        self.client = make_client(s)
-        # The probe asks once and reports; botocore retries would only delay recovery.
-        self.probe_client = make_client(s, max_attempts=1)
+        self.state = S3Health()
+        self._objects = S3Objects(s, self.state)
         self._reads = ThreadPoolExecutor(s.max_workers, thread_name_prefix="kvstore-s3-read")
         self._writes = ThreadPoolExecutor(s.max_workers, thread_name_prefix="kvstore-s3-write")
-        self._transfer = _transfer_config(s.multipart_threshold)
         self._lock = threading.Lock()
-        self._known: dict[BlockKey, BlockMeta] = {}
-        self._used = 0
-        self._negative: dict[BlockKey, float] = {}  # key -> monotonic expiry of "not in S3"
-        self._counts = dict.fromkeys(
-            ("gets", "hits", "discovered", "negative_hits", "over_capacity"), 0
-        )
+        self._counts = dict.fromkeys(("gets", "hits"), 0)
         self._closed = False
-        self._background_tasks = 0  # deletes queued or running on the write pool
-        self._background_idle = threading.Condition(self._lock)
-        self.state = S3Health()
+        self._background = BackgroundTasks(self._writes)  # deletes that flush waits for
         self._queue = WriteBack(
             self._writes,
-            self._upload,
-            self._report,
+            self._objects.put,
+            self._objects.report,
             self._on_drop,
             self._on_orphan,
             max_bytes=s.queue_bytes,
@@ -105,12 +84,25 @@ class S3Tier(Tier):
             backoff_s=s.retry_backoff_s,
             backoff_max_s=s.retry_backoff_max_s,
         )
+        self._known = KnownBlocks(
+            self._objects, self._reads, self._queue.get, capacity_bytes, self._lock
+        )
         self.probe()
         self._prober = Prober(self.state, self.probe, s.probe_interval_s)
 
+    @property
+    def client(self) -> Any:
+        """The boto3 client for data requests."""
+        return self._objects.client
+
+    @property
+    def probe_client(self) -> Any:
+        """The boto3 client for health probes (no retries)."""
+        return self._objects.probe_client
+
     # -- accounting -----------------------------------------------------------------------
     def used_bytes(self) -> int:
-        return self._used
+        return self._known.used
 
     # -- data -----------------------------------------------------------------------------
     def put_many(self, items: Sequence[tuple[BlockKey, Buffer, BlockMeta]]) -> None:
@@ -129,15 +121,16 @@ class S3Tier(Tier):
                 )
         with self._lock:
             replaced = sum(m.size for k, _, _ in copies if (m := self._known.get(k)))
-            if self._used - replaced + sum(len(d) for _, d, _ in copies) > self.capacity_bytes:
+            used = self._known.used
+            if used - replaced + sum(len(d) for _, d, _ in copies) > self.capacity_bytes:
                 raise CapacityError(
-                    f"s3 tier: {len(copies)} blocks do not fit ({self._used} of "
+                    f"s3 tier: {len(copies)} blocks do not fit ({used} of "
                     f"{self.capacity_bytes} bytes used)"
                 )
             self._queue.submit(copies)  # raises when full: then nothing below happens
             for key, _, meta in copies:
-                self._remember(key, meta)
-                self._negative.pop(key, None)
+                self._known.remember(key, meta)
+                self._known.clear_negative(key)
 
     def get_many(self, keys: Sequence[BlockKey]) -> list[bytes | None]:
         """Bytes of each known key: from the write-back queue while queued, else from S3
@@ -173,10 +166,10 @@ class S3Tier(Tier):
         waits for S3). A failed delete leaves an orphan object that is still a valid block."""
         with self._lock:
             for key in keys:
-                self._forget(key)
+                self._known.forget(key)
         self._queue.cancel(keys)
         if keys:
-            self._background(self._delete_objects, list(keys))
+            self._background.submit(self._delete_objects, list(keys))
 
     def discover(self, keys: Sequence[BlockKey], *, prefix: bool = False) -> list[BlockMeta | None]:
         """Meta of each key that S3 holds, adopting blocks other nodes wrote: they become
@@ -189,79 +182,13 @@ class S3Tier(Tier):
         ``prefix=True`` is for hash chains: keys are asked in windows of ``2 * max_workers``
         and asking stops after the first window with a miss, so the lookup of a long chain
         that S3 holds only the start of costs a window, not a HEAD per block."""
-        if not prefix:
-            return self._discover(keys)
-        out: list[BlockMeta | None] = [None] * len(keys)
-        window = 2 * self.settings.max_workers
-        for start in range(0, len(keys), window):
-            metas = self._discover(keys[start : start + window])
-            out[start : start + len(metas)] = metas
-            if any(m is None for m in metas):
-                break
-        return out
-
-    def _discover(self, keys: Sequence[BlockKey]) -> list[BlockMeta | None]:
-        out: list[BlockMeta | None] = [None] * len(keys)
-        ask: list[int] = []
-        now = time.monotonic()
-        negative_hits = 0
-        for i, key in enumerate(keys):
-            p = self._queue.get(key)
-            meta = p.meta if p is not None else self._known.get(key)
-            if meta is not None:
-                out[i] = meta
-            elif self._negative.get(key, 0.0) > now:
-                negative_hits += 1
-            else:
-                ask.append(i)
-        if ask and not self.state.degraded:
-            if len(ask) == 1:
-                answers = [self._head(keys[ask[0]])]
-            else:
-                answers = list(self._reads.map(self._head, [keys[i] for i in ask]))
-            expiry = time.monotonic() + self.settings.negative_ttl_s
-            with self._lock:
-                for i, (meta, definitive) in zip(ask, answers, strict=True):
-                    key = keys[i]
-                    if meta is not None:
-                        if key not in self._known:
-                            if self._used + meta.size > self.capacity_bytes:
-                                self._counts["over_capacity"] += 1
-                                continue
-                            self._remember(key, meta)
-                            self._counts["discovered"] += 1
-                        out[i] = meta
-                    elif definitive:
-                        self._negative[key] = expiry
-                self._prune_negative(now)
-        with self._lock:
-            self._counts["negative_hits"] += negative_hits
-        return out
+        return self._known.discover(keys, prefix=prefix)
 
     def scan(self) -> Iterator[tuple[BlockKey, BlockMeta]]:
         """Every block under the prefix: a paginated listing, each page HEADed in parallel
         for the metadata the listing lacks. Stops (with the error in ``health``) if S3 fails
         mid-way; blocks not scanned are still found later by :meth:`discover`."""
-        if not self.settings.scan_on_start or self.state.degraded:
-            return
-        pages = self.client.get_paginator("list_objects_v2").paginate(
-            Bucket=self.settings.bucket, Prefix=self.settings.key_prefix
-        )
-        try:
-            for page in pages:
-                keys = [
-                    k
-                    for obj in page.get("Contents", ())
-                    if (k := parse_key(self.settings.key_prefix, obj["Key"])) is not None
-                ]
-                for key, (meta, _) in zip(keys, self._reads.map(self._head, keys), strict=True):
-                    if meta is None:
-                        continue
-                    with self._lock:
-                        self._remember(key, meta)
-                    yield key, meta
-        except Exception as exc:  # listing failed: report, keep what we have
-            self._report(exc)
+        return self._known.scan()
 
     # -- operations -----------------------------------------------------------------------
     def health(self) -> dict[str, Any]:
@@ -283,35 +210,22 @@ class S3Tier(Tier):
         adopted from other nodes), ``negative_hits``, ``over_capacity`` (found but not adopted),
         ``blocks`` and ``used_bytes``."""
         with self._lock:
-            counts = dict(self._counts)
-            counts.update(blocks=len(self._known), used_bytes=self._used)
+            counts = {**self._counts, **self._known.counts}
+            counts.update(blocks=len(self._known), used_bytes=self._known.used)
         return {**self.health(), **counts}
 
     def probe(self) -> bool:
         """Ask S3 once whether the bucket serves (a one-key listing: unlike HEAD it carries
         an error code, so bad credentials are named). Creates the bucket if configured."""
-        s = self.settings
-        try:
-            self.probe_client.list_objects_v2(Bucket=s.bucket, Prefix=s.key_prefix, MaxKeys=1)
-        except Exception as exc:
-            if not (s.create_bucket and classify(exc) == NO_BUCKET and self._create_bucket()):
-                self._report(exc)
-                return False
-        self.state.ok()
-        return True
+        return self._objects.probe()
 
     def flush(self) -> None:
         """Wait (up to ``flush_timeout_s`` in all) until the write-back queue is empty and
         background deletes are done."""
         deadline = time.monotonic() + self.settings.flush_timeout_s
         drained = self._queue.wait_idle(self.settings.flush_timeout_s)
-        with self._background_idle:
-            drained = (
-                self._background_idle.wait_for(
-                    lambda: not self._background_tasks, max(0.0, deadline - time.monotonic())
-                )
-                and drained
-            )
+        remaining_s = max(0.0, deadline - time.monotonic())
+        drained = self._background.wait_idle(remaining_s) and drained
         if not drained:
             log.warning("s3 tier flush timed out with %s", self._queue.stats())
 
@@ -321,154 +235,33 @@ class S3Tier(Tier):
             return
         self.flush()
         self._closed = True
+        self._background.close()
         self._queue.abandon()  # anything still failing drops now instead of backing off
         self._prober.close()
         self._writes.shutdown(wait=True)
         self._reads.shutdown(wait=True)
-        self.client.close()
-        self.probe_client.close()
+        self._objects.close()
 
     # -- S3 calls (pool threads) ----------------------------------------------------------
-    def _upload(self, key: BlockKey, data: bytes, meta: BlockMeta) -> None:
-        s = self.settings
-        name = object_key(s.key_prefix, key)
-        if len(data) >= s.multipart_threshold:
-            self.client.upload_fileobj(
-                io.BytesIO(data),
-                s.bucket,
-                name,
-                ExtraArgs={"Metadata": meta_headers(meta)},
-                Config=self._transfer,
-            )
-        else:
-            self.client.put_object(
-                Bucket=s.bucket, Key=name, Body=data, Metadata=meta_headers(meta)
-            )
-        self.state.ok()
-
     def _get_one(self, key: BlockKey) -> bytes | None:
-        s = self.settings
-        try:
-            resp = self.client.get_object(Bucket=s.bucket, Key=object_key(s.key_prefix, key))
-            body: bytes = resp["Body"].read()
-        except Exception as exc:
-            if self._report(exc) == MISSING:
-                with self._lock:  # gone (evicted by another node): stop claiming it
-                    if self._queue.get(key) is None:
-                        self._forget(key)
-            return None
-        self.state.ok()
-        meta = parse_meta(resp.get("Metadata", {}), len(body))
-        if meta is None or checksum(body) != meta.checksum:
-            self.state.count("corrupt")
-            log.warning("s3 object %s failed its checksum; treated as a miss", key[1].hex())
-            return None
+        body, missing = self._objects.get(key)
+        if missing:
+            with self._lock:  # gone (evicted by another node): stop claiming it
+                if self._queue.get(key) is None:
+                    self._known.forget(key)
         return body
 
-    def _head(self, key: BlockKey) -> tuple[BlockMeta | None, bool]:
-        """(meta, definitive): meta None with definitive True means S3 says "not there"."""
-        s = self.settings
-        try:
-            resp = self.client.head_object(Bucket=s.bucket, Key=object_key(s.key_prefix, key))
-        except Exception as exc:
-            return None, self._report(exc) == MISSING
-        self.state.ok()
-        return parse_meta(resp.get("Metadata", {}), int(resp.get("ContentLength", -1))), True
-
     def _delete_objects(self, keys: list[BlockKey]) -> None:
-        s = self.settings
         with self._lock:  # a key put again since its delete was scheduled must survive
-            names = [object_key(s.key_prefix, k) for k in keys if not self.contains(k)]
-        for start in range(0, len(names), _DELETE_BATCH):
-            chunk = names[start : start + _DELETE_BATCH]
-            try:
-                self.client.delete_objects(
-                    Bucket=s.bucket,
-                    Delete={"Objects": [{"Key": n} for n in chunk], "Quiet": True},
-                )
-            except Exception as exc:
-                self._report(exc)
-                return
-            self.state.ok()
-
-    def _create_bucket(self) -> bool:
-        s = self.settings
-        kwargs: dict[str, Any] = {"Bucket": s.bucket}
-        if s.region != "us-east-1":
-            kwargs["CreateBucketConfiguration"] = {"LocationConstraint": s.region}
-        try:
-            self.probe_client.create_bucket(**kwargs)
-        except Exception as exc:
-            self._report(exc)
-            return False
-        return True
+            gone = [k for k in keys if not self.contains(k)]
+        self._objects.delete(gone)
 
     # -- bookkeeping ----------------------------------------------------------------------
-    def _report(self, exc: BaseException) -> str:
-        kind = classify(exc)
-        if kind != MISSING:
-            self.state.fail(kind, describe(kind, exc, self.settings))
-        return kind
-
     def _on_drop(self, key: BlockKey) -> None:
         self.state.count("dropped")
         with self._lock:
             if self._queue.get(key) is None:  # not put again meanwhile
-                self._forget(key)
+                self._known.forget(key)
 
     def _on_orphan(self, key: BlockKey) -> None:
-        self._background(self._delete_objects, [key])
-
-    def _background(self, fn: Callable[[list[BlockKey]], None], keys: list[BlockKey]) -> None:
-        """Run ``fn(keys)`` on the write pool, counted so that ``flush`` can wait for it.
-        After close (pool shut down) skip it: the objects stay as orphans, which are still
-        valid blocks. Caller must not hold ``_lock``."""
-        if self._closed:
-            return
-        with self._lock:
-            self._background_tasks += 1
-        try:
-            self._writes.submit(self._run_background, fn, keys)
-        except RuntimeError:  # close() shut the pool down meanwhile
-            self._background_done()
-
-    def _run_background(self, fn: Callable[[list[BlockKey]], None], keys: list[BlockKey]) -> None:
-        try:
-            fn(keys)
-        finally:
-            self._background_done()
-
-    def _background_done(self) -> None:
-        with self._lock:
-            self._background_tasks -= 1
-            if not self._background_tasks:
-                self._background_idle.notify_all()
-
-    def _remember(self, key: BlockKey, meta: BlockMeta) -> None:
-        """Caller holds ``_lock``."""
-        old = self._known.get(key)
-        self._used += meta.size - (old.size if old is not None else 0)
-        self._known[key] = meta
-
-    def _forget(self, key: BlockKey) -> None:
-        """Caller holds ``_lock``."""
-        old = self._known.pop(key, None)
-        if old is not None:
-            self._used -= old.size
-
-    def _prune_negative(self, now: float) -> None:
-        """Caller holds ``_lock``."""
-        if len(self._negative) > _NEGATIVE_CACHE_MAX:
-            self._negative = {k: t for k, t in self._negative.items() if t > now}
-
-
-def _transfer_config(threshold: int) -> Any:
-    from boto3.s3.transfer import TransferConfig
-
-    # Parts of at least 5 MiB (the S3 minimum); a few in flight per object, since the pool
-    # already runs many objects at once.
-    return TransferConfig(
-        multipart_threshold=threshold,
-        multipart_chunksize=max(5 << 20, min(threshold, 8 << 20)),
-        max_concurrency=4,
-    )
+        self._background.submit(self._delete_objects, [key])

@@ -1,0 +1,160 @@
+"""What one node knows of an S3 bucket that several nodes share, and how it learns more.
+
+A node knows a block when it wrote it, found it in the start-up :meth:`KnownBlocks.scan`, or
+adopted it in :meth:`KnownBlocks.discover`, which HEADs (in parallel) keys it does not know
+yet, so that a block another node wrote is found. A "not there" answer is cached for
+``negative_ttl_s`` (the negative cache), so a miss storm costs one request per key per TTL.
+
+``used`` counts the blocks this node knows, not the whole bucket: several nodes share one
+bucket, each charging its own view against its own capacity, and one node's eviction deletes
+an object that another node may still list (that node then reads a miss and forgets it).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Executor
+
+from kvstore.tiers.base import BlockMeta
+from kvstore.tiers.s3_objects import S3Objects
+from kvstore.tiers.s3_writeback import Pending
+from kvstore.types import BlockKey
+
+_NEGATIVE_CACHE_MAX = 100_000  # entries before expired ones are pruned
+
+
+class KnownBlocks:
+    """The blocks this node knows (meta and total size), the negative cache and the sharing
+    counters (``discovered``, ``negative_hits``, ``over_capacity``).
+
+    ``lock`` is the tier's lock, so that the tier can check capacity, queue and remember in
+    one step: hold it for :meth:`remember`, :meth:`forget`, :meth:`clear_negative` and to
+    read ``used`` or ``counts`` consistently; :meth:`discover` and :meth:`scan` take it
+    themselves (call them without it); :meth:`get` and ``in`` are single dict reads, safe
+    without it. ``queued`` answers for blocks still in the write-back queue; ``reads`` is the
+    pool that runs the HEADs."""
+
+    def __init__(
+        self,
+        objects: S3Objects,
+        reads: Executor,
+        queued: Callable[[BlockKey], Pending | None],
+        capacity_bytes: int,
+        lock: threading.Lock,
+    ) -> None:
+        self._objects = objects
+        self._reads = reads
+        self._queued = queued
+        self._capacity_bytes = capacity_bytes
+        self._lock = lock
+        self._known: dict[BlockKey, BlockMeta] = {}
+        self.used = 0
+        self._negative: dict[BlockKey, float] = {}  # key -> monotonic expiry of "not in S3"
+        self.counts = dict.fromkeys(("discovered", "negative_hits", "over_capacity"), 0)
+
+    # -- the known blocks -----------------------------------------------------------------
+    def get(self, key: BlockKey) -> BlockMeta | None:
+        return self._known.get(key)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._known
+
+    def __len__(self) -> int:
+        return len(self._known)
+
+    def remember(self, key: BlockKey, meta: BlockMeta) -> None:
+        """Caller holds ``lock``."""
+        old = self._known.get(key)
+        self.used += meta.size - (old.size if old is not None else 0)
+        self._known[key] = meta
+
+    def forget(self, key: BlockKey) -> None:
+        """Caller holds ``lock``."""
+        old = self._known.pop(key, None)
+        if old is not None:
+            self.used -= old.size
+
+    def clear_negative(self, key: BlockKey) -> None:
+        """Drop a cached "not in S3" answer (this node just wrote the key). Caller holds
+        ``lock``."""
+        self._negative.pop(key, None)
+
+    # -- learning more --------------------------------------------------------------------
+    def discover(self, keys: Sequence[BlockKey], *, prefix: bool = False) -> list[BlockMeta | None]:
+        """:meth:`S3Tier.discover <kvstore.tiers.s3.S3Tier.discover>`: meta of each key that
+        S3 holds, adopting what fits in capacity; ``prefix=True`` stops after the first
+        window of ``2 * max_workers`` keys with a miss."""
+        if not prefix:
+            return self._discover(keys)
+        out: list[BlockMeta | None] = [None] * len(keys)
+        window = 2 * self._objects.settings.max_workers
+        for start in range(0, len(keys), window):
+            metas = self._discover(keys[start : start + window])
+            out[start : start + len(metas)] = metas
+            if any(m is None for m in metas):
+                break
+        return out
+
+    def _discover(self, keys: Sequence[BlockKey]) -> list[BlockMeta | None]:
+        out: list[BlockMeta | None] = [None] * len(keys)
+        ask: list[int] = []
+        now = time.monotonic()
+        negative_hits = 0
+        for i, key in enumerate(keys):
+            p = self._queued(key)
+            meta = p.meta if p is not None else self._known.get(key)
+            if meta is not None:
+                out[i] = meta
+            elif self._negative.get(key, 0.0) > now:
+                negative_hits += 1
+            else:
+                ask.append(i)
+        if ask and not self._objects.health.degraded:
+            head = self._objects.head
+            if len(ask) == 1:
+                answers = [head(keys[ask[0]])]
+            else:
+                answers = list(self._reads.map(head, [keys[i] for i in ask]))
+            expiry = time.monotonic() + self._objects.settings.negative_ttl_s
+            with self._lock:
+                for i, (meta, definitive) in zip(ask, answers, strict=True):
+                    key = keys[i]
+                    if meta is not None:
+                        if key not in self._known:
+                            if self.used + meta.size > self._capacity_bytes:
+                                self.counts["over_capacity"] += 1
+                                continue
+                            self.remember(key, meta)
+                            self.counts["discovered"] += 1
+                        out[i] = meta
+                    elif definitive:
+                        self._negative[key] = expiry
+                self._prune_negative(now)
+        with self._lock:
+            self.counts["negative_hits"] += negative_hits
+        return out
+
+    def scan(self) -> Iterator[tuple[BlockKey, BlockMeta]]:
+        """:meth:`S3Tier.scan <kvstore.tiers.s3.S3Tier.scan>`: remember and yield every
+        block under the prefix (nothing when ``scan_on_start`` is off or S3 is degraded)."""
+        objects = self._objects
+        if not objects.settings.scan_on_start or objects.health.degraded:
+            return
+        try:
+            for keys in objects.list_keys():
+                metas = self._reads.map(objects.head, keys)
+                for key, (meta, _) in zip(keys, metas, strict=True):
+                    if meta is None:
+                        continue
+                    with self._lock:
+                        self.remember(key, meta)
+                    yield key, meta
+        except Exception as exc:  # listing failed: report, keep what we have
+            objects.report(exc)
+
+    def _prune_negative(self, now: float) -> None:
+        """Caller holds ``lock``."""
+        if len(self._negative) > _NEGATIVE_CACHE_MAX:
+            self._negative = {k: t for k, t in self._negative.items() if t > now}
