@@ -34,13 +34,16 @@ T = TypeVar("T")
 
 class AsyncKVStoreClient:
     def __init__(self, url: str, token: str | None = None, *, use_shm: bool | None = None,
-                 timeout: float = 10.0, pool_size: int = 4, transport: str = "auto") -> None:
+                 timeout: float = 10.0, pool_size: int = 4, transport: str = "auto",
+                 owner: str | None = None) -> None:
         self.url = url.rstrip("/")
         self.transport = transport
         self.token = token
         self.use_shm = use_shm
         self.timeout = timeout
-        self.owner = uuid.uuid4().hex
+        # pins, reservations and grants of all our connections are held under this id; a
+        # client given the id of one it replaces can still release what that one held
+        self.owner = owner or uuid.uuid4().hex
         self._pool_size = pool_size
         self._idle: list[AsyncConn] = []
         self._open = 0

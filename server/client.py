@@ -54,13 +54,16 @@ __all__ = [
 
 class KVStoreClient(GrantedReads):
     def __init__(self, url: str, token: str | None = None, *, use_shm: bool | None = None,
-                 timeout: float = 10.0, transport: str = "auto") -> None:
+                 timeout: float = 10.0, transport: str = "auto",
+                 owner: str | None = None) -> None:
         self.url = url.rstrip("/")
         self.transport = transport
         self.token = token
         self.use_shm = use_shm
         self.timeout = timeout
-        self.owner = uuid.uuid4().hex  # pins and reservations of all our connections
+        # pins, reservations and grants of all our connections are held under this id; a
+        # client given the id of one it replaces can still release what that one held
+        self.owner = owner or uuid.uuid4().hex
         self._lock = threading.Lock()
         self._local = threading.local()
         self._conns: list[FrameSocket] = []

@@ -21,6 +21,7 @@ import contextlib
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -47,10 +48,10 @@ class NamespaceMismatch(StoreMisconfigured):
     """The store holds this namespace with another layout, block size, algorithm or seed."""
 
 
-def _default_client(cfg: ConnectorConfig) -> Any:
+def _default_client(cfg: ConnectorConfig, owner: str) -> Any:
     from server.client import KVStoreClient
 
-    return KVStoreClient(cfg.url, token=cfg.token, timeout=cfg.timeout_s)
+    return KVStoreClient(cfg.url, token=cfg.token, timeout=cfg.timeout_s, owner=owner)
 
 
 # Server error codes that mean "this engine is misconfigured" (see server/errors.py).
@@ -77,7 +78,7 @@ class StoreLink:
         layout: dict[str, Any],
         hash_algo: str,
         hash_seed: str | None,
-        client_factory: Callable[[ConnectorConfig], Any] = _default_client,
+        client_factory: Callable[[ConnectorConfig, str], Any] = _default_client,
     ) -> None:
         self.cfg = cfg
         self.namespace = namespace
@@ -86,6 +87,9 @@ class StoreLink:
         self._algo = hash_algo
         self._seed = hash_seed
         self._factory = client_factory
+        # One owner id for every client this link builds: pins and grants taken before a
+        # reconnect can still be released after it (else they stay until their lease ends).
+        self._owner = uuid.uuid4().hex
         self._client: Any = None
         self._registered = False
         self._down_until = 0.0
@@ -224,7 +228,7 @@ class StoreLink:
             raise StoreUnavailable("kvstore unreachable; retrying later")
         try:
             if self._client is None:
-                self._client = self._factory(self.cfg)
+                self._client = self._factory(self.cfg, self._owner)
             self._client.register_namespace(
                 self.namespace,
                 self.block_bytes,

@@ -73,3 +73,36 @@ def test_forgotten_namespace_is_registered_again(server: Any, tmp_path: Any) -> 
     time.sleep(0.6)
     assert link.put(HASHES[1:2], BLOCKS[1:2])
     assert link.get(HASHES[:2]) == [None, BLOCKS[1]]
+
+
+def _pinned(server: Any) -> int:
+    from server.client import KVStoreClient
+
+    with KVStoreClient(server.url) as c:
+        return int(c.stats()["totals"]["pinned"])
+
+
+def test_grants_taken_before_a_reconnect_are_released_after_it(server: Any) -> None:
+    # A timed-out call drops the link's client; the next call builds a new one. The grant's
+    # pins outlive the old client's connections (a worker may be copying them), so the new
+    # client must be able to release them: both are the same owner to the server.
+    link = _link(server)
+    assert link.put(HASHES, BLOCKS)
+    base = _pinned(server)
+    grant = link.lookup_grant(HASHES)
+    assert grant.prefix_blocks == 4 and grant.granted(HASHES) == HASHES  # all in RAM
+    assert _pinned(server) == base + 4
+
+    def times_out(client: Any) -> None:
+        raise TimeoutError("the store answered too late")
+
+    with pytest.raises(StoreUnavailable):
+        link._call(times_out)
+    assert not link.available
+    time.sleep(0.6)  # retry_after_s
+    link.release_grant(HASHES)
+    deadline = time.monotonic() + 5
+    while _pinned(server) != base and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _pinned(server) == base  # not held until the lease (60 s) runs out
+    link.close()
