@@ -7,18 +7,18 @@ The router hashes each prompt with the workers' recipe (block size, algorithm, s
     cost(w) = work(w) + load_weight * queued(w)
 
 ``local`` is the prefix (in blocks) the worker holds in its own paged cache, known from its
-residency events (``/kv/events``, pulled after every request and by a background poller);
-``store`` is the prefix kvstore holds, which any worker can load instead of computing: ``s``
-(``store_weight``) is the fraction of a block's compute that loading it saves. ``queued`` is
-the work of the requests the router has running on the worker, so a worker that holds every
-prefix still loses requests once its queue outweighs the recompute elsewhere (the overlap
-against load trade-off). Ties rotate so that equal workers share load. ``round-robin`` ignores
-all of this (the baseline).
+residency events (:mod:`engines.router_workers` keeps that view current); ``store`` is the
+prefix kvstore holds, which any worker can load instead of computing: ``s`` (``store_weight``)
+is the fraction of a block's compute that loading it saves. ``queued`` is the work of the
+requests the router has running on the worker, so a worker that holds every prefix still loses
+requests once its queue outweighs the recompute elsewhere (the overlap against load
+trade-off). Ties rotate so that equal workers share load. ``round-robin`` ignores all of this
+(the baseline).
 
-A worker that refuses a connection or answers 5xx is marked down for ``retry_s`` and the
-request goes to the next-best worker; the background poller brings it back when ``/health``
-answers again. With prefill workers configured, generation is disaggregated
-(:mod:`engines.disagg`).
+A worker that refuses a connection or answers 5xx is marked down (skipped for ``RETRY_S``
+until the background poller sees ``/health`` answer again; see :mod:`engines.router_workers`)
+and the request goes to the next-best worker. With prefill workers configured, generation is
+disaggregated (:mod:`engines.disagg`).
 """
 
 from __future__ import annotations
@@ -30,20 +30,21 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import httpx
 
-from engines import disagg
+from engines import disagg, router_workers
+from engines.router_workers import POLL_S, RETRY_S, Worker
 from engines.store_io import BlockStore, open_store
 from kvstore.keys import BlockHasher
+
+__all__ = ["POLICIES", "POLL_S", "RETRY_S", "NoWorker", "Plan", "Router", "Worker",
+           "WorkerDown"]
 
 log = logging.getLogger(__name__)
 
 POLICIES = ("kv", "round-robin")
-RETRY_S = 5.0  # seconds a failed worker is skipped before it is tried again
-POLL_S = 1.0  # seconds between background health and residency polls
 _FAILURES = (httpx.TransportError,)
 
 
@@ -62,33 +63,6 @@ class WorkerDown(Exception):
 
 class NoWorker(Exception):
     """No live worker is left for the request."""
-
-
-@dataclass(slots=True, eq=False)
-class Worker:
-    url: str
-    role: str = "both"
-    up: bool = True
-    down_until: float = 0.0
-    inflight: int = 0
-    queued: int = 0  # estimated tokens of work the router has running here
-    cursor: int = 0
-    resident: set[bytes] = field(default_factory=set)
-    routed: int = 0
-    failures: int = 0
-    prompt_tokens: int = 0
-    hit_tokens: int = 0  # prefix tokens the worker reported it did not compute
-
-    def available(self, now: float) -> bool:
-        return self.up or now >= self.down_until
-
-    def local_prefix(self, hashes: list[bytes]) -> int:
-        n = 0
-        for h in hashes:
-            if h not in self.resident:
-                break
-            n += 1
-        return n
 
 
 class Router:
@@ -134,7 +108,8 @@ class Router:
         if self.hasher is None:
             raise NoWorker("no worker answered /info")
         if poll:
-            self._poller = asyncio.create_task(self._poll_forever())
+            self._poller = asyncio.create_task(router_workers.poll_forever(
+                self.client, lambda: self.workers + self.prefill, self.sync))
 
     async def close(self) -> None:
         if self._poller is not None:
@@ -228,22 +203,7 @@ class Router:
 
     async def sync(self, w: Worker) -> None:
         """Pull ``w``'s residency events since the last pull."""
-        try:
-            r = await self.client.get(f"{w.url}/kv/events", params={"since": w.cursor},
-                                      timeout=10.0)
-            r.raise_for_status()
-        except (httpx.HTTPError, ValueError):
-            return
-        doc = r.json()
-        if doc["resync"] or doc["cursor"] < w.cursor:  # dropped events, or a restarted worker
-            w.resident = {bytes.fromhex(h) for h in doc["resident"]}
-        for e in doc["events"]:
-            h = bytes.fromhex(e["hash"])
-            if e["stored"]:
-                w.resident.add(h)
-            else:
-                w.resident.discard(h)
-        w.cursor = doc["cursor"]
+        await router_workers.sync(self.client, w)
 
     def stats(self) -> dict[str, Any]:
         t = self.totals
@@ -320,8 +280,7 @@ class Router:
 
     def _mark_down(self, w: Worker, why: object = None) -> None:
         log.warning("worker %s is down: %s", w.url, why)
-        w.up, w.failures = False, w.failures + 1
-        w.down_until = time.monotonic() + RETRY_S
+        w.mark_down()
 
     async def _store_prefix(self, hashes: list[bytes]) -> int:
         if self.store is None or not hashes or not self.namespace:
@@ -331,16 +290,3 @@ class Router:
         except Exception:  # the store is advisory here: routing goes on without it
             log.exception("kvstore lookup failed")
             return 0
-
-    async def _poll_forever(self) -> None:
-        while True:
-            await asyncio.sleep(POLL_S)
-            for w in self.workers + self.prefill:
-                if not w.up:
-                    try:
-                        r = await self.client.get(f"{w.url}/health", timeout=2.0)
-                        w.up = r.status_code == 200
-                    except httpx.HTTPError:
-                        continue
-                if w.up and w.role != "prefill":
-                    await self.sync(w)

@@ -1,0 +1,95 @@
+"""The router's view of its engine workers, and what keeps that view current.
+
+A :class:`Worker` records one engine worker as the router sees it: whether it is up, the work
+the router has running on it, and ``resident``, the block hashes it holds in its own paged
+cache. ``resident`` is known from the worker's residency events (``/kv/events``): :func:`sync`
+pulls them after every request and :func:`poll_forever` in the background; ``local_prefix``
+turns them into the prefix (in blocks) of a prompt the worker would not recompute.
+
+A worker that refuses a connection or answers 5xx is marked down (:meth:`Worker.mark_down`)
+and skipped for ``RETRY_S``; the background poller brings it back when ``/health`` answers
+again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import httpx
+
+RETRY_S = 5.0  # seconds a failed worker is skipped before it is tried again
+POLL_S = 1.0  # seconds between background health and residency polls
+
+
+@dataclass(slots=True, eq=False)
+class Worker:
+    """One engine worker as the router sees it; mutated only on the router's asyncio loop."""
+
+    url: str
+    role: str = "both"
+    up: bool = True
+    down_until: float = 0.0
+    inflight: int = 0
+    queued: int = 0  # estimated tokens of work the router has running here
+    cursor: int = 0
+    resident: set[bytes] = field(default_factory=set)
+    routed: int = 0
+    failures: int = 0
+    prompt_tokens: int = 0
+    hit_tokens: int = 0  # prefix tokens the worker reported it did not compute
+
+    def available(self, now: float) -> bool:
+        return self.up or now >= self.down_until
+
+    def local_prefix(self, hashes: list[bytes]) -> int:
+        n = 0
+        for h in hashes:
+            if h not in self.resident:
+                break
+            n += 1
+        return n
+
+    def mark_down(self) -> None:
+        """Count a failure and skip the worker for ``RETRY_S`` (the poller may revive it
+        sooner)."""
+        self.up, self.failures = False, self.failures + 1
+        self.down_until = time.monotonic() + RETRY_S
+
+
+async def sync(client: httpx.AsyncClient, w: Worker) -> None:
+    """Pull ``w``'s residency events since the last pull."""
+    try:
+        r = await client.get(f"{w.url}/kv/events", params={"since": w.cursor}, timeout=10.0)
+        r.raise_for_status()
+    except (httpx.HTTPError, ValueError):
+        return
+    doc = r.json()
+    if doc["resync"] or doc["cursor"] < w.cursor:  # dropped events, or a restarted worker
+        w.resident = {bytes.fromhex(h) for h in doc["resident"]}
+    for e in doc["events"]:
+        h = bytes.fromhex(e["hash"])
+        if e["stored"]:
+            w.resident.add(h)
+        else:
+            w.resident.discard(h)
+    w.cursor = doc["cursor"]
+
+
+async def poll_forever(client: httpx.AsyncClient, workers: Callable[[], list[Worker]],
+                       sync_one: Callable[[Worker], Awaitable[None]]) -> None:
+    """Every ``POLL_S``: bring back down workers whose ``/health`` answers, and pull the
+    residency events of every live decode-capable worker through ``sync_one``."""
+    while True:
+        await asyncio.sleep(POLL_S)
+        for w in workers():
+            if not w.up:
+                try:
+                    r = await client.get(f"{w.url}/health", timeout=2.0)
+                    w.up = r.status_code == 200
+                except httpx.HTTPError:
+                    continue
+            if w.up and w.role != "prefill":
+                await sync_one(w)
