@@ -1,0 +1,231 @@
+"""One data plane connection: reads frames (see :mod:`server.protocol`), serves, replies.
+
+Each connection is an ``asyncio.BufferedProtocol`` that receives every frame piece straight
+into its final buffer (the payload lands once, where the store reads it). A connection serves
+one frame at a time: reading pauses while a request runs, so replies keep request order and a
+client cannot queue unbounded work. Concurrency comes from many connections.
+
+Faults: a frame that starts must complete within ``frame_timeout_s`` and a silent connection
+is closed after ``idle_timeout_s`` (slowloris); a bad header gets an error frame and the
+connection keeps serving; broken framing (oversized or empty header) gets an error frame and
+a close.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import time
+from typing import TYPE_CHECKING, Any
+
+from server.dataplane_ops import Session
+from server.direct_put import DirectPut
+from server.direct_put import begin as begin_direct
+from server.errors import map_error
+from server.protocol import (
+    PREFIX_BYTES,
+    Buffer,
+    FrameError,
+    decode_header,
+    decode_prefix,
+    encode_frame,
+)
+
+if TYPE_CHECKING:
+    from server.dataplane import DataPlane
+
+log = logging.getLogger("kvstore.dataplane")
+
+
+class Connection(asyncio.BufferedProtocol):
+    def __init__(self, plane: DataPlane) -> None:
+        self.plane = plane
+        self.settings = plane.settings
+        self.session = Session(principal=None if plane.auth_on else plane.admin)
+        self.transport: asyncio.Transport | None = None
+        self._prefix = bytearray(PREFIX_BYTES)
+        self._header = bytearray()
+        self._payload = bytearray()
+        self._target: memoryview = memoryview(self._prefix)
+        self._pos = 0
+        self._stage = 0  # 0 prefix, 1 header, 2 payload
+        self._lens = (0, 0)
+        self._timer: asyncio.TimerHandle | None = None
+        self._writable = asyncio.Event()
+        self._writable.set()
+        self._task: asyncio.Task[None] | None = None
+        self._close_after = False  # the frame broke the session (auth): close after replying
+        self._direct: DirectPut | None = None  # a put read straight into the host tier
+        self.closed = False
+
+    # -- asyncio protocol -----------------------------------------------------------------
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None:  # big blocks: fewer, larger reads and writes
+            for opt in (socket.SO_RCVBUF, socket.SO_SNDBUF):
+                with contextlib.suppress(OSError):
+                    sock.setsockopt(socket.SOL_SOCKET, opt, 4 << 20)
+        self.plane.opened(self)
+        self._arm(self.settings.idle_timeout_s)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self._disarm()
+        direct = self._direct
+        if direct is not None and self._stage == 2:  # the payload never completed
+            self.plane.background(direct.abort)
+        self._writable.set()
+        self.plane.closed(self)
+
+    def pause_writing(self) -> None:
+        self._writable.clear()
+
+    def resume_writing(self) -> None:
+        self._writable.set()
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._target[self._pos:]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._stage == 0 and self._pos == 0:  # first bytes of a frame: it must finish
+            self._arm(self.settings.frame_timeout_s)
+        self._pos += nbytes
+        if self._pos < len(self._target):
+            return
+        if self._stage == 2 and self._direct is not None:
+            place = self._direct.next_target()
+            if place is not None:  # the next block's place in the slab
+                self._target, self._pos = place, 0
+                return
+        try:
+            self._advance()
+        except FrameError as exc:  # broken framing: answer, then close
+            self._fail(exc)
+
+    def eof_received(self) -> bool:
+        return False  # close; a half-open client gets no more replies
+
+    # -- framing --------------------------------------------------------------------------
+    def _advance(self) -> None:
+        if self._stage == 0:
+            self._lens = decode_prefix(self._prefix, self.settings.max_header_bytes,
+                                       self.settings.max_frame_bytes)
+            self._header = bytearray(self._lens[0])
+            self._start(1, memoryview(self._header))
+            return
+        if self._stage == 1 and self._lens[1]:
+            size = self._lens[1]
+            self._direct = begin_direct(self.plane.ops, self.session, bytes(self._header), size)
+            if self._direct is not None:
+                self._start(2, self._direct.next_target() or memoryview(b""))
+                return
+            self._payload = self.plane.buffers.take(size)
+            self._start(2, memoryview(self._payload)[:size])
+            return
+        payload = memoryview(self._payload)[:self._lens[1]] if self._stage == 2 \
+            else memoryview(b"")
+        self._disarm()
+        assert self.transport is not None
+        self.transport.pause_reading()
+        self._stage = 3  # the frame is in: being served
+        self._task = asyncio.ensure_future(self._serve(bytes(self._header), payload))
+
+    def _start(self, stage: int, target: memoryview) -> None:
+        self._stage, self._target, self._pos = stage, target, 0
+
+    def _next_frame(self) -> None:
+        self._start(0, memoryview(self._prefix))
+        if self._direct is not None:
+            self._direct.release_scratch()
+            self._direct = None
+        if self._payload:  # the op is done with it: back to the pool
+            self.plane.buffers.give(self._payload)
+            self._payload = bytearray()
+        if not self.closed and self.transport is not None:
+            self._arm(self.settings.idle_timeout_s)
+            self.transport.resume_reading()
+
+    # -- serving --------------------------------------------------------------------------
+    async def _serve(self, header_bytes: bytes, payload: memoryview) -> None:
+        start = time.perf_counter()
+        rid: Any = 0
+        op = "unknown"
+        noreply = False
+        self.plane.inflight += 1
+        try:
+            header = decode_header(header_bytes)
+            rid = header.get("id", 0)
+            rid = rid if isinstance(rid, int) and not isinstance(rid, bool) else 0
+            noreply = header.get("noreply") is True
+            name = header.get("op")
+            op = name if isinstance(name, str) and name in self.plane.ops.table else "unknown"
+            if self._direct is not None:
+                fields, blobs = await self.plane.ops.commit_direct(self._direct)
+            else:
+                fields, blobs = await self.plane.ops.dispatch(self.session, header, payload)
+            reply: dict[str, Any] = {"id": rid, "ok": True, **fields}
+            status = "ok"
+        except Exception as exc:
+            code, message, fatal = _describe(exc, op)
+            reply, blobs, status = {"id": rid, "ok": False,
+                                    "error": {"code": code, "message": message}}, [], code
+            if fatal:
+                noreply = False
+                self._close_after = True
+        finally:
+            self.plane.inflight -= 1
+        self.plane.metrics.observe("data", op, status, time.perf_counter() - start)
+        if not noreply:
+            await self._send(encode_frame(reply, blobs))
+        if self._close_after:
+            if self.transport is not None:
+                self.transport.close()
+            return
+        self._next_frame()
+
+    async def _send(self, pieces: list[Buffer]) -> None:
+        if self.closed or self.transport is None:
+            return
+        for piece in pieces:  # one write each: no join, the kernel copies from our buffers
+            self.transport.write(piece)
+        if not self._writable.is_set():  # a client that does not read its replies
+            try:
+                await asyncio.wait_for(self._writable.wait(), self.settings.frame_timeout_s)
+            except TimeoutError:
+                self._abort()
+
+    def _fail(self, exc: FrameError) -> None:
+        assert self.transport is not None
+        self.plane.metrics.observe("data", "unknown", exc.code, 0.0)
+        reply = {"id": 0, "ok": False, "error": {"code": exc.code, "message": exc.message}}
+        for piece in encode_frame(reply):
+            self.transport.write(piece)
+        self.transport.close()  # flushes the error frame, then closes
+
+    # -- timers ---------------------------------------------------------------------------
+    def _arm(self, seconds: float) -> None:
+        self._disarm()
+        self._timer = asyncio.get_running_loop().call_later(seconds, self._abort)
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _abort(self) -> None:
+        if self.transport is not None and not self.closed:
+            self.transport.abort()
+
+
+def _describe(exc: Exception, op: str) -> tuple[str, str, bool]:
+    """``(code, message, fatal)`` for an error raised while serving a frame."""
+    if isinstance(exc, FrameError):
+        return exc.code, exc.message, exc.fatal
+    mapped = map_error(exc)
+    if mapped is not None:
+        return mapped.code, str(exc), mapped.code == "unauthenticated"
+    log.exception("unexpected error serving data plane op %s", op)
+    return "internal", f"internal error: {type(exc).__name__}", False
