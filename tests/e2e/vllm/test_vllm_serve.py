@@ -125,7 +125,7 @@ class ApiServer:
 
 
 @pytest.fixture
-def servers(tmp_path: Path) -> Iterator[list[ApiServer]]:
+def servers() -> Iterator[list[ApiServer]]:
     """Servers a test started; any still running is killed after it."""
     started: list[ApiServer] = []
     yield started
