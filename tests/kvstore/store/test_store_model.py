@@ -153,7 +153,7 @@ class StoreModel(RuleBasedStateMachine):
             t = self.s.tier(tier)
             assert t.used_bytes() <= t.capacity_bytes
         for h, tier in self.pinned.items():
-            entry = self.s._index.get(("m", h))
+            entry = self.s._ledger.get(("m", h))
             assert entry is not None, "a pinned block was evicted"
             assert tier in [self.s.tier_names()[p] for p in entry.positions()], (
                 "a pinned block left the tier it was pinned in"

@@ -1,62 +1,75 @@
-"""The store's reports on itself: counters, health and a full consistency check.
-
-A mixin of :class:`kvstore.store.Store` over the state of :class:`kvstore.store_core.StoreCore`.
-"""
+"""The store's reports on itself: counters, health and a full consistency check. Reads the
+parts' records; changes nothing."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from kvstore.errors import KVStoreError
-from kvstore.stats import NamespaceUsage
-from kvstore.store_core import StoreCore, fmt_key
+from kvstore.store.counters import Tally
+from kvstore.store.host_path import HostPath
+from kvstore.store.index import fmt_key
+from kvstore.store.leases import LeaseTable
+from kvstore.store.ledger import Ledger
+from kvstore.store.lock import StoreLock
+from kvstore.store.stack import TierStack
 
 
 class IntegrityError(KVStoreError, AssertionError):
     """The index, the tiers and the policies disagree, or a capacity is exceeded."""
 
 
-class Reports(StoreCore):
-    """``stats``, ``health`` and ``check_integrity``."""
+class Report:
+    """``stats``, ``health`` and ``check_integrity`` over the store's parts."""
+
+    def __init__(self, stack: TierStack, ledger: Ledger, tally: Tally, leases: LeaseTable,
+                 host_path: HostPath, lock: StoreLock) -> None:
+        self._stack = stack
+        self._ledger = ledger
+        self._tally = tally
+        self._leases = leases
+        self._host_path = host_path
+        self._lock = lock
 
     def stats(self) -> dict[str, Any]:
         with self._lock:
             tiers = {}
-            for pos, tier in enumerate(self._tiers):
-                doc = self._tier_stats[pos].as_dict()
+            for pos, tier in enumerate(self._stack.tiers):
+                doc = self._tally.tiers[pos].as_dict()
                 doc.update(
-                    blocks=len(self._policies[pos]),
+                    blocks=self._ledger.resident(pos),
                     bytes=tier.used_bytes(),
                     capacity_bytes=tier.capacity_bytes,
                     occupancy=tier.used_bytes() / tier.capacity_bytes,
-                    policy=self._tcfg[pos].policy,
+                    policy=self._stack.configs[pos].policy,
                 )
                 # tier-specific counters (S3: pending uploads, drops, errors) under "backend"
                 backend = getattr(tier, "stats", None)
                 if backend is not None:
                     doc["backend"] = backend()
-                tiers[self._names[pos]] = doc
-            capacity = sum(t.capacity_bytes for t in self._tiers)
+                tiers[self._stack.names[pos]] = doc
+            capacity = sum(t.capacity_bytes for t in self._stack.tiers)
             namespaces = {}
-            for name in self._namespaces_names():
-                doc = self._ns_counters(name).as_dict()
-                usage = self._ns_usage.setdefault(name, NamespaceUsage())
+            usages = self._ledger.usages()
+            for name in sorted(set(self._tally.namespaces) | set(usages)):
+                doc = self._tally.ns(name).as_dict()
+                usage = self._ledger.usage(name)
                 # namespaces share the tiers: each may grow to the whole capacity
                 doc.update(blocks=usage.blocks, bytes=usage.bytes, capacity_bytes=capacity)
                 namespaces[name] = doc
-            totals = self._totals.as_dict()
+            totals = self._tally.totals.as_dict()
             totals.update(
-                blocks=sum(u.blocks for u in self._ns_usage.values()),
-                bytes=sum(u.bytes for u in self._ns_usage.values()),
+                blocks=sum(u.blocks for u in usages.values()),
+                bytes=sum(u.bytes for u in usages.values()),
                 capacity_bytes=capacity,
                 pinned=len(self._leases),
             )
             return {"totals": totals, "tiers": tiers, "namespaces": namespaces}
 
-    def health(self) -> dict[str, Any]:
+    def health(self, closed: bool) -> dict[str, Any]:
         tiers: dict[str, Any] = {}
-        ok = not self._closed
-        for tier in self._tiers:
+        ok = not closed
+        for tier in self._stack.tiers:
             try:
                 doc = dict(tier.health())
             except Exception as exc:  # a health probe must never take the server down
@@ -70,14 +83,14 @@ class Reports(StoreCore):
     def check_integrity(self) -> None:
         """Raise :class:`IntegrityError` if the index, tiers and policies disagree."""
         with self._lock:
-            for pos, tier in enumerate(self._tiers):
-                name = self._names[pos]
+            for pos, tier in enumerate(self._stack.tiers):
+                name = self._stack.names[pos]
                 if tier.used_bytes() > tier.capacity_bytes:
                     raise IntegrityError(
                         f"{name}: {tier.used_bytes()} bytes used > capacity {tier.capacity_bytes}"
                     )
-                resident = [k for k, e in self._index.items() if e.holds(pos)]
-                policy = self._policies[pos]
+                resident = [k for k, e in self._ledger.items() if e.holds(pos)]
+                policy = self._ledger.policies[pos]
                 if len(resident) != len(policy):
                     raise IntegrityError(
                         f"{name}: index holds {len(resident)} blocks, policy tracks {len(policy)}"
@@ -88,27 +101,27 @@ class Reports(StoreCore):
                     if tier.name != "s3" and not tier.contains(key):
                         raise IntegrityError(f"{name}: {fmt_key(key)} indexed, not in tier")
             usage: dict[str, list[int]] = {}
-            for key, entry in self._index.items():
+            for key, entry in self._ledger.items():
                 if entry.pending:
-                    if key not in self._reservations:
+                    if not self._host_path.reserved(key):
                         raise IntegrityError(f"{fmt_key(key)} pending without a reservation")
                     continue
                 if not entry.tiers:
                     raise IntegrityError(f"{fmt_key(key)} indexed in no tier")
                 if entry.checksum is None and any(
-                        self._tiers[p].needs_checksum for p in entry.positions()):
+                        self._stack.tiers[p].needs_checksum for p in entry.positions()):
                     raise IntegrityError(f"{fmt_key(key)} on a checksummed tier without checksum")
                 counted = usage.setdefault(key[0], [0, 0])
                 counted[0] += 1
                 counted[1] += entry.size
-            for name, have in self._ns_usage.items():
+            for name, have in self._ledger.usages().items():
                 want = usage.get(name, [0, 0])
                 if [have.blocks, have.bytes] != want:
                     raise IntegrityError(
                         f"namespace {name}: counted {have.blocks} blocks/{have.bytes} bytes, "
                         f"index has {want[0]}/{want[1]}"
                     )
-            for tier in self._tiers:
+            for tier in self._stack.tiers:
                 check = getattr(tier, "check_integrity", None)  # slab tiers: slot ownership
                 if check is not None:
                     try:
@@ -116,5 +129,5 @@ class Reports(StoreCore):
                     except RuntimeError as exc:
                         raise IntegrityError(f"{tier.name}: {exc}") from exc
             for key in self._leases.pinned_keys():
-                if key not in self._index:
+                if key not in self._ledger:
                     raise IntegrityError(f"{fmt_key(key)} pinned but not indexed")

@@ -1,11 +1,14 @@
-"""The store's index entry: where a block lives and what it must hash to."""
+"""The store's index: one entry per block, saying where it lives and what it must hash to."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+from kvstore.errors import InvalidHashError
 from kvstore.types import BlockKey
+
+MAX_HASH_BYTES = 64
 
 
 @dataclass(slots=True)
@@ -16,7 +19,8 @@ class Entry:
     copy. ``pending`` marks a shared-memory write reserved in the host tier but not yet
     committed: such a block is invisible to get, lookup and contains. ``checksum`` is None
     while only memory tiers hold the block: they never verify, so it is computed when the block
-    first goes to a tier that keeps it (the store's ``_write``), not on the put path.
+    first goes to a tier that keeps it (:meth:`~kvstore.store.placer.Placer.write`), not on the
+    put path.
     """
 
     size: int
@@ -90,3 +94,29 @@ class BlockIndex:
 
     def __len__(self) -> int:
         return self._len
+
+
+def check_hashes(hashes: Sequence[bytes]) -> bool:
+    """Validate a batch of hashes with C-level passes (no Python loop per hash). True if
+    some are bytearrays (unhashable: the caller converts them)."""
+    if not hashes:
+        return False
+    types = set(map(type, hashes))
+    if not types <= {bytes, bytearray}:
+        bad = next(h for h in hashes if not isinstance(h, bytes | bytearray))
+        raise InvalidHashError(f"block hash must be bytes, got {type(bad).__name__}")
+    lengths = set(map(len, hashes))
+    if min(lengths) < 1 or max(lengths) > MAX_HASH_BYTES:
+        raise InvalidHashError(f"block hash must be 1-{MAX_HASH_BYTES} bytes, got lengths "
+                               f"{sorted(lengths)}")
+    return bytearray in types
+
+
+def make_keys(namespace: str, hashes: Sequence[bytes]) -> list[BlockKey]:
+    """Validated index keys of ``hashes`` in ``namespace``."""
+    check_hashes(hashes)
+    return [(namespace, bytes(h)) for h in hashes]
+
+
+def fmt_key(key: BlockKey) -> str:
+    return f"{key[0]}/{key[1].hex()}"

@@ -1,0 +1,115 @@
+"""The store's counters, per tier, per namespace and in total, and the events that move them.
+
+Per tier, ``queries`` counts the gets that reached the tier (not served by a tier above),
+``hits`` those it served, so each tier's hit rate reads as "of what got this far, how much
+was here". Per namespace and in the totals, a query is one requested block.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+COUNTERS = (
+    "queries",
+    "hits",
+    "misses",
+    "evictions",
+    "promotions",
+    "demotions",
+    "corrupt_dropped",
+    "prefetched",
+    "dropped",
+)
+
+
+@dataclass(slots=True)
+class Counters:
+    queries: int = 0
+    hits: int = 0
+    misses: int = 0
+    evictions: int = 0  # blocks that left a tier (or the store) to make room
+    promotions: int = 0  # blocks copied up (into this tier, for a tier)
+    demotions: int = 0  # blocks moved down (out of this tier, for a tier)
+    corrupt_dropped: int = 0  # blocks whose checksum failed; never returned
+    prefetched: int = 0  # blocks onboarded to the top tier by prefetch
+    dropped: int = 0  # blocks that left the store for good (last tier full, refused)
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["hit_rate"] = self.hits / self.queries if self.queries else 0.0
+        return out
+
+
+@dataclass(slots=True)
+class NamespaceUsage:
+    blocks: int = 0
+    bytes: int = 0
+
+
+class Tally:
+    """Every counter of the store. Each event is one method, so that a counter moves the same
+    way wherever its event happens. Not thread-safe: called under the store lock."""
+
+    def __init__(self, tiers: int) -> None:
+        self.tiers = [Counters() for _ in range(tiers)]
+        self.namespaces: dict[str, Counters] = {}
+        self.totals = Counters()
+
+    def ns(self, name: str) -> Counters:
+        return self.namespaces.setdefault(name, Counters())
+
+    def evicted(self, pos: int, count: int) -> None:
+        """``count`` blocks left tier ``pos`` to make room (demoted or dropped)."""
+        self.tiers[pos].evictions += count
+
+    def demoted(self, pos: int, namespace: str) -> None:
+        """A block of ``namespace`` got a copy in a lower tier on leaving tier ``pos``."""
+        self.tiers[pos].demotions += 1
+        self.ns(namespace).demotions += 1
+        self.totals.demotions += 1
+
+    def evicted_from_store(self, namespace: str) -> None:
+        """An evicted block had no other copy: it left the store."""
+        ns = self.ns(namespace)
+        ns.evictions += 1
+        ns.dropped += 1
+        self.totals.evictions += 1
+        self.totals.dropped += 1
+
+    def lost(self, namespace: str) -> None:
+        """A block left the store because its tier lost it behind the store's back."""
+        self.ns(namespace).dropped += 1
+        self.totals.dropped += 1
+
+    def promoted(self, pos: int, namespace: str) -> None:
+        self.tiers[pos].promotions += 1
+        self.ns(namespace).promotions += 1
+        self.totals.promotions += 1
+
+    def corrupt(self, pos: int, namespace: str) -> None:
+        self.tiers[pos].corrupt_dropped += 1
+        self.ns(namespace).corrupt_dropped += 1
+        self.totals.corrupt_dropped += 1
+
+    def prefetched(self, count: int) -> None:
+        self.tiers[0].prefetched += count
+        self.totals.prefetched += count
+
+    def reads(self, namespaces: list[str], served_by: list[int], hits: list[bool]) -> None:
+        """One get per block: ``served_by[i]`` is the tier that served block ``i`` (-1: a
+        miss). Each tier above the serving one was asked and missed."""
+        bottom = len(self.tiers) - 1
+        for name, pos, hit in zip(namespaces, served_by, hits, strict=True):
+            ns = self.ns(name)
+            for c in (ns, self.totals):
+                c.queries += 1
+                c.hits += hit
+                c.misses += not hit
+            last = pos if hit else bottom
+            for p in range(last + 1):
+                t = self.tiers[p]
+                t.queries += 1
+                served = hit and p == pos
+                t.hits += served
+                t.misses += not served

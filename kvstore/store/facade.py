@@ -1,0 +1,342 @@
+"""The store: one facade over the parts that each own a piece of its state.
+
+- :class:`~kvstore.store.stack.TierStack`: the tiers, their configs and admission rules;
+- :class:`~kvstore.store.ledger.Ledger`: the index, every tier's policy, namespace usage;
+- :class:`~kvstore.store.counters.Tally`: the counters;
+- :class:`~kvstore.store.leases.LeaseTable`: pins and their leases;
+- :class:`~kvstore.store.placer.Placer`: writes, eviction, batched demotion, spill;
+- :class:`~kvstore.store.reader.Reader`: reads, verification, promotion, prefetch, discovery;
+- :class:`~kvstore.store.host_path.HostPath`: the zero-copy shared-memory path;
+- :class:`~kvstore.store.namespaces.NamespaceBook`: registered namespaces and their file.
+
+Invariants (checked by :meth:`Store.check_integrity`): a key is in tier ``t``'s policy
+exactly when its index entry has bit ``t`` set; every tier's ``used_bytes() <=
+capacity_bytes``; pinned blocks and blocks being read are never evicted; a block is returned
+only if its bytes match the checksum recorded when it first left memory (tiers with
+``verify_reads``; memory tiers are trusted).
+
+Concurrency: one lock (:class:`~kvstore.store.lock.StoreLock`) guards every part's records
+and the memory tiers' copies; the facade takes it, except where a part must leave it while a
+persistent tier answers (reads, the host path), which then takes it itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from kvstore.checksum import checksum
+from kvstore.config import StoreConfig
+from kvstore.errors import KVStoreError, WouldBlock
+from kvstore.namespace import Namespace
+from kvstore.policy import make_policy
+from kvstore.store.counters import Tally
+from kvstore.store.host_path import HostPath
+from kvstore.store.index import check_hashes, make_keys
+from kvstore.store.leases import LeaseTable
+from kvstore.store.ledger import Ledger
+from kvstore.store.lock import StoreLock
+from kvstore.store.namespaces import NamespaceBook
+from kvstore.store.placer import Placer
+from kvstore.store.reader import Reader
+from kvstore.store.report import Report
+from kvstore.store.stack import TierStack
+from kvstore.tiers import Tier
+from kvstore.tiers.base import BlockMeta, Buffer
+from kvstore.tiers.slab import SlabInfo
+from kvstore.tiers.slots import Extents
+from kvstore.types import BlockHash, LookupResult, PutResult
+
+log = logging.getLogger("kvstore.store")
+
+
+class Store:
+    """Tiered block store. ``docs/store_api.md`` is the method table."""
+
+    def __init__(self, config: StoreConfig, tiers: Sequence[Tier] | None = None) -> None:
+        self.config = config
+        self._stack = TierStack(config.tiers, tiers)
+        self._lock = StoreLock()
+        self._ledger = Ledger([make_policy(c.policy) for c in config.tiers],
+                              self._stack.top_name_by_mask)
+        self._tally = Tally(len(self._stack))
+        self._leases = LeaseTable()
+        self._book = NamespaceBook(config.namespaces_path)
+        self._placer = Placer(self._stack, self._ledger, self._tally, self._leases)
+        self._reader = Reader(self._stack, self._ledger, self._placer, self._tally, self._lock,
+                              self._book)
+        self._host = HostPath(self._stack, self._ledger, self._placer, self._reader,
+                              self._tally, self._leases, self._lock)
+        self._report = Report(self._stack, self._ledger, self._tally, self._leases,
+                              self._host, self._lock)
+        self._closed = False
+        self._prefetcher = ThreadPoolExecutor(
+            max_workers=config.prefetch_workers, thread_name_prefix="kvstore-prefetch")
+        for ns in self._book.load():
+            self._count_namespace(ns.name)
+        self._reader.index_persistent()
+
+    @classmethod
+    def open(cls, config: StoreConfig) -> Store:
+        return cls(config)
+
+    # -- namespaces --------------------------------------------------------------------------
+    def register_namespace(self, ns: Namespace) -> bool:
+        """Register ``ns``; True if new, False if an identical one exists. Raises
+        :class:`~kvstore.errors.NamespaceConflictError` on a differing definition."""
+        with self._lock:
+            new = self._book.register(ns)
+            if new:
+                self._count_namespace(ns.name)
+            return new
+
+    def namespace(self, name: str) -> Namespace:
+        """The registered namespace ``name``; raises ``UnknownNamespaceError``. Takes no lock,
+        so an event loop may call it."""
+        return self._book.get(name)
+
+    def namespaces(self) -> list[Namespace]:
+        return self._book.all()
+
+    # -- data path ---------------------------------------------------------------------------
+    def put(self, namespace: str, hashes: Sequence[BlockHash], blocks: Sequence[Buffer], *,
+            tier: str | None = None) -> PutResult:
+        """Store blocks (each exactly the namespace's ``block_bytes``) in the top tier, or in
+        ``tier``. Blocks already stored are left as they are (``existing``). Blocks that no tier
+        can take, because everything evictable is pinned, are ``refused``. Raises on a bad
+        namespace, size or hash before storing anything."""
+        ns = self.namespace(namespace)
+        if len(hashes) != len(blocks):
+            raise ValueError(f"{len(hashes)} hashes but {len(blocks)} blocks")
+        keys = make_keys(namespace, hashes)
+        for block in blocks:
+            ns.check_size(memoryview(block).nbytes)
+        start = self._stack.pos(tier) if tier is not None else 0
+        # Checksums only where a tier written now keeps them (computed outside the lock); a
+        # block that lands in memory gets its checksum when it first goes lower.
+        eager = self._stack.eager_sums[start]
+        items = [(key, block, BlockMeta(ns.layout_id, checksum(block) if eager else None,
+                                        ns.block_bytes))
+                 for key, block in zip(keys, blocks, strict=True)]
+        with self._lock:
+            self._check_open()
+            return self._placer.put(items, start, named_tier=tier is not None)
+
+    def get(self, namespace: str, hashes: Sequence[BlockHash], *,
+            promote: bool | None = None) -> list[bytes | None]:
+        """Bytes of each block, or None for a miss (absent, or dropped because its checksum
+        failed). A hit from a lower tier is copied to the top tier when ``promote`` (default:
+        the config's ``promote_on_hit``)."""
+        self.namespace(namespace)
+        keys = make_keys(namespace, hashes)
+        self._check_open()
+        do_promote = self.config.promote_on_hit if promote is None else promote
+        return self._reader.read(keys, promote=do_promote, count=True)
+
+    def contains(self, namespace: str, block_hash: BlockHash) -> bool:
+        key = make_keys(namespace, [block_hash])[0]
+        with self._lock:
+            return self._ledger.visible(key) is not None
+
+    def lookup(self, namespace: str, hashes: Sequence[BlockHash], *,
+               nowait: bool = False) -> LookupResult:
+        """Longest prefix of ``hashes`` that is stored, and the top tier of each block in it.
+        No side effects on recency, leases or stats. With ``nowait``, raises
+        :class:`~kvstore.errors.WouldBlock` rather than wait for the lock or ask S3."""
+        self.namespace(namespace)
+        # Only bytes are ever indexed, so a hit proves its hash valid; the tail after the
+        # first miss is validated here.
+        with self._lock.hold(nowait):
+            tiers = self._ledger.prefix(namespace, hashes)
+        n = len(tiers)
+        if n < len(hashes):
+            if check_hashes(hashes[n:]):
+                return self.lookup(namespace, [BlockHash(bytes(h)) for h in hashes],
+                                   nowait=nowait)
+            if self._stack.shared:
+                if nowait:
+                    raise WouldBlock("the rest of the chain must be looked up in S3")
+                if self._reader.discover(make_keys(namespace, hashes[n:]), prefix=True):
+                    return self.lookup(namespace, hashes)
+        return LookupResult(n, tiers)
+
+    def delete(self, namespace: str, hashes: Sequence[BlockHash]) -> int:
+        """Remove blocks from every tier, pinned or not. Returns how many existed. The host
+        slots of a pinned block stay allocated (unreadable) until its pins would have expired:
+        a shared-memory reader handed their extents copies the bytes it asked for, never those
+        of a block stored there after the delete."""
+        self.namespace(namespace)
+        keys = make_keys(namespace, hashes)
+        host = self._stack.host
+        deleted = 0
+        with self._lock:
+            for key in keys:
+                entry = self._ledger.get(key)
+                if entry is None or entry.pending:
+                    continue
+                if host is not None and entry.holds(host) and self._leases.is_pinned(key):
+                    self._host.retire(key, entry)
+                self._placer.drop(key, entry)
+                self._stack.forget(key)
+                deleted += 1
+        return deleted
+
+    def prefetch(self, namespace: str, hashes: Sequence[BlockHash]) -> Future[int]:
+        """Start onboarding the blocks toward the top tier. The future resolves to the number
+        of requested blocks resident in the top tier when it finished."""
+        self.namespace(namespace)
+        keys = make_keys(namespace, hashes)
+        return self._prefetcher.submit(self._reader.prefetch, keys)
+
+    # -- pins --------------------------------------------------------------------------------
+    def pin(self, namespace: str, hashes: Sequence[BlockHash], *, lease_s: float | None = None,
+            owner: str = "") -> list[bool]:
+        """Pin existing blocks for ``lease_s`` seconds (renewed by pinning again). True where
+        the block exists and is now pinned."""
+        self.namespace(namespace)
+        keys = make_keys(namespace, hashes)
+        lease = self._lease(lease_s)
+        out: list[bool] = []
+        with self._lock:
+            for key in keys:
+                ok = self._ledger.visible(key) is not None
+                if ok:
+                    self._leases.pin(key, owner, lease)
+                out.append(ok)
+        return out
+
+    def release(self, namespace: str, hashes: Sequence[BlockHash], *, owner: str = "",
+                nowait: bool = False) -> int:
+        """Drop ``owner``'s pins on ``hashes``; returns how many it held. With ``nowait``,
+        raises :class:`~kvstore.errors.WouldBlock` rather than wait for the store lock."""
+        keys = make_keys(namespace, hashes)
+        with self._lock.hold(nowait):
+            return sum(self._leases.release(key, owner) for key in keys)
+
+    def expire_leases(self, owner: str | None = None) -> int:
+        """Drop expired pins and reservations, or all of ``owner``'s (staged places too) when
+        given."""
+        with self._lock:
+            dropped = self._leases.expire(owner)
+            return dropped + self._host.expire(owner, time.monotonic())
+
+    # -- the shared-memory path: contracts on kvstore.store.host_path.HostPath --------------
+    def host_slab(self) -> SlabInfo | None:
+        """``SlabInfo(shm_name, size, slot_bytes)`` of the host tier, or None without one."""
+        return None if self._stack.host is None else self._stack.slab().slab_info()
+
+    def acquire_read(self, namespace: str, hashes: Sequence[BlockHash], *,
+                     lease_s: float | None = None, owner: str = "", nowait: bool = False,
+                     promote: bool = True) -> list[Extents | None]:
+        """Pinned host-slab extents of each block (None: a miss); see HostPath."""
+        self._stack.slab()
+        self.namespace(namespace)
+        keys = make_keys(namespace, hashes)
+        return self._host.acquire_read(keys, lease=self._lease(lease_s), owner=owner,
+                                       nowait=nowait, promote=promote)
+
+    def reserve_write(self, namespace: str, hashes: Sequence[BlockHash], *,
+                      lease_s: float | None = None, owner: str = "",
+                      nowait: bool = False) -> list[Extents | None]:
+        """Host-slab extents to write each new block into (None: skip it); see HostPath."""
+        self._stack.slab()
+        ns = self.namespace(namespace)
+        keys = make_keys(namespace, hashes)
+        expiry = time.monotonic() + self._lease(lease_s)
+        self._check_open()
+        return self._host.reserve_write(ns, keys, expiry=expiry, owner=owner, nowait=nowait)
+
+    def commit_write(self, namespace: str, hashes: Sequence[BlockHash], *, owner: str = "",
+                     nowait: bool = False) -> PutResult:
+        """Publish blocks this owner reserved and wrote; see HostPath."""
+        self._stack.slab()
+        return self._host.commit_write(make_keys(namespace, hashes), owner=owner, nowait=nowait)
+
+    def abort_write(self, namespace: str, hashes: Sequence[BlockHash], *,
+                    owner: str = "") -> int:
+        """Free this owner's reservations for ``hashes``; how many were freed."""
+        self._stack.slab()
+        return self._host.abort_write(make_keys(namespace, hashes), owner=owner)
+
+    def stage_write(self, namespace: str, count: int, *, owner: str = "",
+                    nowait: bool = False) -> list[Extents]:
+        """Up to ``count`` staged places for blocks of ``namespace``; see HostPath."""
+        self._stack.slab()
+        ns = self.namespace(namespace)
+        self._check_open()
+        return self._host.stage_write(ns, count, owner=owner, nowait=nowait)
+
+    def commit_staged(self, namespace: str, hashes: Sequence[BlockHash], places: Sequence[int],
+                      *, owner: str = "", nowait: bool = False) -> tuple[PutResult, list[int]]:
+        """Publish ``hashes[i]``, written at the staged place ``places[i]``; see HostPath."""
+        self._stack.slab()
+        ns = self.namespace(namespace)
+        keys = make_keys(namespace, hashes)
+        return self._host.commit_staged(ns, keys, places, owner=owner, nowait=nowait)
+
+    # -- reports and lifecycle ---------------------------------------------------------------
+    def stats(self) -> dict[str, Any]:
+        return self._report.stats()
+
+    def health(self) -> dict[str, Any]:
+        return self._report.health(self._closed)
+
+    def check_integrity(self) -> None:
+        """Raise :class:`~kvstore.store.report.IntegrityError` if the index, the tiers and the
+        policies disagree or a capacity is exceeded."""
+        self._report.check_integrity()
+
+    def tier_names(self) -> list[str]:
+        return list(self._stack.names)
+
+    def tier(self, name: str) -> Tier:
+        return self._stack.tiers[self._stack.pos(name)]
+
+    def flush(self) -> None:
+        with self._lock:
+            for tier in self._stack.tiers:
+                tier.flush()
+
+    def close(self) -> None:
+        """Stop prefetching, free the host path's places, spill memory-only blocks to disk
+        (``spill_on_close``), and close every tier. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._prefetcher.shutdown(wait=True, cancel_futures=True)
+        with self._lock:
+            if self._stack.host is not None:
+                self._host.close()
+            if self.config.spill_on_close:
+                self._placer.spill()
+            for tier in self._stack.tiers:
+                try:
+                    tier.close()
+                except Exception:
+                    log.exception("closing the %s tier failed", tier.name)
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- internals ---------------------------------------------------------------------------
+    def _count_namespace(self, name: str) -> None:
+        """Give a registered namespace its (zero) rows in the stats."""
+        self._tally.ns(name)
+        self._ledger.usage(name)
+
+    def _lease(self, lease_s: float | None) -> float:
+        lease = self.config.default_lease_s if lease_s is None else float(lease_s)
+        if not lease > 0:
+            raise ValueError(f"lease_s must be positive, got {lease_s!r}")
+        return lease
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise KVStoreError("the store is closed")

@@ -1,0 +1,292 @@
+"""The store's zero-copy path for clients on the same host.
+
+The host tier's slab lives in shared memory. A local client asks the store for byte extents
+inside it and copies block bytes itself, so only control messages cross a socket:
+
+- read: :meth:`HostPath.acquire_read` makes each block resident in the host tier, pins it
+  under a lease and returns its extents; the client copies, then calls ``release``.
+- write: :meth:`HostPath.reserve_write` allocates host slots for blocks the store does not
+  have yet (invisible to every reader); the client copies into them, then
+  :meth:`HostPath.commit_write` publishes them, or :meth:`HostPath.abort_write` frees them. A
+  reservation whose lease runs out is freed, so a client that dies mid-write leaves nothing
+  behind. Staged places (:mod:`kvstore.store.staging`) make a put one round trip.
+- delete: the host slots of a deleted block that a reader still has pinned stay allocated
+  (unreadable, "retired") until that pin would have expired, so the reader copies the bytes it
+  asked for, never those of a block stored there after the delete.
+
+Commit does not checksum: like every block that only memory tiers hold, a committed block is
+hashed when it first goes to disk or S3. Local clients are trusted with the host tier's
+memory (they could overwrite any slot).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from kvstore.errors import CapacityError, WouldBlock
+from kvstore.namespace import Namespace
+from kvstore.store.counters import Tally
+from kvstore.store.index import Entry
+from kvstore.store.leases import LeaseTable
+from kvstore.store.ledger import Ledger
+from kvstore.store.lock import StoreLock
+from kvstore.store.placer import Item, Placer
+from kvstore.store.reader import Reader
+from kvstore.store.stack import TierStack
+from kvstore.store.staging import Staging
+from kvstore.tiers.base import BlockMeta
+from kvstore.tiers.slab import SlabTier
+from kvstore.tiers.slots import Extents
+from kvstore.types import BlockKey, PutResult
+
+RETIRED_NS = "\x00retired"  # placeholder keys of deleted blocks' slots; no namespace has NUL
+
+
+class HostPath:
+    """Reservations, staged places and retired slots of the host tier, and the operations
+    over them. Every public method takes the store lock itself."""
+
+    def __init__(self, stack: TierStack, ledger: Ledger, placer: Placer, reader: Reader,
+                 tally: Tally, leases: LeaseTable, lock: StoreLock) -> None:
+        self._stack = stack
+        self._ledger = ledger
+        self._placer = placer
+        self._reader = reader
+        self._tally = tally
+        self._leases = leases
+        self._lock = lock
+        # shm writes in flight: key -> (owner, lease expiry, host-slab extents)
+        self._reservations: dict[BlockKey, tuple[str, float, Extents]] = {}
+        # host slots of deleted blocks a reader may still copy: (free after, placeholder key)
+        self._retired: list[tuple[float, BlockKey]] = []
+        self._seq = 0  # numbers placeholder keys (staged places, retired slots)
+        self.staging = Staging(stack, placer, self._next_ids)
+
+    # -- reads -------------------------------------------------------------------------------
+    def acquire_read(self, keys: list[BlockKey], *, lease: float, owner: str, nowait: bool,
+                     promote: bool) -> list[Extents | None]:
+        """Extents in the host slab of each block (None for a miss), each pinned for ``lease``
+        seconds under ``owner``: the client copies the bytes, then releases them. Blocks in
+        lower tiers are promoted into the host tier first. Counts as a get in the stats. With
+        ``nowait``, raises :class:`~kvstore.errors.WouldBlock` rather than wait for the lock
+        or promote. With ``promote=False`` only blocks the host tier holds now are served: the
+        others get None (and are not counted), however many are stored below. Raises
+        :class:`~kvstore.errors.CapacityError` if stored blocks cannot be staged in the host
+        tier (it is full of pinned blocks)."""
+        host, slab = self._host()
+        out: list[Extents | None] = [None] * len(keys)
+        below: list[BlockKey] = []
+        if promote:
+            with self._lock.hold(nowait):
+                below = [k for k in keys
+                         if (e := self._ledger.visible(k)) is not None and not e.holds(host)]
+        if below:
+            if nowait:
+                raise WouldBlock(f"{len(below)} blocks must be promoted from a lower tier")
+            self._reader.read(below, promote=True, count=False, promote_to=host)
+        with self._lock.hold(nowait):
+            entries = [self._ledger.get(key) for key in keys]
+            stuck = promote and sum(
+                e is not None and e.tiers != 0 and not e.holds(host) for e in entries)
+            if stuck:  # stored, but the host tier could not take it: not a miss
+                raise CapacityError(
+                    f"{stuck} stored blocks could not be staged in the host tier: it is full "
+                    "of pinned blocks; release pins or read fewer blocks at once")
+            served: list[int] = []
+            for i, (key, entry) in enumerate(zip(keys, entries, strict=True)):
+                ok = entry is not None and not entry.pending and entry.holds(host)
+                served.append(host if ok else -1)
+                if ok:
+                    self._leases.pin(key, owner, lease)
+                    self._ledger.hit(host, key)
+                    out[i] = slab.extents(key)
+            if not promote:  # only what was served was read
+                keys = [k for k, pos in zip(keys, served, strict=True) if pos >= 0]
+                served = [host] * len(keys)
+            self._tally.reads([k[0] for k in keys], served, [pos >= 0 for pos in served])
+        return out
+
+    # -- writes ------------------------------------------------------------------------------
+    def reserve_write(self, ns: Namespace, keys: list[BlockKey], *, expiry: float, owner: str,
+                      nowait: bool) -> list[Extents | None]:
+        """Host-slab extents to write each new block into; None where the store already has
+        the block (or another writer reserved it): skip those. Raises
+        :class:`~kvstore.errors.CapacityError` if the host tier cannot make room, and with
+        ``nowait`` :class:`~kvstore.errors.WouldBlock` rather than wait for the lock or evict.
+        The reservation is freed at ``expiry`` (monotonic time) unless committed."""
+        host, slab = self._host()
+        with self._lock.hold(nowait):
+            fresh = list(dict.fromkeys(k for k in keys if k not in self._ledger))
+            need = slab.charge(ns.block_bytes) * len(fresh)
+            if nowait and not self._placer.fits_now(host, need):
+                raise WouldBlock("the host tier must evict to make room")
+            if not self._placer.make_room(host, need):
+                raise CapacityError(
+                    f"host tier has no room for {len(fresh)} blocks: everything resident is "
+                    "pinned or being read")
+            extents = slab.reserve_many([(k, ns.block_bytes) for k in fresh])
+            for key, ext in zip(fresh, extents, strict=True):
+                self._ledger.reserve(key, Entry(ns.block_bytes, None, ns.layout_id))
+                self._reservations[key] = (owner, expiry, ext)
+            where = dict(zip(fresh, extents, strict=True))
+        return [where.pop(k, None) for k in keys]  # a key asked twice is written once
+
+    def commit_write(self, keys: list[BlockKey], *, owner: str, nowait: bool) -> PutResult:
+        """Publish blocks ``owner`` reserved and wrote. Keys it did not reserve count as
+        ``existing`` if stored, else ``refused``. With ``nowait``, raises
+        :class:`~kvstore.errors.WouldBlock` (publishing nothing) rather than wait for the lock,
+        copy to a write-through tier or evict past the high watermark."""
+        host, _ = self._host()
+        existing = refused = 0
+        with self._lock.hold(nowait):
+            self._check_commit(host, nowait)
+            mine: list[BlockKey] = []
+            for key in dict.fromkeys(keys):
+                held = self._reservations.get(key)
+                if held is not None and held[0] == owner:
+                    mine.append(key)
+                elif self._ledger.visible(key) is not None:
+                    existing += 1
+                else:
+                    refused += 1
+            existing += len(keys) - len(set(keys))  # the same block twice: written once
+            self._publish(host, mine)
+        return PutResult(len(mine), existing, refused)
+
+    def abort_write(self, keys: list[BlockKey], *, owner: str) -> int:
+        """Free ``owner``'s reservations of ``keys``; how many were freed."""
+        freed = 0
+        with self._lock:
+            for key in keys:
+                held = self._reservations.get(key)
+                if held is not None and held[0] == owner:
+                    self._unreserve(key)
+                    freed += 1
+        return freed
+
+    def stage_write(self, ns: Namespace, count: int, *, owner: str,
+                    nowait: bool) -> list[Extents]:
+        """Up to ``count`` new staged places for blocks of ``ns`` (fewer past the staging
+        shares of the host tier, none if the tier cannot make room; see
+        :mod:`kvstore.store.staging`). With ``nowait``, raises
+        :class:`~kvstore.errors.WouldBlock` rather than wait or evict."""
+        self._host()
+        with self._lock.hold(nowait):
+            return self.staging.stage(ns, count, owner=owner, nowait=nowait)
+
+    def commit_staged(self, ns: Namespace, keys: list[BlockKey], places: Sequence[int], *,
+                      owner: str, nowait: bool) -> tuple[PutResult, list[int]]:
+        """Publish ``keys[i]``, written into the staged place that starts at ``places[i]``.
+        Returns the result and the places used; the places of blocks the store already had
+        stay staged. Raises :class:`~kvstore.errors.StaleStagingError`, changing nothing, if a
+        place is not one of this owner's for this namespace; with ``nowait``,
+        :class:`~kvstore.errors.WouldBlock` rather than wait, copy down or evict."""
+        host, _ = self._host()
+        staging = self.staging
+        if len(keys) != len(places):
+            raise ValueError(f"{len(keys)} hashes but {len(places)} staged places")
+        if len(set(places)) != len(places):
+            raise ValueError("a staged place is named twice")
+        with self._lock.hold(nowait):
+            self._check_commit(host, nowait)
+            staging.check(ns.name, places, owner=owner)
+            fresh: list[tuple[BlockKey, int]] = []
+            seen: set[BlockKey] = set()
+            existing = refused = 0
+            for key, place in zip(keys, places, strict=True):
+                entry = self._ledger.get(key)
+                if key in seen or (entry is not None and not entry.pending):
+                    existing += 1
+                elif entry is not None:  # another writer reserved it and has not committed
+                    refused += 1
+                else:
+                    seen.add(key)
+                    fresh.append((key, place))
+            for (key, _), ext in zip(fresh, staging.claim(ns, fresh, owner=owner), strict=True):
+                self._ledger.reserve(key, Entry(ns.block_bytes, None, ns.layout_id))
+                self._reservations[key] = (owner, math.inf, ext)
+            self._publish(host, [k for k, _ in fresh])
+        return PutResult(len(fresh), existing, refused), [p for _, p in fresh]
+
+    def _check_commit(self, host: int, nowait: bool) -> None:
+        """With ``nowait``, refuse a commit that would copy to a write-through tier or evict
+        past the high watermark (I/O)."""
+        if nowait and (self._stack.writes_through(host) or self._placer.over_high_watermark(host)):
+            raise WouldBlock("the commit must copy or evict to a lower tier")
+
+    def _publish(self, host: int, keys: list[BlockKey]) -> None:
+        """Make reserved, written blocks visible in the host tier (lock held)."""
+        slab = self._stack.slab()
+        slab.publish_many(keys)
+        for key in keys:
+            del self._reservations[key]
+            self._ledger.publish(key, host)
+            self._stack.on_access(key)
+        if keys and self._stack.writes_through(host):  # copies only when a tier below wants them
+            items: list[Item] = []
+            for key in keys:
+                entry = self._ledger.get(key)
+                if entry is not None:
+                    meta = BlockMeta(entry.layout_id, entry.checksum, entry.size)
+                    items.append((key, slab.read(key), meta))
+            self._placer.write_through(host, items)
+        self._placer.settle(host)
+
+    # -- deletes, owners, leases -------------------------------------------------------------
+    def retire(self, key: BlockKey, entry: Entry) -> None:
+        """``key`` is being deleted while a reader has it pinned: keep its host slots, under a
+        placeholder, until that pin would have expired (lock held)."""
+        host, slab = self._host()
+        placeholder = (RETIRED_NS, str(self._next_ids(1)).encode())
+        slab.retire(key, placeholder)
+        self._retired.append((self._leases.until(key), placeholder))
+        self._ledger.drop_copy(host, key, entry)
+
+    def expire(self, owner: str | None, now: float) -> int:
+        """Free what has run out by ``now``: reservations, retired slots, and with ``owner``
+        everything that owner reserved or staged (lock held). How many places were freed."""
+        dropped = 0
+        if owner is not None:
+            dropped += self.staging.drop(owner)
+        self._free_retired(now)
+        for key, (who, expiry, _) in list(self._reservations.items()):
+            if (owner is not None and who == owner) or expiry <= now:
+                self._unreserve(key)
+                dropped += 1
+        return dropped
+
+    def close(self) -> None:
+        """Free every reservation, staged place and retired slot (lock held)."""
+        for key in list(self._reservations):
+            self._unreserve(key)
+        self.staging.drop_all()
+        self._free_retired(math.inf)
+
+    def reserved(self, key: BlockKey) -> bool:
+        return key in self._reservations
+
+    def _free_retired(self, now: float) -> None:
+        keep = []
+        for until, placeholder in self._retired:
+            if until <= now:
+                self._stack.slab().unreserve(placeholder)
+            else:
+                keep.append((until, placeholder))
+        self._retired = keep
+
+    def _unreserve(self, key: BlockKey) -> None:
+        self._reservations.pop(key, None)
+        if self._ledger.unreserve(key):
+            self._stack.slab().unreserve(key)
+
+    def _next_ids(self, count: int) -> int:
+        """Reserve ``count`` placeholder numbers; returns the last one."""
+        self._seq += count
+        return self._seq
+
+    def _host(self) -> tuple[int, SlabTier]:
+        """The host tier's position and slab; raises :class:`KVStoreError` without one."""
+        slab = self._stack.slab()
+        return int(self._stack.host or 0), slab
+

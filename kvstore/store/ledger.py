@@ -1,0 +1,131 @@
+"""The store's ledger: which blocks exist, which tiers hold a copy of each, how every tier's
+policy orders them, and how much each namespace holds.
+
+Every change to those records goes through one method here (a new block, a new copy, a copy
+gone, a block gone), so the index, the policies and the usage counts cannot drift apart: the
+invariant ``key in policies[t]`` exactly when ``index[key].tiers`` has bit ``t`` is kept in
+:meth:`Ledger.add_copy` and :meth:`Ledger.drop_copy` alone. The ledger never touches bytes
+(tiers do) and is not thread-safe: the store calls it under its lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+
+from kvstore.policy import Policy
+from kvstore.store.counters import NamespaceUsage
+from kvstore.store.index import BlockIndex, Entry
+from kvstore.types import BlockKey
+
+
+class Ledger:
+    """Index, per-tier policies and per-namespace usage."""
+
+    def __init__(self, policies: list[Policy], top_name_by_mask: list[str | None]) -> None:
+        self.policies = policies
+        self._index = BlockIndex()
+        self._usage: dict[str, NamespaceUsage] = {}
+        self._top_name_by_mask = top_name_by_mask
+
+    # -- reading -----------------------------------------------------------------------------
+    def get(self, key: BlockKey) -> Entry | None:
+        return self._index.get(key)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._index
+
+    def items(self) -> Iterator[tuple[BlockKey, Entry]]:
+        return self._index.items()
+
+    def visible(self, key: BlockKey) -> Entry | None:
+        """The entry of a published block that some tier holds, else None."""
+        entry = self._index.get(key)
+        return entry if entry is not None and not entry.pending and entry.tiers else None
+
+    def prefix(self, namespace: str, hashes: Sequence[bytes]) -> list[str]:
+        """The top tier's name of each block of the longest stored prefix of ``hashes``.
+        Routing calls this per request: one ``dict.get`` and one list index per block. An
+        unhashable "hash" ends the prefix (the caller validates the tail)."""
+        by_mask = self._top_name_by_mask
+        tiers: list[str] = []
+        append = tiers.append
+        get = self._index.namespace(namespace).get
+        try:
+            for h in hashes:
+                entry = get(h)
+                if entry is None:
+                    break
+                name = by_mask[entry.tiers]
+                if name is None:  # pending shm write: not visible yet
+                    break
+                append(name)
+        except TypeError:
+            pass
+        return tiers
+
+    def usage(self, namespace: str) -> NamespaceUsage:
+        return self._usage.setdefault(namespace, NamespaceUsage())
+
+    def usages(self) -> dict[str, NamespaceUsage]:
+        return self._usage
+
+    def resident(self, pos: int) -> int:
+        """How many blocks tier ``pos`` holds (its policy tracks exactly those)."""
+        return len(self.policies[pos])
+
+    def victims(self, pos: int, n: int, evictable: Callable[[BlockKey], bool]) -> list[BlockKey]:
+        return self.policies[pos].victims(n, evictable)
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    # -- changing ----------------------------------------------------------------------------
+    def add_block(self, key: BlockKey, entry: Entry, pos: int) -> None:
+        """A new published block whose first copy is in tier ``pos``."""
+        self._index[key] = entry
+        self._count(key[0], entry.size, +1)
+        self.add_copy(pos, key, entry)
+
+    def reserve(self, key: BlockKey, entry: Entry) -> None:
+        """A pending block (a shared-memory write in flight): indexed, invisible, uncounted."""
+        entry.pending = True
+        self._index[key] = entry
+
+    def publish(self, key: BlockKey, pos: int) -> Entry:
+        """A pending block was written into tier ``pos``: make it a block like any other."""
+        entry = self._index[key]
+        entry.pending = False
+        self._count(key[0], entry.size, +1)
+        self.add_copy(pos, key, entry)
+        return entry
+
+    def unreserve(self, key: BlockKey) -> bool:
+        """Forget a pending block; False if ``key`` is not pending."""
+        entry = self._index.get(key)
+        if entry is None or not entry.pending:
+            return False
+        del self._index[key]
+        return True
+
+    def add_copy(self, pos: int, key: BlockKey, entry: Entry) -> None:
+        """Tier ``pos`` now holds a copy of the block."""
+        entry.tiers |= 1 << pos
+        self.policies[pos].on_put(key, entry.size)
+
+    def drop_copy(self, pos: int, key: BlockKey, entry: Entry) -> None:
+        """Tier ``pos`` no longer holds a copy of the block."""
+        self.policies[pos].on_remove(key)
+        entry.tiers &= ~(1 << pos)
+
+    def hit(self, pos: int, key: BlockKey) -> None:
+        self.policies[pos].on_hit(key)
+
+    def forget(self, key: BlockKey, entry: Entry) -> None:
+        """Remove a block whose copies are all gone from the index."""
+        if self._index.pop(key, None) is not None and not entry.pending:
+            self._count(key[0], entry.size, -1)
+
+    def _count(self, namespace: str, size: int, sign: int) -> None:
+        usage = self.usage(namespace)
+        usage.blocks += sign
+        usage.bytes += sign * size

@@ -1,0 +1,297 @@
+"""Placement and eviction: where a new block goes, how a tier makes room (demoting its victims
+down the stack in batches), write-through copies, and the spill to disk on close.
+
+Every method expects the store lock to be held. Checksums are computed here, lazily: a block
+that only memory tiers hold has none (they never verify), and :meth:`Placer.write` computes it
+the first time the block goes to a tier that keeps one (disk, S3), recording it in the index
+entry too.
+
+Demotion moves a batch of victims with one read from the tier they leave and one write into
+the tier below (one LMDB transaction per batch, not per block).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+from kvstore.checksum import checksum
+from kvstore.errors import CapacityError, TierUnavailableError
+from kvstore.store.counters import Tally
+from kvstore.store.index import Entry
+from kvstore.store.leases import LeaseTable
+from kvstore.store.ledger import Ledger
+from kvstore.store.stack import TierStack
+from kvstore.tiers.base import BlockMeta, Buffer
+from kvstore.types import BlockKey, PutResult
+
+log = logging.getLogger("kvstore.store")
+Item = tuple[BlockKey, Buffer, BlockMeta]
+MAX_DEMOTE_BATCH = 256  # victims moved down in one read and one write at most
+
+
+class Placer:
+    """Writes blocks into tiers and takes them out. Owns no records: it changes the ledger,
+    the counters and the leases of the blocks it moves through their own methods."""
+
+    def __init__(self, stack: TierStack, ledger: Ledger, tally: Tally, leases: LeaseTable) -> None:
+        self._stack = stack
+        self._tiers = stack.tiers
+        self._ledger = ledger
+        self._tally = tally
+        self._leases = leases
+
+    # -- new blocks --------------------------------------------------------------------------
+    def put(self, items: list[Item], start: int, named_tier: bool) -> PutResult:
+        """Store new blocks in tier ``start`` (or the first tier below it that takes them).
+        Blocks already stored are ``existing``; with ``named_tier`` (the caller asked for
+        ``start``, for example a durable put to disk) an existing block that ``start`` does not
+        hold yet gets a copy there. Blocks no tier can take are ``refused``."""
+        fresh: list[Item] = []
+        seen: set[BlockKey] = set()
+        existing = refused = 0
+        for key, block, meta in items:
+            self._stack.on_access(key)
+            entry = self._ledger.get(key)
+            if (entry is not None and not entry.pending) or key in seen:
+                existing += 1
+                if named_tier and entry is not None and not entry.tiers >> start:
+                    self._copy_down(key, entry, block, meta.checksum, start)
+                continue
+            if entry is not None:  # reserved by a shm writer that has not committed
+                refused += 1
+                continue
+            seen.add(key)
+            fresh.append((key, block, meta))
+        admits = start == 0 or all(self._stack.admissions[start].admit(k) for k, _, _ in fresh)
+        rest = self._place_batch(fresh, start) if admits else fresh
+        stored = len(fresh) - len(rest)
+        for item in rest:  # one by one: each may land in a different tier
+            if self._place(item, start):
+                stored += 1
+            else:
+                refused += 1
+                self._tally.ns(item[0][0]).dropped += 1
+        return PutResult(stored, existing, refused)
+
+    def _place_batch(self, items: list[Item], pos: int) -> list[Item]:
+        """Store a whole batch in tier ``pos`` with one ``put_many`` (the common case: the top
+        tier makes room by demoting). Returns the items it did not store: all of them if the
+        batch does not fit as a whole."""
+        if not items or not self.write(pos, items):
+            return items
+        for key, _, meta in items:
+            self._ledger.add_block(key, Entry(meta.size, meta.checksum, meta.layout_id), pos)
+        for low in range(pos + 1, len(self._tiers)):
+            if self._stack.configs[low].write_through:
+                down = [it for it in items if self._stack.admissions[low].admit(it[0])]
+                self._copy_batch(low, down)
+        self.settle(pos)
+        return []
+
+    def _place(self, item: Item, start: int) -> bool:
+        """Store a new block in the first tier at or below ``start`` that admits it and can make
+        room; also into write-through tiers below. False if no tier could take it."""
+        key = item[0]
+        for pos in range(start, len(self._tiers)):
+            if pos > start and not self._stack.admissions[pos].admit(key):
+                continue
+            one = [item]
+            if self.write(pos, one):
+                _, data, meta = one[0]  # write may have added the checksum
+                self._ledger.add_block(key, Entry(meta.size, meta.checksum, meta.layout_id), pos)
+                self.write_through(pos, [(key, data, meta)])
+                self.settle(pos)
+                return True
+        return False
+
+    def write_through(self, pos: int, items: list[Item]) -> None:
+        """Copy blocks that tier ``pos`` just took into the write-through tiers below it."""
+        for low in range(pos + 1, len(self._tiers)):
+            if self._stack.configs[low].write_through:
+                self._copy_batch(low, [it for it in items
+                                       if self._stack.admissions[low].admit(it[0])])
+
+    def _copy_batch(self, pos: int, items: list[Item], *, settle: bool = True) -> set[BlockKey]:
+        """Give indexed blocks a copy in tier ``pos``, as one batch where it fits as a whole,
+        else one by one. Returns the keys that tier did not take."""
+        if not items:
+            return set()
+        if not self.write(pos, items):
+            if len(items) == 1:
+                return {items[0][0]}
+            return {k for it in items for k in self._copy_batch(pos, [it], settle=settle)}
+        for key, _, _ in items:
+            entry = self._ledger.get(key)
+            if entry is not None:
+                self._ledger.add_copy(pos, key, entry)
+            else:  # evicted by the room this very write made: do not leak the copy
+                self._tiers[pos].delete([key])
+        if settle:
+            self.settle(pos)
+        return set()
+
+    def _copy_down(
+        self, key: BlockKey, entry: Entry, data: Buffer, csum: int | None, pos: int
+    ) -> None:
+        """Give an existing block a copy in tier ``pos`` (a put that names a tier, such as a
+        durable put to disk, of a block that memory tiers hold). The caller's bytes are used
+        only if they are the bytes we hold."""
+        top: bytes | None = None
+        if entry.checksum is None:  # held by memory tiers only: hash what they hold
+            top = self._tiers[entry.top()].get_many([key])[0]
+            if top is None:
+                return
+            entry.checksum = checksum(top)
+        if (checksum(data) if csum is None else csum) != entry.checksum:
+            if top is None:
+                top = self._tiers[entry.top()].get_many([key])[0]
+            if top is None or checksum(top) != entry.checksum:
+                return
+            data = top
+        self._copy_batch(pos, [(key, data, BlockMeta(entry.layout_id, entry.checksum, entry.size))])
+
+    # -- writing and making room -------------------------------------------------------------
+    def write(self, pos: int, items: list[Item]) -> bool:
+        """Make room in tier ``pos`` and write ``items``; False if it cannot. For a tier that
+        keeps checksums, items without one get it computed, in ``items`` (callers read their
+        metas back) and in the index entry if the block has one."""
+        tier = self._tiers[pos]
+        need = sum(tier.charge(m.size) for _, _, m in items)
+        if need > tier.capacity_bytes or not self.make_room(pos, need):
+            return False
+        if tier.needs_checksum:
+            self._seal(items)
+        try:
+            tier.put_many(items)
+        except (CapacityError, TierUnavailableError) as exc:
+            log.warning("%s tier refused %d blocks: %s", tier.name, len(items), exc)
+            return False
+        return True
+
+    def _seal(self, items: list[Item]) -> None:
+        """Fill in missing checksums, in place."""
+        for i, (key, data, meta) in enumerate(items):
+            if meta.checksum is None:
+                csum = checksum(data)
+                items[i] = (key, data, meta._replace(checksum=csum))
+                entry = self._ledger.get(key)
+                if entry is not None and entry.checksum is None:
+                    entry.checksum = csum
+
+    def make_room(self, pos: int, need: int) -> bool:
+        """Evict from tier ``pos`` until ``need`` more bytes fit under its capacity."""
+        tier = self._tiers[pos]
+        while tier.used_bytes() + need > tier.capacity_bytes:
+            if not self._evict(pos, tier.used_bytes() + need - tier.capacity_bytes):
+                return False
+        return True
+
+    def fits_now(self, pos: int, need: int) -> bool:
+        """Whether ``need`` more bytes fit in tier ``pos`` without evicting."""
+        tier = self._tiers[pos]
+        return tier.used_bytes() + need <= tier.capacity_bytes
+
+    def over_high_watermark(self, pos: int) -> bool:
+        tier = self._tiers[pos]
+        return tier.used_bytes() > self._stack.configs[pos].high_watermark * tier.capacity_bytes
+
+    def settle(self, pos: int) -> None:
+        """Past the high watermark, evict down to the low watermark."""
+        if self.over_high_watermark(pos):
+            tier = self._tiers[pos]
+            low = int(self._stack.configs[pos].low_watermark * tier.capacity_bytes)
+            self._evict(pos, tier.used_bytes() - low)
+
+    # -- eviction ----------------------------------------------------------------------------
+    def _evict(self, pos: int, nbytes: int) -> bool:
+        """Move victims out of tier ``pos`` until ``nbytes`` are freed, a batch at a time.
+        False if none could be evicted (everything resident is pinned or being read)."""
+        tier = self._tiers[pos]
+        freed = 0
+        while freed < nbytes:
+            resident = self._ledger.resident(pos)
+            each = tier.used_bytes() / resident if resident else 1.0
+            want = min(MAX_DEMOTE_BATCH, max(1, math.ceil((nbytes - freed) / max(each, 1.0))))
+            victims = self._ledger.victims(pos, want, self.evictable)
+            if not victims:
+                return freed > 0
+            before = tier.used_bytes()
+            self._demote(pos, victims)
+            freed += before - tier.used_bytes()
+        return True
+
+    def _demote(self, pos: int, keys: list[BlockKey]) -> None:
+        """Take ``keys`` out of tier ``pos``: keep each in a lower tier (copying it down, in one
+        batch per lower tier, if no lower tier holds it yet and one admits it), else drop it
+        from the store."""
+        self._tally.evicted(pos, len(keys))
+        entries = [(k, e) for k in keys if (e := self._ledger.get(k)) is not None]
+        lows = range(pos + 1, len(self._tiers))
+        admits = [self._stack.admissions[low].admit for low in lows]
+        alone = [(k, e) for k, e in entries
+                 if not e.tiers >> (pos + 1) and any(admit(k) for admit in admits)]
+        if alone:
+            datas = self._tiers[pos].get_many([k for k, _ in alone])
+            todo: list[Item] = [(k, d, BlockMeta(e.layout_id, e.checksum, e.size))
+                    for (k, e), d in zip(alone, datas, strict=True) if d is not None]
+            for low, admit in zip(lows, admits, strict=True):
+                batch = [it for it in todo if admit(it[0])]
+                if not batch:
+                    continue
+                refused = self._copy_batch(low, batch)
+                for key, _, _ in batch:
+                    if key not in refused:
+                        self._tally.demoted(pos, key[0])
+                todo = [it for it in todo if it[0] in refused or not admit(it[0])]
+                if not todo:
+                    break
+        self.remove(pos, [k for k, _ in entries])
+        for key, entry in entries:
+            if not entry.tiers:
+                self.drop(key, entry)
+                self._tally.evicted_from_store(key[0])
+
+    def evictable(self, key: BlockKey) -> bool:
+        entry = self._ledger.get(key)
+        if entry is None or entry.readers:
+            return False
+        return not self._leases.is_pinned(key)
+
+    # -- taking blocks out -------------------------------------------------------------------
+    def remove(self, pos: int, keys: list[BlockKey]) -> None:
+        """Delete the copies tier ``pos`` holds of ``keys`` (one tier call)."""
+        held = [(k, e) for k in keys if (e := self._ledger.get(k)) is not None and e.holds(pos)]
+        if not held:
+            return
+        self._tiers[pos].delete([k for k, _ in held])
+        for key, entry in held:
+            self._ledger.drop_copy(pos, key, entry)
+
+    def drop(self, key: BlockKey, entry: Entry) -> None:
+        """Forget a block: delete every copy left, its index entry and its pins."""
+        for pos in entry.positions():
+            self.remove(pos, [key])
+        self._ledger.forget(key, entry)
+        self._leases.forget(key)
+
+    def spill(self) -> None:
+        """Graceful shutdown: copy blocks that only memory tiers hold into the first persistent
+        tier, so that a restart finds them, a batch per source tier. Admission is not asked:
+        these blocks earned their place in memory already."""
+        target = self._stack.spill_target
+        if target is None:
+            return
+        by_top: dict[int, list[tuple[BlockKey, Entry]]] = {}
+        for key, entry in self._ledger.items():
+            if not entry.pending and entry.tiers and not entry.tiers >> target:
+                by_top.setdefault(entry.top(), []).append((key, entry))
+        for top, blocks in by_top.items():
+            for i in range(0, len(blocks), MAX_DEMOTE_BATCH):
+                chunk = blocks[i:i + MAX_DEMOTE_BATCH]
+                datas = self._tiers[top].get_many([k for k, _ in chunk])
+                self._copy_batch(target, [
+                    (k, d, BlockMeta(e.layout_id, e.checksum, e.size))
+                    for (k, e), d in zip(chunk, datas, strict=True) if d is not None],
+                    settle=False)
+        self._tiers[target].flush()
