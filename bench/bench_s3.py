@@ -41,8 +41,8 @@ from tqdm import tqdm
 from kvstore.checksum import checksum
 from kvstore.tiers.base import BlockMeta
 from kvstore.tiers.s3 import S3Tier
-from kvstore.tiers.s3_client import S3Settings, make_client
-from kvstore.tiers.s3_layout import meta_headers
+from kvstore.tiers.s3.client import S3Settings, make_client
+from kvstore.tiers.s3.layout import meta_headers
 from kvstore.tiers.s3_seaweed import SeaweedServer
 from kvstore.types import BlockKey
 
