@@ -98,7 +98,7 @@ def engine_proc(model: str | Path, *, role: str = "both", kvstore: str | None = 
 def router_proc(workers: list[str], *, policy: str = "kv", kvstore: str | None = None,
                 prefill_workers: list[str] | None = None, args: tuple[str, ...] = ()) -> Proc:
     port = free_port()
-    cmd = [*_script("kvstore-router", "engines.router_cli"), "--port", str(port),
+    cmd = [*_script("kvstore-router", "engines.router.cli"), "--port", str(port),
            "--workers", ",".join(workers), "--policy", policy, *args]
     if prefill_workers:
         cmd += ["--prefill-workers", ",".join(prefill_workers)]

@@ -14,8 +14,8 @@ from engines.decoder.config import EngineConfig
 from engines.decoder.runner import Engine
 from engines.decoder.sampler import SamplingParams
 from engines.launch import ThreadServer as LiveServer
-from engines.router import Router
-from engines.router_app import create_app as router_app
+from engines.router.app import create_app as router_app
+from engines.router.core import Router
 from engines.worker import create_app as worker_app
 
 ECFG = EngineConfig(block_size=4, num_blocks=96, max_batch_tokens=64)
