@@ -43,11 +43,11 @@ from engines.decoder import kernels
 from engines.decoder.config import EngineConfig
 from engines.decoder.runner import Engine
 from engines.decoder.sampler import SamplingParams
-from engines.launch import ThreadServer
-from engines.router import Router
-from engines.router_app import create_app as router_app
+from engines.router.app import create_app as router_app
+from engines.router.core import Router
 from engines.store_io import RemoteStore
 from engines.worker import create_app as worker_app
+from kvstore.testing.engines import ThreadServer
 
 VOCAB = 512
 
@@ -100,7 +100,7 @@ def bench_decode(model: Path, quick: bool) -> list[dict[str, Any]]:
 
 # -- TTFT with kvstore reuse -----------------------------------------------------------------
 def bench_ttft_reuse(model: Path, quick: bool, tmp: Path) -> list[dict[str, Any]]:
-    from server.launcher import ServerProc
+    from kvstore.testing.server import ServerProc
 
     prefix_len = 512 if quick else 2048
     reps = 2 if quick else 7
@@ -201,7 +201,7 @@ async def run_chat(url: str, convs: list[list[list[int]]], max_tokens: int,
 
 
 def bench_routing(model: Path, quick: bool, tmp: Path) -> list[dict[str, Any]]:
-    from server.launcher import ServerProc
+    from kvstore.testing.server import ServerProc
 
     reps = 1 if quick else 3
     ecfg = EngineConfig(block_size=16, num_blocks=48 if quick else 96, max_batch_tokens=512)

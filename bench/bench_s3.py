@@ -39,11 +39,11 @@ from common import machine  # bench/ is on sys.path when run as a script
 from tqdm import tqdm
 
 from kvstore.checksum import checksum
+from kvstore.testing.seaweed import SeaweedServer
 from kvstore.tiers.base import BlockMeta
 from kvstore.tiers.s3 import S3Tier
-from kvstore.tiers.s3_client import S3Settings, make_client
-from kvstore.tiers.s3_layout import meta_headers
-from kvstore.tiers.s3_seaweed import SeaweedServer
+from kvstore.tiers.s3.client import S3Settings, make_client
+from kvstore.tiers.s3.layout import meta_headers
 from kvstore.types import BlockKey
 
 KiB, MiB = 1 << 10, 1 << 20

@@ -35,8 +35,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import httpx
 from common import report, row
 
+from kvstore.testing.proc import free_port
+from kvstore.testing.server import ServerProc
 from server.client import KVStoreClient
-from server.launcher import ServerProc, free_port
 
 Case = tuple[Callable[[], object], Callable[[], object], Callable[[], object]]  # setup, run, after
 

@@ -50,7 +50,7 @@ from typing import Any
 
 from common import machine  # bench/ is on sys.path when run as a script
 
-from server.launcher import free_port
+from kvstore.testing.proc import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 BLOCK = 32

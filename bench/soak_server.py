@@ -26,8 +26,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from kvstore.testing.server import ServerProc
 from server.client import KVStoreClient
-from server.launcher import ServerProc
 from server.settings import parse_size
 
 

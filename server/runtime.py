@@ -23,13 +23,13 @@ from typing import Any
 import uvicorn
 
 from kvstore import __version__
-from server.app import create_app
 from server.auth import Authenticator
 from server.dataplane import DataPlane
 from server.discovery import host_id
 from server.metrics import ServerMetrics
 from server.protocol import PROTOCOL_VERSION
-from server.schemas import InfoOut, ShmInfo
+from server.rest.app import create_app
+from server.rest.schemas import InfoOut, ShmInfo
 from server.settings import ServerSettings
 
 log = logging.getLogger("kvstore.server")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from server.launcher import ServerProc
+from kvstore.testing.server import ServerProc
 
 
 @pytest.fixture

@@ -15,8 +15,8 @@ import pytest
 from engines.decoder.config import EngineConfig
 from engines.decoder.runner import Engine
 from engines.decoder.sampler import SamplingParams
-from engines.launch import engine_proc, router_proc
-from server.launcher import ServerProc
+from kvstore.testing.engines import engine_proc, router_proc
+from kvstore.testing.server import ServerProc
 
 pytestmark = pytest.mark.slow
 

@@ -13,10 +13,10 @@ from fastapi.testclient import TestClient
 from engines.decoder.config import EngineConfig
 from engines.decoder.runner import Engine
 from engines.decoder.sampler import SamplingParams
-from engines.launch import ThreadServer as LiveServer
-from engines.router import Router
-from engines.router_app import create_app as router_app
+from engines.router.app import create_app as router_app
+from engines.router.core import Router
 from engines.worker import create_app as worker_app
+from kvstore.testing.engines import ThreadServer as LiveServer
 
 ECFG = EngineConfig(block_size=4, num_blocks=96, max_batch_tokens=64)
 SYSTEM = [11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from engines.router import Router
+from engines.router.core import Router
 from kvstore.keys import BlockHasher
 
 BS = 4

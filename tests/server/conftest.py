@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from server.launcher import ServerProc
+from kvstore.testing.server import ServerProc
 
 BLOCK = 4096
 

@@ -9,6 +9,8 @@ import threading
 
 import pytest
 
+from kvstore.testing.proc import free_port
+from kvstore.testing.server import ServerProc
 from server.client import (
     AsyncKVStoreClient,
     BlockSizeError,
@@ -17,7 +19,6 @@ from server.client import (
     NamespaceConflictError,
     UnknownNamespaceError,
 )
-from server.launcher import ServerProc, free_port
 
 BLOCK = 256 << 10  # spans several host slots: exercises multi-extent copies
 

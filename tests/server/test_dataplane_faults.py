@@ -11,8 +11,8 @@ from typing import Any
 import msgpack
 import pytest
 
+from kvstore.testing.server import ServerProc
 from server.client import KVStoreClient
-from server.launcher import ServerProc
 from server.protocol import PREFIX, encode_frame
 
 BLOCK = 4096

@@ -9,8 +9,8 @@ from collections.abc import Callable
 
 import msgpack
 
+from kvstore.testing.server import ServerProc
 from server.client import KVStoreClient
-from server.launcher import ServerProc
 from server.protocol import PREFIX
 
 from .test_dataplane_faults import call, connect, h

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kvstore.testing.server import ServerProc
 from server.client import KVStoreClient
-from server.launcher import ServerProc
 from server.protocol import PREFIX
 
 OPS = ["hello", "ping", "register", "namespaces", "put", "get", "lookup", "prefetch", "pin",

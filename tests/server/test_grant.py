@@ -10,9 +10,9 @@ from collections.abc import Callable
 
 import pytest
 
+from kvstore.testing.server import ServerProc
 from server.client import KVStoreClient
 from server.client_conn import FrameSocket
-from server.launcher import ServerProc
 
 BLOCK = 64 << 10
 

@@ -10,8 +10,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from kvstore.store import Store
-from server.app import create_app
 from server.metrics import ServerMetrics
+from server.rest.app import create_app
 from server.runtime import build_info
 from server.settings import load_settings
 

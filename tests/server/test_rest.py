@@ -8,7 +8,7 @@ import hashlib
 import httpx
 import pytest
 
-from server.launcher import ServerProc
+from kvstore.testing.server import ServerProc
 
 BLOCK = 4096
 

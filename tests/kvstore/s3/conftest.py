@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
+from kvstore.testing.seaweed import SeaweedServer
 from kvstore.tiers.s3 import S3Tier
-from kvstore.tiers.s3_seaweed import SeaweedServer
 
 # Test tiers react within a fraction of a second: one botocore attempt, short backoffs, a
-# fast probe. Production defaults are in kvstore/tiers/s3_client.py.
+# fast probe. Production defaults are in kvstore/tiers/s3/client.py.
 FAST = {
     "max_attempts": 1,
     "connect_timeout_s": 1.0,

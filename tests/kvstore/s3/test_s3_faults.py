@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from kvstore.errors import TierUnavailableError
+from kvstore.testing.seaweed import SeaweedServer
 from kvstore.tiers.s3 import S3Tier
-from kvstore.tiers.s3_seaweed import SeaweedServer
 from tests.kvstore.s3.conftest import FAST, new_server
 from tests.kvstore.s3.faults import Faults, wait_for
 from tests.kvstore.tiers.contract import KiB, block, item, key

@@ -13,7 +13,7 @@ import pytest
 from kvstore.config import StoreConfig, TierConfig
 from kvstore.namespace import Layout, Namespace
 from kvstore.store import Store
-from kvstore.tiers.s3_seaweed import SeaweedServer
+from kvstore.testing.seaweed import SeaweedServer
 from tests.kvstore.s3.conftest import FAST
 from tests.kvstore.s3.faults import wait_for
 

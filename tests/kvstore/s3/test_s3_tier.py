@@ -10,9 +10,9 @@ import pytest
 
 from kvstore.checksum import checksum
 from kvstore.errors import TierUnavailableError
+from kvstore.testing.seaweed import SeaweedServer
 from kvstore.tiers.base import Tier
 from kvstore.tiers.s3 import S3Tier
-from kvstore.tiers.s3_seaweed import SeaweedServer
 from tests.kvstore.s3.conftest import FAST
 from tests.kvstore.tiers.contract import KiB, TierContract, block, item, key
 

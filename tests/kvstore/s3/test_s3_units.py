@@ -11,9 +11,9 @@ from botocore.exceptions import ClientError, EndpointConnectionError, NoCredenti
 
 from kvstore.errors import TierUnavailableError
 from kvstore.tiers.base import BlockMeta
-from kvstore.tiers.s3_client import S3Settings, classify
-from kvstore.tiers.s3_layout import meta_headers, object_key, parse_key, parse_meta
-from kvstore.tiers.s3_writeback import WriteBack
+from kvstore.tiers.s3.client import S3Settings, classify
+from kvstore.tiers.s3.layout import meta_headers, object_key, parse_key, parse_meta
+from kvstore.tiers.s3.writeback import WriteBack
 from kvstore.types import BlockKey
 
 META = BlockMeta(7, 123, 3)

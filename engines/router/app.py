@@ -1,7 +1,7 @@
 """The router's HTTP face: OpenAI-compatible ``POST /v1/completions`` (token-id prompts, or
 text when a tokenizer folder is given; ``stream: true`` answers with server-sent events),
 ``GET /v1/models``, ``GET /stats``, ``GET /health``. Translation only; routing is
-:class:`engines.router.Router`."""
+:class:`engines.router.core.Router`."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from fastapi import FastAPI, HTTPException
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
 
-from engines.router import NoWorker, Router
+from engines.router.core import NoWorker, Router
 
 
 class CompletionRequest(BaseModel):

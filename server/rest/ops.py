@@ -8,9 +8,9 @@ from typing import Any
 from fastapi import APIRouter, Request
 
 from server.auth import Principal
-from server.deps import PrincipalDep, StoreDep, errors
 from server.errors import InvalidRequestError
-from server.schemas import HashesIn, InfoOut, LookupOut, PrefetchOut, StatsOut
+from server.rest.deps import PrincipalDep, StoreDep, errors
+from server.rest.schemas import HashesIn, InfoOut, LookupOut, PrefetchOut, StatsOut
 
 router = APIRouter(prefix="/v1", tags=["operations"])
 

@@ -8,8 +8,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from server.deps import PrincipalDep, StoreDep, errors
-from server.schemas import HealthOut
+from server.rest.deps import PrincipalDep, StoreDep, errors
+from server.rest.schemas import HealthOut
 
 router = APIRouter(tags=["health"])
 

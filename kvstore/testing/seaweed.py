@@ -8,15 +8,16 @@ every request's s3v4 signature against it, so a wrong secret is rejected as on r
 
 from __future__ import annotations
 
-import os
 import random
 import shutil
 import socket
-import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
+
+from kvstore.testing.proc import ChildProc
 
 # weed's gRPC ports default to http port + 10000 and some components derive more ports from
 # them, so pick from a range where every derived port is still valid and outside the
@@ -62,19 +63,30 @@ def _free_ports(n: int) -> list[int]:
     return ports
 
 
-class SeaweedServer:
+class SeaweedServer(ChildProc):
     """``weed mini`` on loopback. ``start()`` returns once a bucket can be written;
-    ``stop()``/``start()`` again restart it on the same ports and data (a real outage)."""
+    ``stop()``/``start()`` again restart it on the same ports and data (a real outage).
+    Its output goes to ``<data_dir>.log`` beside the data folder."""
+
+    # A graceful ``weed mini`` shutdown can take over ten seconds of reconnect attempts
+    # between its components, so stop() kills it after this (data stays; acknowledged
+    # writes are on disk).
+    grace_s = 2.0
 
     def __init__(
         self, data_dir: str | Path, access_key: str, secret_key: str, bucket: str = "kvstore"
     ) -> None:
         self.data_dir = Path(data_dir)
+        super().__init__(
+            "weed mini",
+            self.data_dir.parent / f"{self.data_dir.name}.log",
+            env={"AWS_ACCESS_KEY_ID": access_key, "AWS_SECRET_ACCESS_KEY": secret_key},
+            cwd=self.data_dir,
+        )
         self.access_key = access_key
         self.secret_key = secret_key
         self.bucket = bucket
         self.ports: dict[str, int] = {}
-        self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def endpoint_url(self) -> str:
@@ -89,7 +101,8 @@ class SeaweedServer:
             if not self.ports:
                 self.ports = dict(zip(_PORT_NAMES, _free_ports(len(_PORT_NAMES)), strict=True))
             self._spawn()
-            if self._wait_ready(deadline):
+            client = self.client(connect_timeout=1, read_timeout=5, retries={"max_attempts": 1})
+            if self.wait_until(partial(self._bucket_writable, client), deadline):
                 return self
             self.stop()
             if time.monotonic() > deadline:
@@ -98,20 +111,6 @@ class SeaweedServer:
                 time.sleep(0.5)  # the old process's ports may still be closing
             else:
                 self.ports = {}  # most likely a port race on first start: pick again
-
-    def stop(self, grace_s: float = 2.0) -> None:
-        """Stop the server (data stays; acknowledged writes are on disk). Idempotent. A
-        graceful ``weed mini`` shutdown can take over ten seconds of reconnect attempts
-        between its components, so after ``grace_s`` it is killed."""
-        proc, self.proc = self.proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.terminate()
-        try:
-            proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
 
     def client(self, **config: Any) -> Any:
         """A plain boto3 client with the server's credentials (raw access for tests)."""
@@ -140,7 +139,7 @@ class SeaweedServer:
     # -- internals ------------------------------------------------------------------------
     def _spawn(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        args = [
+        self.spawn([
             weed_binary(),
             "mini",
             f"-dir={self.data_dir}",
@@ -152,41 +151,26 @@ class SeaweedServer:
             "-s3.port.lance=0",
             "-master.telemetry=false",
             *(f"-{name}={port}" for name, port in self.ports.items()),
-        ]
-        env = {
-            **os.environ,
-            "AWS_ACCESS_KEY_ID": self.access_key,
-            "AWS_SECRET_ACCESS_KEY": self.secret_key,
-        }
-        log = open(self.data_dir.parent / f"{self.data_dir.name}.log", "ab")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            args, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=self.data_dir
-        )
-        log.close()  # the child holds its own descriptor
+        ])
 
-    def _wait_ready(self, deadline: float) -> bool:
+    def _bucket_writable(self, client: Any) -> bool:
+        """Whether the bucket exists (created if need be) and takes a write right now."""
         from botocore.exceptions import ClientError
 
-        client = self.client(connect_timeout=1, read_timeout=5, retries={"max_attempts": 1})
-        while time.monotonic() < deadline:
-            if self.proc is None or self.proc.poll() is not None:
-                return False
+        try:
             try:
-                try:
-                    client.create_bucket(Bucket=self.bucket)
-                except ClientError as exc:
-                    if exc.response.get("Error", {}).get("Code") not in (
-                        "BucketAlreadyOwnedByYou",
-                        "BucketAlreadyExists",
-                    ):
-                        raise
-                client.put_object(Bucket=self.bucket, Key=".kvstore-ready", Body=b"1")
-                client.delete_object(Bucket=self.bucket, Key=".kvstore-ready")
-                return True
-            except Exception:
-                time.sleep(0.2)
-        return False
+                client.create_bucket(Bucket=self.bucket)
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") not in (
+                    "BucketAlreadyOwnedByYou",
+                    "BucketAlreadyExists",
+                ):
+                    raise
+            client.put_object(Bucket=self.bucket, Key=".kvstore-ready", Body=b"1")
+            client.delete_object(Bucket=self.bucket, Key=".kvstore-ready")
+            return True
+        except Exception:
+            return False
 
     def _log_tail(self) -> str:
-        path = self.data_dir.parent / f"{self.data_dir.name}.log"
-        return path.read_text(errors="replace")[-2000:] if path.exists() else "(no log)"
+        return self.log(2000) or "(no log)"

@@ -7,9 +7,9 @@ import contextlib
 from fastapi import APIRouter, Response
 
 from kvstore.errors import UnknownNamespaceError
-from server.deps import PrincipalDep, StoreDep, errors
 from server.errors import InvalidRequestError
-from server.schemas import NamespaceIn, NamespaceList, NamespaceOut
+from server.rest.deps import PrincipalDep, StoreDep, errors
+from server.rest.schemas import NamespaceIn, NamespaceList, NamespaceOut
 
 router = APIRouter(prefix="/v1", tags=["namespaces"])
 

@@ -1,10 +1,10 @@
 """The S3 tier's bucket as block objects: every S3 request the tier makes, and what its
 outcome means for health.
 
-Each call reports to :class:`~kvstore.tiers.s3_health.S3Health`: a success clears a degraded
-back end, a failure is classified (``s3_client.classify``) and recorded with a message an
+Each call reports to :class:`~kvstore.tiers.s3.health.S3Health`: a success clears a degraded
+back end, a failure is classified (``client.classify``) and recorded with a message an
 operator can act on. A missing key is an answer, not a fault, so it never degrades the tier.
-Blocks are laid out as ``s3_layout`` says; a body that does not match the checksum in its own
+Blocks are laid out as ``layout`` says; a body that does not match the checksum in its own
 metadata is counted as ``corrupt`` and never returned.
 """
 
@@ -17,9 +17,9 @@ from typing import Any
 
 from kvstore.checksum import checksum
 from kvstore.tiers.base import BlockMeta
-from kvstore.tiers.s3_client import MISSING, NO_BUCKET, S3Settings, classify, describe, make_client
-from kvstore.tiers.s3_health import S3Health
-from kvstore.tiers.s3_layout import meta_headers, object_key, parse_key, parse_meta
+from kvstore.tiers.s3.client import MISSING, NO_BUCKET, S3Settings, classify, describe, make_client
+from kvstore.tiers.s3.health import S3Health
+from kvstore.tiers.s3.layout import meta_headers, object_key, parse_key, parse_meta
 from kvstore.types import BlockKey
 
 log = logging.getLogger("kvstore.s3")
@@ -147,7 +147,7 @@ class S3Objects:
     # -- outcomes and lifecycle -----------------------------------------------------------
     def report(self, exc: BaseException) -> str:
         """Record a failed request in ``health`` (unless the key was merely missing) and
-        return its kind (``s3_client.classify``)."""
+        return its kind (``client.classify``)."""
         kind = classify(exc)
         if kind != MISSING:
             self.health.fail(kind, describe(kind, exc, self.settings))

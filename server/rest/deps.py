@@ -1,5 +1,5 @@
 """FastAPI dependencies: the store, the settings and the calling principal, all taken from
-``app.state`` (set once by :func:`server.app.create_app`)."""
+``app.state`` (set once by :func:`server.rest.app.create_app`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from server.auth import Authenticator, Principal
-from server.schemas import ErrorBody
+from server.rest.schemas import ErrorBody
 
 bearer = HTTPBearer(auto_error=False, description="admin or tenant token, if configured")
 

@@ -10,9 +10,9 @@ from fastapi.concurrency import run_in_threadpool
 
 from kvstore.errors import CapacityError
 from server.auth import Principal
-from server.deps import PrincipalDep, StoreDep, errors
 from server.errors import BlockNotFoundError
-from server.schemas import HEX_PATTERN, NAME_PATTERN, DeleteOut, PutOut
+from server.rest.deps import PrincipalDep, StoreDep, errors
+from server.rest.schemas import HEX_PATTERN, NAME_PATTERN, DeleteOut, PutOut
 from server.writes import durable_put
 
 router = APIRouter(prefix="/v1/blocks", tags=["blocks"])

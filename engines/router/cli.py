@@ -1,5 +1,5 @@
 """``kvstore-router``: the KV-aware router with an OpenAI-compatible API (see
-:mod:`engines.router` for the policy and :mod:`engines.router_app` for the routes)."""
+:mod:`engines.router.core` for the policy and :mod:`engines.router.app` for the routes)."""
 
 from __future__ import annotations
 
@@ -31,8 +31,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import uvicorn
 
-    from engines.router import Router
-    from engines.router_app import create_app
+    from engines.router.app import create_app
+    from engines.router.core import Router
 
     try:
         router = Router(_urls(args.workers), prefill_workers=_urls(args.prefill_workers),

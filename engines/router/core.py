@@ -7,7 +7,7 @@ The router hashes each prompt with the workers' recipe (block size, algorithm, s
     cost(w) = work(w) + load_weight * queued(w)
 
 ``local`` is the prefix (in blocks) the worker holds in its own paged cache, known from its
-residency events (:mod:`engines.router_workers` keeps that view current); ``store`` is the
+residency events (:mod:`engines.router.workers` keeps that view current); ``store`` is the
 prefix kvstore holds, which any worker can load instead of computing: ``s`` (``store_weight``)
 is the fraction of a block's compute that loading it saves. ``queued`` is the work of the
 requests the router has running on the worker, so a worker that holds every prefix still loses
@@ -16,7 +16,7 @@ trade-off). Ties rotate so that equal workers share load. ``round-robin`` ignore
 (the baseline).
 
 A worker that refuses a connection or answers 5xx is marked down (skipped for ``RETRY_S``
-until the background poller sees ``/health`` answer again; see :mod:`engines.router_workers`)
+until the background poller sees ``/health`` answer again; see :mod:`engines.router.workers`)
 and the request goes to the next-best worker. With prefill workers configured, generation is
 disaggregated (:mod:`engines.disagg`).
 """
@@ -34,8 +34,9 @@ from typing import Any, NamedTuple
 
 import httpx
 
-from engines import disagg, router_workers
-from engines.router_workers import POLL_S, RETRY_S, Worker
+from engines import disagg
+from engines.router import workers as worker_view
+from engines.router.workers import POLL_S, RETRY_S, Worker
 from engines.store_io import BlockStore, open_store
 from kvstore.keys import BlockHasher
 
@@ -108,7 +109,7 @@ class Router:
         if self.hasher is None:
             raise NoWorker("no worker answered /info")
         if poll:
-            self._poller = asyncio.create_task(router_workers.poll_forever(
+            self._poller = asyncio.create_task(worker_view.poll_forever(
                 self.client, lambda: self.workers + self.prefill, self.sync))
 
     async def close(self) -> None:
@@ -203,7 +204,7 @@ class Router:
 
     async def sync(self, w: Worker) -> None:
         """Pull ``w``'s residency events since the last pull."""
-        await router_workers.sync(self.client, w)
+        await worker_view.sync(self.client, w)
 
     def stats(self) -> dict[str, Any]:
         t = self.totals

@@ -18,8 +18,8 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor
 
 from kvstore.tiers.base import BlockMeta
-from kvstore.tiers.s3_objects import S3Objects
-from kvstore.tiers.s3_writeback import Pending
+from kvstore.tiers.s3.objects import S3Objects
+from kvstore.tiers.s3.writeback import Pending
 from kvstore.types import BlockKey
 
 _NEGATIVE_CACHE_MAX = 100_000  # entries before expired ones are pruned
@@ -83,7 +83,7 @@ class KnownBlocks:
 
     # -- learning more --------------------------------------------------------------------
     def discover(self, keys: Sequence[BlockKey], *, prefix: bool = False) -> list[BlockMeta | None]:
-        """:meth:`S3Tier.discover <kvstore.tiers.s3.S3Tier.discover>`: meta of each key that
+        """:meth:`S3Tier.discover <kvstore.tiers.s3.tier.S3Tier.discover>`: meta of each key that
         S3 holds, adopting what fits in capacity; ``prefix=True`` stops after the first
         window of ``2 * max_workers`` keys with a miss."""
         if not prefix:
@@ -137,7 +137,7 @@ class KnownBlocks:
         return out
 
     def scan(self) -> Iterator[tuple[BlockKey, BlockMeta]]:
-        """:meth:`S3Tier.scan <kvstore.tiers.s3.S3Tier.scan>`: remember and yield every
+        """:meth:`S3Tier.scan <kvstore.tiers.s3.tier.S3Tier.scan>`: remember and yield every
         block under the prefix (nothing when ``scan_on_start`` is off or S3 is degraded)."""
         objects = self._objects
         if not objects.settings.scan_on_start or objects.health.degraded:

@@ -6,88 +6,44 @@ fit the machine."""
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-import httpx
+from kvstore.testing.proc import ChildProc, console_script, free_port, http_ok
 
-from server.launcher import free_port
-
-ROOT = Path(__file__).resolve().parents[1]
 STARTUP_S = 180.0  # a shared 2-core machine imports torch slowly
 
 
-def _script(name: str, module: str) -> list[str]:
-    script = Path(sys.executable).parent / name
-    if script.exists():
-        return [str(script)]
-    return [sys.executable, "-c", f"import sys; from {module} import main; sys.exit(main())"]
-
-
-class Proc:
+class Proc(ChildProc):
     """One child process serving HTTP on ``port``; its output goes to a temp log file."""
 
     def __init__(self, cmd: list[str], port: int, env: dict[str, str] | None = None) -> None:
-        self.cmd, self.port = cmd, port
-        self.env = {**os.environ, **(env or {})}
-        self.proc: subprocess.Popen[bytes] | None = None
         fd, path = tempfile.mkstemp(prefix="kvstore-proc-", suffix=".log")
         os.close(fd)
-        self.log_path = Path(path)
+        super().__init__(cmd[0], Path(path), env=env)
+        self.cmd, self.port = cmd, port
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, wait: bool = True) -> Proc:
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(self.cmd, cwd=ROOT, env=self.env, stdout=log,
-                                         stderr=subprocess.STDOUT)
+        self.spawn(self.cmd)
         return self.wait_ready() if wait else self
 
     def wait_ready(self) -> Proc:
-        deadline = time.monotonic() + STARTUP_S
-        while time.monotonic() < deadline:
-            if self.proc is None or self.proc.poll() is not None:
-                raise RuntimeError(f"{self.cmd[0]} exited:\n{self.log()}")
-            try:
-                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        self.stop()
-        raise RuntimeError(f"{self.cmd[0]} did not become ready:\n{self.log()}")
-
-    def log(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-5000:]
-        except OSError:
-            return ""
-
-    def stop(self, timeout: float = 30.0) -> None:
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.proc = None
+        """Wait until ``/health`` answers 200 (RuntimeError with the log if not)."""
+        self.wait_http(f"{self.url}/health", STARTUP_S)
+        return self
 
 
 def engine_proc(model: str | Path, *, role: str = "both", kvstore: str | None = None,
                 args: tuple[str, ...] = ()) -> Proc:
     port = free_port()
-    cmd = [*_script("kvstore-engine", "engines.cli"), "serve", "--model", str(model),
+    cmd = [*console_script("kvstore-engine", "engines.cli"), "serve", "--model", str(model),
            "--port", str(port), "--role", role, "--device", "cpu", *args]
     if kvstore:
         cmd += ["--kvstore", kvstore]
@@ -98,7 +54,7 @@ def engine_proc(model: str | Path, *, role: str = "both", kvstore: str | None = 
 def router_proc(workers: list[str], *, policy: str = "kv", kvstore: str | None = None,
                 prefill_workers: list[str] | None = None, args: tuple[str, ...] = ()) -> Proc:
     port = free_port()
-    cmd = [*_script("kvstore-router", "engines.router_cli"), "--port", str(port),
+    cmd = [*console_script("kvstore-router", "engines.router.cli"), "--port", str(port),
            "--workers", ",".join(workers), "--policy", policy, *args]
     if prefill_workers:
         cmd += ["--prefill-workers", ",".join(prefill_workers)]
@@ -127,11 +83,9 @@ class ThreadServer:
         self.thread.start()
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{self.url}/health", timeout=1.0).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                time.sleep(0.05)
+            if http_ok(f"{self.url}/health", timeout=1.0):
+                return self
+            time.sleep(0.05)
         raise RuntimeError(f"server on {self.url} did not start")
 
     def stop(self) -> None:

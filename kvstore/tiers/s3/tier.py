@@ -1,5 +1,5 @@
 """The S3 tier: the shared capacity tier on any S3-compatible service (AWS, MinIO, Ceph,
-SeaweedFS), one object per block (layout in ``s3_layout``).
+SeaweedFS), one object per block (layout in ``layout.py``).
 
 What it promises beyond :class:`~kvstore.tiers.base.Tier`:
 
@@ -13,10 +13,10 @@ What it promises beyond :class:`~kvstore.tiers.base.Tier`:
   in ``corrupt`` and never returned. While the back end is degraded reads answer "miss" at
   once and a probe thread brings the tier back when S3 answers again.
 - **Sharing.** :meth:`S3Tier.discover` finds and adopts blocks that other nodes wrote.
-  ``used_bytes`` counts the blocks this node knows, not the whole bucket (``s3_known``).
+  ``used_bytes`` counts the blocks this node knows, not the whole bucket (``known``).
 
-The parts: S3 requests in ``s3_objects``, the write-back queue in ``s3_writeback``, the known
-blocks and the negative cache in ``s3_known``, background deletes in ``s3_background``.
+The parts: S3 requests in ``objects``, the write-back queue in ``writeback``, the known
+blocks and the negative cache in ``known``, background deletes in ``background``.
 """
 
 from __future__ import annotations
@@ -31,12 +31,12 @@ from typing import Any
 
 from kvstore.errors import CapacityError, TierUnavailableError
 from kvstore.tiers.base import BlockMeta, Buffer, Tier
-from kvstore.tiers.s3_background import BackgroundTasks
-from kvstore.tiers.s3_client import S3Settings
-from kvstore.tiers.s3_health import Prober, S3Health
-from kvstore.tiers.s3_known import KnownBlocks
-from kvstore.tiers.s3_objects import S3Objects
-from kvstore.tiers.s3_writeback import WriteBack
+from kvstore.tiers.s3.background import BackgroundTasks
+from kvstore.tiers.s3.client import S3Settings
+from kvstore.tiers.s3.health import Prober, S3Health
+from kvstore.tiers.s3.known import KnownBlocks
+from kvstore.tiers.s3.objects import S3Objects
+from kvstore.tiers.s3.writeback import WriteBack
 from kvstore.types import BlockKey
 
 log = logging.getLogger("kvstore.s3")
@@ -44,7 +44,7 @@ log = logging.getLogger("kvstore.s3")
 
 class S3Tier(Tier):
     """Blocks as objects in ``bucket`` under ``prefix``; options are the fields of
-    :class:`~kvstore.tiers.s3_client.S3Settings` (``endpoint`` is accepted for
+    :class:`~kvstore.tiers.s3.client.S3Settings` (``endpoint`` is accepted for
     ``endpoint_url``). Construction never fails because S3 is down (the tier starts degraded
     and recovers); it fails on bad options."""
 

@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 
 from kvstore.errors import TierUnavailableError
 from kvstore.tiers.base import BlockMeta
-from kvstore.tiers.s3_client import THROTTLED, UNAVAILABLE
+from kvstore.tiers.s3.client import THROTTLED, UNAVAILABLE
 from kvstore.types import BlockKey
 
 RETRYABLE = frozenset({THROTTLED, UNAVAILABLE})
@@ -38,7 +38,7 @@ class WriteBack:
     """Bounded write-back queue drained by ``executor``.
 
     ``upload(key, data, meta)`` writes one object and raises on failure; ``report(exc)``
-    records a failure and returns its kind (``s3_client.classify``).
+    records a failure and returns its kind (``client.classify``).
     """
 
     def __init__(

@@ -19,7 +19,6 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from kvstore.errors import KVStoreError
-from server import routes_blocks, routes_health, routes_namespaces, routes_ops
 from server.auth import Authenticator
 from server.errors import (
     AuthError,
@@ -28,9 +27,10 @@ from server.errors import (
     InvalidRequestError,
     map_error,
 )
-from server.limits import BodyLimitMiddleware
 from server.metrics import ServerMetrics
-from server.schemas import InfoOut
+from server.rest import blocks, health, namespaces, ops
+from server.rest.limits import BodyLimitMiddleware
+from server.rest.schemas import InfoOut
 from server.settings import ServerSettings
 
 log = logging.getLogger("kvstore.server")
@@ -99,8 +99,7 @@ def create_app(store: Any, settings: ServerSettings, info: InfoOut, metrics: Ser
     app.state.registry = metrics.registry
     app.state.durable_tier = durable_tier
     app.state.closing = False
-    for router in (routes_namespaces.router, routes_ops.router, routes_blocks.router,
-                   routes_health.router):
+    for router in (namespaces.router, ops.router, blocks.router, health.router):
         app.include_router(router)
     for exc_type in _MAPPED:
         app.add_exception_handler(exc_type, _mapped_error)

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kvstore.tiers.s3_client import AUTH, FAULT_KINDS
+from kvstore.tiers.s3.client import AUTH, FAULT_KINDS
 
 log = logging.getLogger("kvstore.s3")
 
@@ -44,7 +44,7 @@ class S3Health:
                     log.info("s3 tier recovered after %s", self.reason)
 
     def fail(self, kind: str, message: str) -> None:
-        """An S3 request failed with error ``kind`` (see ``s3_client.classify``)."""
+        """An S3 request failed with error ``kind`` (see ``client.classify``)."""
         with self._lock:
             self.errors += 1
             self.last_error = message

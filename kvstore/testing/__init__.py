@@ -1,0 +1,1 @@
+"""Test and bench scaffolding (like ``numpy.testing``): servers and processes to run against."""

@@ -1,0 +1,7 @@
+"""The S3 tier as a package: the tier, its requests, write-back queue, known blocks and health."""
+
+from __future__ import annotations
+
+from kvstore.tiers.s3.tier import S3Tier
+
+__all__ = ["S3Tier"]
