@@ -66,8 +66,8 @@ class Store:
         self._leases = LeaseTable()
         self._book = NamespaceBook(config.namespaces_path)
         self._placer = Placer(self._stack, self._ledger, self._tally, self._leases)
-        self._reader = Reader(self._stack, self._ledger, self._placer, self._tally, self._lock,
-                              self._book)
+        self._reader = Reader(self._stack, self._ledger, self._placer, self._tally,
+                              self._leases, self._lock, self._book)
         self._host = HostPath(self._stack, self._ledger, self._placer, self._reader,
                               self._tally, self._leases, self._lock)
         self._report = Report(self._stack, self._ledger, self._tally, self._leases,

@@ -28,7 +28,6 @@ class Entry:
     layout_id: int
     tiers: int = 0
     pending: bool = False
-    readers: int = 0  # reads in flight outside the store lock; such a block is not evicted
 
     def top(self) -> int:
         """Position of the highest tier holding the block (-1 if none)."""

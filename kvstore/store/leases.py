@@ -1,5 +1,5 @@
-"""Pins with leases: a pinned block is never evicted, and a lease that runs out unpins it so
-that a crashed client cannot pin forever."""
+"""Pins with leases, and reads in flight: a pinned block or one being read is never evicted,
+and a lease that runs out unpins it so that a crashed client cannot pin forever."""
 
 from __future__ import annotations
 
@@ -18,6 +18,22 @@ class LeaseTable:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._pins: dict[BlockKey, dict[str, list[float]]] = {}  # key -> owner -> [count, expiry]
+        self._reading: dict[BlockKey, int] = {}  # reads in flight outside the store lock
+
+    def start_read(self, key: BlockKey) -> None:
+        """A read of ``key`` runs outside the store lock: keep the block until it ends."""
+        self._reading[key] = self._reading.get(key, 0) + 1
+
+    def end_read(self, key: BlockKey) -> None:
+        left = self._reading.get(key, 0) - 1
+        if left > 0:
+            self._reading[key] = left
+        else:
+            self._reading.pop(key, None)
+
+    def evictable(self, key: BlockKey) -> bool:
+        """Neither pinned nor being read (what a policy may name as a victim)."""
+        return key not in self._reading and not self.is_pinned(key)
 
     def pin(self, key: BlockKey, owner: str, lease_s: float) -> None:
         owners = self._pins.setdefault(key, {})

@@ -213,7 +213,7 @@ class Placer:
             resident = self._ledger.resident(pos)
             each = tier.used_bytes() / resident if resident else 1.0
             want = min(MAX_DEMOTE_BATCH, max(1, math.ceil((nbytes - freed) / max(each, 1.0))))
-            victims = self._ledger.victims(pos, want, self.evictable)
+            victims = self._ledger.victims(pos, want, self._leases.evictable)
             if not victims:
                 return freed > 0
             before = tier.used_bytes()
@@ -251,12 +251,6 @@ class Placer:
             if not entry.tiers:
                 self.drop(key, entry)
                 self._tally.evicted_from_store(key[0])
-
-    def evictable(self, key: BlockKey) -> bool:
-        entry = self._ledger.get(key)
-        if entry is None or entry.readers:
-            return False
-        return not self._leases.is_pinned(key)
 
     # -- taking blocks out -------------------------------------------------------------------
     def remove(self, pos: int, keys: list[BlockKey]) -> None:

@@ -1,9 +1,9 @@
 """Reads: serve blocks from their top tier, verify checksums, promote hits, count them,
 prefetch, and index what persistent tiers hold (at start) and shared tiers (S3) know.
 
-Persistent tiers are read outside the store lock, one batched call per tier, with the
-entries' ``readers`` count raised so that the blocks are not evicted meanwhile; their checksum
-makes a racing delete harmless.
+Persistent tiers are read outside the store lock, one batched call per tier, with the blocks
+marked as being read in the lease table so that they are not evicted meanwhile; their
+checksum makes a racing delete harmless.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from kvstore.checksum import checksum
 from kvstore.store.counters import Tally
 from kvstore.store.index import Entry, fmt_key
+from kvstore.store.leases import LeaseTable
 from kvstore.store.ledger import Ledger
 from kvstore.store.lock import StoreLock
 from kvstore.store.namespaces import NamespaceBook
@@ -30,12 +31,13 @@ class Reader:
     it): a read leaves it while a persistent tier answers."""
 
     def __init__(self, stack: TierStack, ledger: Ledger, placer: Placer, tally: Tally,
-                 lock: StoreLock, namespaces: NamespaceBook) -> None:
+                 leases: LeaseTable, lock: StoreLock, namespaces: NamespaceBook) -> None:
         self._stack = stack
         self._tiers = stack.tiers
         self._ledger = ledger
         self._placer = placer
         self._tally = tally
+        self._leases = leases
         self._lock = lock
         self._namespaces = namespaces
 
@@ -51,15 +53,15 @@ class Reader:
             self.discover(missing)
         with self._lock:
             slow: dict[int, list[int]] = {}
-            reading: list[Entry] = []
+            reading: list[BlockKey] = []
             for i, key in enumerate(keys):
                 entry = self._ledger.visible(key)
                 if entry is None:
                     continue
                 pos = entry.top()
                 if self._tiers[pos].persistent:
-                    entry.readers += 1
-                    reading.append(entry)
+                    self._leases.start_read(key)
+                    reading.append(key)
                     slow.setdefault(pos, []).append(i)
                 else:
                     out[i] = self._tiers[pos].get_many([key])[0]
@@ -74,8 +76,8 @@ class Reader:
                 out[i] = data
                 served_by[i] = pos
         with self._lock:
-            for entry in reading:
-                entry.readers -= 1
+            for key in reading:
+                self._leases.end_read(key)
             entries = [self._check(key, served_by[i], out[i]) if served_by[i] >= 0 else None
                        for i, key in enumerate(keys)]
             for i, entry in enumerate(entries):
