@@ -18,11 +18,11 @@ import signal
 import sys
 import uuid
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import uvicorn
 
 from kvstore import __version__
+from kvstore.store import StoreAPI
 from server.auth import Authenticator
 from server.dataplane import DataPlane
 from server.discovery import host_id
@@ -61,7 +61,7 @@ def reclaim_shm(name: str) -> None:
         log.info("reclaimed stale shared memory %s", name)
 
 
-def open_store(settings: ServerSettings) -> Any:
+def open_store(settings: ServerSettings) -> StoreAPI:
     from kvstore.store import Store
 
     if settings.host_capacity:
@@ -69,7 +69,7 @@ def open_store(settings: ServerSettings) -> Any:
     return Store.open(settings.store_config())
 
 
-def build_info(settings: ServerSettings, store: Any) -> InfoOut:
+def build_info(settings: ServerSettings, store: StoreAPI) -> InfoOut:
     slab = store.host_slab() if settings.enable_shm else None
     shm = ShmInfo(name=slab.shm_name, size=slab.size, slot_bytes=slab.slot_bytes) \
         if slab is not None and slab.shm_name else None
@@ -120,7 +120,7 @@ async def serve(settings: ServerSettings) -> int:
             log.info("store closed and synced")
 
 
-async def _serve_store(settings: ServerSettings, store: Any) -> int:
+async def _serve_store(settings: ServerSettings, store: StoreAPI) -> int:
     info = build_info(settings, store)
     metrics = ServerMetrics(store.stats)
     tier = durable_tier(settings)

@@ -19,6 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from kvstore.errors import KVStoreError
+from kvstore.store import StoreAPI
 from server.auth import Authenticator
 from server.errors import (
     AuthError,
@@ -84,7 +85,7 @@ async def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
     return _error(500, "internal", "internal server error; see the server log")
 
 
-def create_app(store: Any, settings: ServerSettings, info: InfoOut, metrics: ServerMetrics,
+def create_app(store: StoreAPI, settings: ServerSettings, info: InfoOut, metrics: ServerMetrics,
                durable_tier: str | None) -> FastAPI:
     app = FastAPI(
         title="kvstore",

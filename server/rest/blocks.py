@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
 from kvstore.errors import CapacityError
+from kvstore.namespace import Namespace
+from kvstore.store import StoreAPI
+from kvstore.types import BlockHash
 from server.auth import Principal
 from server.errors import BlockNotFoundError
 from server.rest.deps import PrincipalDep, StoreDep, errors
@@ -22,9 +25,10 @@ HashPath = Annotated[str, Path(pattern=HEX_PATTERN, description="block hash as h
 _OCTETS = {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}
 
 
-def _resolve(store: Any, principal: Principal, namespace: str, block_hash_hex: str) -> Any:
+def _resolve(store: StoreAPI, principal: Principal, namespace: str,
+             block_hash_hex: str) -> tuple[Namespace, BlockHash]:
     ns = principal.check(store.namespace(namespace))
-    return ns, bytes.fromhex(block_hash_hex)
+    return ns, BlockHash(bytes.fromhex(block_hash_hex))
 
 
 @router.put(

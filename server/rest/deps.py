@@ -8,14 +8,16 @@ from typing import Annotated, Any
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from kvstore.store import StoreAPI
 from server.auth import Authenticator, Principal
 from server.rest.schemas import ErrorBody
 
 bearer = HTTPBearer(auto_error=False, description="admin or tenant token, if configured")
 
 
-def get_store(request: Request) -> Any:
-    return request.app.state.store
+def get_store(request: Request) -> StoreAPI:
+    store: StoreAPI = request.app.state.store
+    return store
 
 
 def current_principal(
@@ -26,7 +28,7 @@ def current_principal(
     return auth.authenticate(creds.credentials if creds else None)
 
 
-StoreDep = Annotated[Any, Depends(get_store)]
+StoreDep = Annotated[StoreAPI, Depends(get_store)]
 PrincipalDep = Annotated[Principal, Depends(current_principal)]
 
 _DESCRIPTIONS = {

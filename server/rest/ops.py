@@ -3,10 +3,10 @@ translate hex to bytes, check the tenant and call the store."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter, Request
 
+from kvstore.store import StoreAPI
+from kvstore.types import BlockHash
 from server.auth import Principal
 from server.errors import InvalidRequestError
 from server.rest.deps import PrincipalDep, StoreDep, errors
@@ -15,7 +15,8 @@ from server.rest.schemas import HashesIn, InfoOut, LookupOut, PrefetchOut, Stats
 router = APIRouter(prefix="/v1", tags=["operations"])
 
 
-def _checked(request: Request, body: HashesIn, principal: Principal, store: Any) -> list[bytes]:
+def _checked(request: Request, body: HashesIn, principal: Principal,
+             store: StoreAPI) -> list[BlockHash]:
     principal.check(store.namespace(body.namespace))
     limit = request.app.state.settings.max_batch
     if len(body.block_hashes) > limit:

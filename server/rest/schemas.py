@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from kvstore.namespace import Layout, Namespace
+from kvstore.types import BlockHash
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@+=-]{0,127}$"
 HEX_PATTERN = r"^(?:[0-9a-fA-F]{2}){1,64}$"
@@ -86,8 +87,8 @@ class HashesIn(BaseModel):
     namespace: NamespaceName
     block_hashes: list[HexHash] = Field(max_length=MAX_BATCH)
 
-    def raw_hashes(self) -> list[bytes]:
-        return [bytes.fromhex(h) for h in self.block_hashes]
+    def raw_hashes(self) -> list[BlockHash]:
+        return [BlockHash(bytes.fromhex(h)) for h in self.block_hashes]
 
 
 class LookupOut(BaseModel):
