@@ -216,10 +216,22 @@ class Placer:
             victims = self._ledger.victims(pos, want, self._leases.evictable)
             if not victims:
                 return freed > 0
+            victims = self._enough(pos, victims, nbytes - freed)
             before = tier.used_bytes()
             self._demote(pos, victims)
             freed += before - tier.used_bytes()
         return True
+
+    def _enough(self, pos: int, victims: list[BlockKey], nbytes: int) -> list[BlockKey]:
+        """The shortest prefix of ``victims`` whose copies in tier ``pos`` free ``nbytes``
+        (block sizes differ between namespaces: the batch was sized on their average)."""
+        tier, total = self._tiers[pos], 0
+        for n, key in enumerate(victims, 1):
+            entry = self._ledger.get(key)
+            total += tier.charge(entry.size) if entry is not None else 0
+            if total >= nbytes:
+                return victims[:n]
+        return victims
 
     def _demote(self, pos: int, keys: list[BlockKey]) -> None:
         """Take ``keys`` out of tier ``pos``: keep each in a lower tier (copying it down, in one
