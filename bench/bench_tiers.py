@@ -46,7 +46,8 @@ from tqdm import tqdm
 from kvstore.checksum import checksum
 from kvstore.tiers.base import BlockMeta
 from kvstore.tiers.device import DeviceTier
-from kvstore.tiers.disk import DiskTier, encode_key, pack_value
+from kvstore.tiers.disk import DiskTier
+from kvstore.tiers.disk_records import encode_key, pack_value
 from kvstore.tiers.host import HostTier
 from kvstore.tiers.slab import SlabTier
 

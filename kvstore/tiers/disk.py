@@ -5,7 +5,7 @@ Durability: LMDB commits are atomic and, opened with ``sync=True, metasync=True`
 flight and never leaves a half-written value. Each ``put_many``/``delete`` is one write
 transaction.
 
-The value starts with a fixed header (:data:`HEADER`: magic, version, layout id, checksum,
+The value starts with a fixed header (:mod:`kvstore.tiers.disk_records`: magic, version, layout id, checksum,
 payload size) so that :meth:`DiskTier.scan` can give the store every block's meta after a
 restart without a side table. A value whose magic is wrong is not ours (or is damaged): reads
 treat it as absent and scans skip it. Payload checksums are checked by the store
@@ -20,103 +20,29 @@ reading one header page per value would otherwise pull in the whole file through
 overflow pages and cannot reuse pages that a live reader still sees) and doubles when a commit
 hits ``MapFullError``; the file itself only grows with what is written. Growing remaps the
 file, which invalidates open read transactions (and the memoryviews ``get_many`` copies
-from), so reads and the remap are kept apart by :class:`_RemapGate`.
+from), so reads and the remap are kept apart by :class:`RemapGate`.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import struct
 import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from typing import Any
 
 import lmdb
 
 from kvstore.errors import CapacityError, TierUnavailableError
 from kvstore.tiers.base import BlockMeta, Buffer, Tier
+from kvstore.tiers.disk_records import HEADER, MAGIC, VERSION, decode_key, encode_key, unpack_header
+from kvstore.tiers.remap_gate import RemapGate
 from kvstore.types import BlockKey
 
 log = logging.getLogger(__name__)
 
-MAGIC = b"KVSB"
-VERSION = 1
-# magic, version u16, 2 pad, layout_id u64, checksum u64, size u32, 36 reserved (zero): 64
-# bytes, so the payload starts at the same offset within a cache line as the value LMDB hands
-# out. memcpy speed here depends on the source offset against the destination's, and the
-# copy out of the map then matches a raw get of the whole value: at 64 KiB, 0.77-0.83 of raw
-# py-lmdb against 0.65-0.72 with a 32-byte header (same run, same machine).
-HEADER = struct.Struct("<4sHxxQQI36x")
 _MAP_SLACK = 64 << 20  # bytes of map beyond 2x capacity: LMDB meta and branch pages
 _MAX_GROW = 8  # doublings tried for one commit before giving up
-
-
-def encode_key(key: BlockKey) -> bytes:
-    """``namespace + b"\\0" + hash`` (namespace names never contain NUL)."""
-    return key[0].encode() + b"\x00" + key[1]
-
-
-def decode_key(raw: bytes) -> BlockKey:
-    ns, _, block_hash = raw.partition(b"\x00")  # the hash may contain NUL, the namespace not
-    return ns.decode(), block_hash
-
-
-def pack_value(data: Buffer, meta: BlockMeta) -> bytearray:
-    """Header + payload in one buffer (the one copy a put makes before LMDB's own)."""
-    view = memoryview(data).cast("B")
-    value = bytearray(HEADER.size + view.nbytes)
-    HEADER.pack_into(value, 0, MAGIC, VERSION, meta.layout_id, meta.checksum, view.nbytes)
-    value[HEADER.size :] = view
-    return value
-
-
-def unpack_header(value: Buffer) -> BlockMeta | None:
-    """The meta in a stored value's header, or None if it is not a valid kvstore header."""
-    if len(value) < HEADER.size:
-        return None
-    magic, version, layout_id, checksum, size = HEADER.unpack_from(value)
-    if magic != MAGIC or version != VERSION or HEADER.size + size != len(value):
-        return None
-    return BlockMeta(layout_id, checksum, size)
-
-
-class _RemapGate:
-    """Many readers, or one remap: ``set_mapsize`` must not run under an open read txn."""
-
-    def __init__(self) -> None:
-        # A plain Lock under the Condition and enter/leave methods rather than a
-        # contextmanager: the gate is taken once per get_many, and the default RLock plus a
-        # generator cost more than the LMDB lookups of a small batch.
-        self._cond = threading.Condition(threading.Lock())
-        self._readers = 0
-        self._remapping = False
-
-    def enter(self) -> None:
-        with self._cond:
-            while self._remapping:
-                self._cond.wait()
-            self._readers += 1
-
-    def leave(self) -> None:
-        with self._cond:
-            self._readers -= 1
-            if not self._readers and self._remapping:
-                self._cond.notify_all()
-
-    @contextmanager
-    def exclusive(self) -> Iterator[None]:
-        with self._cond:
-            self._remapping = True
-            while self._readers:
-                self._cond.wait()
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._remapping = False
-                self._cond.notify_all()
 
 
 class DiskTier(Tier):
@@ -140,7 +66,7 @@ class DiskTier(Tier):
         self._env = self._open(readahead=True)
         self._write_lock = threading.Lock()  # one write txn, map growth, _metas, _scratch
         self._scratch = memoryview(bytearray(0))
-        self._gate = _RemapGate()
+        self._gate = RemapGate()
         self._closed = False
         self._used = sum(meta.size for meta in self._metas.values())
         if self._used > self.capacity_bytes:

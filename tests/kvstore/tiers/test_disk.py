@@ -16,7 +16,8 @@ import pytest
 from kvstore.checksum import checksum
 from kvstore.errors import TierUnavailableError
 from kvstore.tiers.base import BlockMeta
-from kvstore.tiers.disk import HEADER, DiskTier, decode_key, encode_key, pack_value, unpack_header
+from kvstore.tiers.disk import DiskTier
+from kvstore.tiers.disk_records import HEADER, decode_key, encode_key, pack_value, unpack_header
 from tests.kvstore.tiers.contract import KiB, TierContract, block, item, key
 
 REPO = Path(__file__).resolve().parents[3]

@@ -1,0 +1,52 @@
+"""How the disk tier lays a block out in LMDB: the key (namespace, NUL, hash) and the value
+(a fixed header, then the payload).
+
+The header (:data:`HEADER`: magic, version, layout id, checksum, payload size) lets the tier
+list every block's meta after a restart without a side table. A value whose magic is wrong is
+not ours (or is damaged): reads treat it as absent and scans skip it.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from kvstore.tiers.base import BlockMeta, Buffer
+from kvstore.types import BlockKey
+
+MAGIC = b"KVSB"
+VERSION = 1
+# magic, version u16, 2 pad, layout_id u64, checksum u64, size u32, 36 reserved (zero): 64
+# bytes, so the payload starts at the same offset within a cache line as the value LMDB hands
+# out. memcpy speed here depends on the source offset against the destination's, and the
+# copy out of the map then matches a raw get of the whole value: at 64 KiB, 0.77-0.83 of raw
+# py-lmdb against 0.65-0.72 with a 32-byte header (same run, same machine).
+HEADER = struct.Struct("<4sHxxQQI36x")
+
+
+def encode_key(key: BlockKey) -> bytes:
+    """``namespace + b"\\0" + hash`` (namespace names never contain NUL)."""
+    return key[0].encode() + b"\x00" + key[1]
+
+
+def decode_key(raw: bytes) -> BlockKey:
+    ns, _, block_hash = raw.partition(b"\x00")  # the hash may contain NUL, the namespace not
+    return ns.decode(), block_hash
+
+
+def pack_value(data: Buffer, meta: BlockMeta) -> bytearray:
+    """Header + payload in one buffer (the one copy a put makes before LMDB's own)."""
+    view = memoryview(data).cast("B")
+    value = bytearray(HEADER.size + view.nbytes)
+    HEADER.pack_into(value, 0, MAGIC, VERSION, meta.layout_id, meta.checksum, view.nbytes)
+    value[HEADER.size :] = view
+    return value
+
+
+def unpack_header(value: Buffer) -> BlockMeta | None:
+    """The meta in a stored value's header, or None if it is not a valid kvstore header."""
+    if len(value) < HEADER.size:
+        return None
+    magic, version, layout_id, checksum, size = HEADER.unpack_from(value)
+    if magic != MAGIC or version != VERSION or HEADER.size + size != len(value):
+        return None
+    return BlockMeta(layout_id, checksum, size)
