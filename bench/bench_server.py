@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import httpx
 from common import report, row
 
-from server.client import KVStoreClient
+from kvstore.client import KVStoreClient
 from server.launcher import ServerProc, free_port
 
 Case = tuple[Callable[[], object], Callable[[], object], Callable[[], object]]  # setup, run, after

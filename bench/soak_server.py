@@ -26,7 +26,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from server.client import KVStoreClient
+from kvstore.client import KVStoreClient
 from server.launcher import ServerProc
 from server.settings import parse_size
 

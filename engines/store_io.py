@@ -2,7 +2,7 @@
 
 The engine talks to any store through :class:`BlockStore` (four methods). Two adapters satisfy
 it: :class:`LocalStore` around an in-process ``kvstore.store.Store`` and :class:`RemoteStore`
-around ``server.client.KVStoreClient``; :func:`open_store` picks one from an address.
+around ``kvstore.client.KVStoreClient``; :func:`open_store` picks one from an address.
 :class:`KVConnector` is what the scheduler uses: it hashes nothing itself, it only finds how
 much of a hash chain the store holds, copies those blocks into cache blocks, and saves new
 full blocks.
@@ -67,10 +67,10 @@ class LocalStore:
 
 
 class RemoteStore:
-    """:class:`BlockStore` over ``server.client.KVStoreClient`` (a ``kvstore serve``)."""
+    """:class:`BlockStore` over ``kvstore.client.KVStoreClient`` (a ``kvstore serve``)."""
 
     def __init__(self, url: str) -> None:
-        from server.client import KVStoreClient
+        from kvstore.client import KVStoreClient
 
         self.client = KVStoreClient(url)
 

@@ -23,12 +23,12 @@ from typing import Any
 import uvicorn
 
 from kvstore import __version__
+from kvstore.client.discovery import host_id
+from kvstore.protocol.frame import PROTOCOL_VERSION
 from server.app import create_app
 from server.auth import Authenticator
-from server.dataplane import DataPlane
-from server.discovery import host_id
+from server.dataplane.server import DataPlane
 from server.metrics import ServerMetrics
-from server.protocol import PROTOCOL_VERSION
 from server.schemas import InfoOut, ShmInfo
 from server.settings import ServerSettings
 

@@ -8,7 +8,7 @@ import os
 import httpx
 import pytest
 
-from server.client import (
+from kvstore.client import (
     AuthenticationError,
     KVStoreClient,
     PermissionDeniedError,

@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from server.client import (
+from kvstore.client import (
     AsyncKVStoreClient,
     BlockSizeError,
     KVStoreClient,

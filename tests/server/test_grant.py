@@ -10,8 +10,8 @@ from collections.abc import Callable
 
 import pytest
 
-from server.client import KVStoreClient
-from server.client_conn import FrameSocket
+from kvstore.client import KVStoreClient
+from kvstore.client.socket_conn import FrameSocket
 from server.launcher import ServerProc
 
 BLOCK = 64 << 10

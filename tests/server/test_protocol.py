@@ -5,9 +5,9 @@ from __future__ import annotations
 import msgpack
 import pytest
 
-from server.client_plan import batches, get_batch, slab_room
-from server.discovery import ServerInfo
-from server.protocol import (
+from kvstore.client.discovery import ServerInfo
+from kvstore.client.plan import batches, get_batch, slab_room
+from kvstore.protocol.frame import (
     PREFIX,
     FrameError,
     arg_hashes,

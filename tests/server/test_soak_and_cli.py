@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from server.client import KVStoreClient
+from kvstore.client import KVStoreClient
 from server.launcher import ROOT, ServerProc, kvstore_cmd
 
 

@@ -13,8 +13,8 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from server.client import AsyncKVStoreClient, KVStoreClient, StaleStagingError
-from server.client_conn import FrameSocket
+from kvstore.client import AsyncKVStoreClient, KVStoreClient, StaleStagingError
+from kvstore.client.socket_conn import FrameSocket
 from server.launcher import ServerProc
 
 BLOCK = 64 << 10
@@ -168,7 +168,7 @@ def test_places_of_a_put_whose_reply_was_lost_are_never_written_again(
 def test_async_places_of_a_cancelled_put_are_never_written_again(
     server: ServerProc, ns_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from server.aclient_conn import AsyncConn
+    from kvstore.client.stream_conn import AsyncConn
 
     async def main() -> None:
         async with AsyncKVStoreClient(server.url, use_shm=True) as c:

@@ -12,7 +12,7 @@ Each op returns ``(reply fields, payload buffers)``.
 Pins and shared-memory reservations belong to the session's ``owner`` (chosen by the client
 in ``hello`` so that all its connections share it); reads through shared memory pin under
 ``owner + "#read"`` so that releasing them never drops a pin the client took with ``pin``.
-The ``shm_*`` ops are in :mod:`server.dataplane_shm`.
+The ``shm_*`` ops are in :mod:`server.dataplane.shm_ops`.
 """
 
 from __future__ import annotations
@@ -25,12 +25,7 @@ from typing import Any
 
 from kvstore.errors import WouldBlock
 from kvstore.namespace import Layout, Namespace
-from server.auth import Authenticator, Principal
-from server.buffers import BufferPool
-from server.dataplane_shm import SharedMemoryOps
-from server.direct_put import DirectPut
-from server.errors import AuthError
-from server.protocol import (
+from kvstore.protocol.frame import (
     Buffer,
     FrameError,
     arg_bool,
@@ -41,6 +36,11 @@ from server.protocol import (
     arg_str,
     split_payload,
 )
+from server.auth import Authenticator, Principal
+from server.dataplane.buffers import BufferPool
+from server.dataplane.direct_put import DirectPut
+from server.dataplane.shm_ops import SharedMemoryOps
+from server.errors import AuthError
 from server.settings import ServerSettings
 from server.writes import durable_put
 

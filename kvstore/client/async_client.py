@@ -1,5 +1,5 @@
 """asyncio client of the kvstore data plane: the same methods as
-:class:`server.client.KVStoreClient`, as coroutines.
+:class:`kvstore.client.sync_client.KVStoreClient`, as coroutines.
 
 Connections come from a small pool (``pool_size``), so concurrent tasks run concurrent
 requests; the shared-memory path (local puts through staged places in one round trip) and the
@@ -15,19 +15,19 @@ from typing import Any, TypeVar
 
 import httpx
 
-from server.aclient_conn import AsyncConn, copy_into
-from server.client_errors import (
+from kvstore.client.discovery import ServerInfo, auth_headers, check_response, info_url, parse_info
+from kvstore.client.errors import (
     CapacityError,
     KVStoreClientError,
     KVStoreUnavailableError,
     ProtocolError,
     StaleStagingError,
 )
-from server.client_plan import batches, get_batch, merge_put, slab_room
-from server.client_stage import StagedPlaces
-from server.discovery import ServerInfo, auth_headers, check_response, info_url, parse_info
-from server.protocol import Buffer
-from server.shm import SlabMapping, remap
+from kvstore.client.plan import batches, get_batch, merge_put, slab_room
+from kvstore.client.shm import SlabMapping, remap
+from kvstore.client.staging import StagedPlaces
+from kvstore.client.stream_conn import AsyncConn, copy_into
+from kvstore.protocol.frame import Buffer
 
 T = TypeVar("T")
 

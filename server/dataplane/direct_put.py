@@ -18,9 +18,9 @@ import itertools
 from collections.abc import Iterator
 from typing import Any
 
+from kvstore.protocol.frame import arg_sizes, decode_header
 from kvstore.types import PutResult
-from server.buffers import BufferPool
-from server.protocol import arg_sizes, decode_header
+from server.dataplane.buffers import BufferPool
 
 RECV_SUFFIX = "#recv"
 _ids = itertools.count()

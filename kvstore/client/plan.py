@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from server.discovery import ServerInfo
+from kvstore.client.discovery import ServerInfo
 
 _HEADER_ROOM = 1 << 20  # bytes of a frame kept for its header
 _GUESS_BLOCK = 1 << 20  # bytes per block assumed before a namespace's size is seen

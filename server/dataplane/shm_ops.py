@@ -18,12 +18,12 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from server.protocol import FrameError, arg_bool, arg_float, arg_int, arg_ints
+from kvstore.protocol.frame import FrameError, arg_bool, arg_float, arg_int, arg_ints
 from server.settings import ServerSettings
 
 if TYPE_CHECKING:
     from kvstore.namespace import Namespace
-    from server.dataplane_ops import Reply, Session
+    from server.dataplane.ops import Reply, Session
 
 READ_SUFFIX = "#read"
 # Grants (shm_lookup) pin under their own owner, which outlives the client's connections: the
@@ -33,7 +33,7 @@ GRANT_SUFFIX = "#grant"
 
 
 class SharedMemoryOps:
-    """Mixin of :class:`server.dataplane_ops.Ops`; uses its store, settings and helpers."""
+    """Mixin of :class:`server.dataplane.ops.Ops`; uses its store, settings and helpers."""
 
     store: Any
     settings: ServerSettings

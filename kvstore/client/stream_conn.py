@@ -6,9 +6,9 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from server.client_errors import KVStoreUnavailableError, ProtocolError, from_reply
-from server.discovery import ServerInfo
-from server.protocol import PREFIX, PREFIX_BYTES, Buffer, decode_header, encode_frame
+from kvstore.client.discovery import ServerInfo
+from kvstore.client.errors import KVStoreUnavailableError, ProtocolError, from_reply
+from kvstore.protocol.frame import PREFIX, PREFIX_BYTES, Buffer, decode_header, encode_frame
 
 
 class AsyncConn:

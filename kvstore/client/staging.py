@@ -15,8 +15,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from server.protocol import Buffer
-    from server.shm import SlabMapping
+    from kvstore.client.shm import SlabMapping
+    from kvstore.protocol.frame import Buffer
 
 STAGE_RETRY_S = 30.0  # after the server staged too few places for a batch size, reserve instead
 

@@ -1,4 +1,4 @@
-"""One data plane connection: reads frames (see :mod:`server.protocol`), serves, replies.
+"""One data plane connection: reads frames (see :mod:`kvstore.protocol.frame`), serves, replies.
 
 Each connection is an ``asyncio.BufferedProtocol`` that receives every frame piece straight
 into its final buffer (the payload lands once, where the store reads it). A connection serves
@@ -20,11 +20,7 @@ import socket
 import time
 from typing import TYPE_CHECKING, Any
 
-from server.dataplane_ops import Session
-from server.direct_put import DirectPut
-from server.direct_put import begin as begin_direct
-from server.errors import map_error
-from server.protocol import (
+from kvstore.protocol.frame import (
     PREFIX_BYTES,
     Buffer,
     FrameError,
@@ -32,9 +28,13 @@ from server.protocol import (
     decode_prefix,
     encode_frame,
 )
+from server.dataplane.direct_put import DirectPut
+from server.dataplane.direct_put import begin as begin_direct
+from server.dataplane.ops import Session
+from server.errors import map_error
 
 if TYPE_CHECKING:
-    from server.dataplane import DataPlane
+    from server.dataplane.server import DataPlane
 
 log = logging.getLogger("kvstore.dataplane")
 

@@ -20,36 +20,23 @@ from typing import Any, TypeVar
 
 import httpx
 
-from server.client_conn import FrameSocket
-from server.client_errors import (
-    AuthenticationError,
-    BadRequestError,
-    BlockSizeError,
+from kvstore.client.discovery import ServerInfo, auth_headers, check_response, info_url, parse_info
+from kvstore.client.errors import (
     CapacityError,
     KVStoreClientError,
     KVStoreUnavailableError,
-    NamespaceConflictError,
-    PermissionDeniedError,
     ProtocolError,
     StaleStagingError,
-    StoreUnavailableError,
-    UnknownNamespaceError,
 )
-from server.client_grant import Grant, GrantedReads
-from server.client_plan import batches, get_batch, merge_put, slab_room
-from server.client_stage import StagedPlaces
-from server.discovery import ServerInfo, auth_headers, check_response, info_url, parse_info
-from server.protocol import Buffer
-from server.shm import SlabMapping, remap
+from kvstore.client.grant import GrantedReads
+from kvstore.client.plan import batches, get_batch, merge_put, slab_room
+from kvstore.client.shm import SlabMapping, remap
+from kvstore.client.socket_conn import FrameSocket
+from kvstore.client.staging import StagedPlaces
+from kvstore.protocol.frame import Buffer
 
 T = TypeVar("T")
 
-__all__ = [
-    "AsyncKVStoreClient", "AuthenticationError", "BadRequestError", "BlockSizeError",
-    "CapacityError", "Grant", "KVStoreClient", "KVStoreClientError", "KVStoreUnavailableError",
-    "NamespaceConflictError", "PermissionDeniedError", "ProtocolError", "StaleStagingError",
-    "StoreUnavailableError", "UnknownNamespaceError",
-]
 
 
 class KVStoreClient(GrantedReads):
@@ -323,5 +310,3 @@ class KVStoreClient(GrantedReads):
             if conn in self._conns:
                 self._conns.remove(conn)
 
-
-from server.aclient import AsyncKVStoreClient  # noqa: E402  (re-export; imports us lazily)

@@ -13,8 +13,8 @@ import struct
 from collections.abc import Sequence
 from typing import Any
 
-from server.client_errors import KVStoreUnavailableError, ProtocolError, from_reply
-from server.protocol import PREFIX, PREFIX_BYTES, Buffer, decode_header, encode_frame
+from kvstore.client.errors import KVStoreUnavailableError, ProtocolError, from_reply
+from kvstore.protocol.frame import PREFIX, PREFIX_BYTES, Buffer, decode_header, encode_frame
 
 _IOV_MAX = 512
 
@@ -86,7 +86,7 @@ class FrameSocket:
                 into: Sequence[Buffer | None] | None = None) -> tuple[dict[str, Any], list[Any]]:
         """Send one request and read its reply: ``(reply, blocks)`` where ``blocks[i]`` is the
         bytes of block ``i`` (None where ``sizes[i] == -1``), or, with ``into``, True/False
-        after copying into ``into[i]``. Raises the :mod:`server.client_errors` error of an
+        after copying into ``into[i]``. Raises the :mod:`kvstore.client.errors` error of an
         error reply; OSError if the connection broke."""
         rid = self._next_id
         self._next_id += 1

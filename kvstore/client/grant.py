@@ -19,12 +19,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from server.client_errors import KVStoreClientError, ProtocolError
+from kvstore.client.errors import KVStoreClientError, ProtocolError
 
 if TYPE_CHECKING:
-    from server.client_conn import FrameSocket
-    from server.discovery import ServerInfo
-    from server.shm import Extents, SlabMapping
+    from kvstore.client.discovery import ServerInfo
+    from kvstore.client.shm import Extents, SlabMapping
+    from kvstore.client.socket_conn import FrameSocket
 
 T = TypeVar("T")
 
@@ -49,7 +49,7 @@ class Grant:
 
 
 class GrantedReads:
-    """Mixin of :class:`server.client.KVStoreClient`; uses its session and retry helpers."""
+    """Mixin of :class:`kvstore.client.KVStoreClient`; uses its session and retry helpers."""
 
     if TYPE_CHECKING:
         def _session(self) -> tuple[FrameSocket, ServerInfo, SlabMapping | None]: ...
