@@ -1,11 +1,11 @@
 """Granted reads: look up a chain and pin its host-resident blocks in one round trip.
 
 An engine's scheduler and its workers are different processes, each with its own client. The
-scheduler asks :meth:`GrantedReads.lookup_acquire`: the server answers the lookup and, for each
+scheduler asks :meth:`KVStoreClient.lookup_acquire`: the server answers the lookup and, for each
 block of the hit that its host tier holds, pins it and returns its extents in the shared slab
 (op ``shm_lookup``). The scheduler passes the :class:`Grant` to the workers, which copy the
-bytes straight out of their own mapping of the slab (:meth:`GrantedReads.mapped_slab`) with no
-round trip, and then :meth:`GrantedReads.release_grant` drops the pins.
+bytes straight out of their own mapping of the slab (:meth:`KVStoreClient.mapped_slab`) with no
+round trip, and then :meth:`KVStoreClient.release_grant` drops the pins.
 
 A grant is only good while its pins hold: for ``lease_s`` seconds, and only in the server
 instance that made it (a restarted server's slab is a new segment). Readers check both. The
@@ -15,18 +15,21 @@ worker is copying): only a release or the end of the lease drops them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
 
-from kvstore.client.errors import KVStoreClientError, ProtocolError
-
-if TYPE_CHECKING:
-    from kvstore.client.discovery import ServerInfo
-    from kvstore.client.shm import Extents, SlabMapping
-    from kvstore.client.socket_conn import FrameSocket
-
-T = TypeVar("T")
+from kvstore.client.errors import ProtocolError
+from kvstore.client.exchange import Call, Link, Steps
+from kvstore.protocol import (
+    Extents,
+    Lookup,
+    LookupReply,
+    ReleaseReply,
+    ShmLookup,
+    ShmLookupReply,
+    ShmRelease,
+)
+from kvstore.types import BlockHash
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +38,7 @@ class Grant:
 
     ``extents[i]`` locates block ``i`` of the hit in the slab of server ``instance`` (None
     where only a lower tier holds it, or without shared memory, in which case ``instance`` is
-    empty). Release the hashes that have extents with :meth:`GrantedReads.release_grant`.
+    empty). Release the hashes that have extents with :meth:`KVStoreClient.release_grant`.
     """
 
     prefix_blocks: int
@@ -43,59 +46,30 @@ class Grant:
     extents: list[Extents | None]
     instance: str
 
-    def granted(self, hashes: Sequence[bytes]) -> list[bytes]:
+    def granted(self, hashes: Sequence[bytes]) -> list[BlockHash]:
         """The hashes of the hit that this grant pinned (``hashes`` as looked up)."""
-        return [bytes(h) for h, e in zip(hashes, self.extents, strict=False) if e is not None]
+        return [BlockHash(bytes(h)) for h, e in zip(hashes, self.extents, strict=False)
+                if e is not None]
 
 
-class GrantedReads:
-    """Mixin of :class:`kvstore.client.KVStoreClient`; uses its session and retry helpers."""
+def lookup_acquire(link: Link, ns: str, hashes: Sequence[BlockHash],
+                   lease_s: float | None) -> Steps[Grant]:
+    """Steps of :meth:`KVStoreClient.lookup_acquire`: ``shm_lookup``, or without the slab a
+    plain ``lookup`` (no extents)."""
+    if link.slab is None:
+        header, _ = yield Call(Lookup(ns, list(hashes)))
+        found = LookupReply.from_header(header)
+        n = int(found.prefix_blocks)
+        return Grant(n, list(found.tiers), [None] * n, "")
+    header, _ = yield Call(ShmLookup(ns, list(hashes), lease_s))
+    reply = ShmLookupReply.from_header(header)
+    extents, n = list(reply.extents), int(reply.prefix_blocks)
+    if len(extents) != n:
+        raise ProtocolError(f"shm_lookup returned {len(extents)} extents for a hit of {n} blocks")
+    return Grant(n, list(reply.tiers), extents, link.info.instance)
 
-    if TYPE_CHECKING:
-        def _session(self) -> tuple[FrameSocket, ServerInfo, SlabMapping | None]: ...
-        def _retry(self, fn: Callable[[], T]) -> T: ...
-        def _call(self, header: dict[str, Any], wait: bool = True) -> dict[str, Any]: ...
 
-    def lookup_acquire(self, namespace: str, hashes: Sequence[bytes],
-                       lease_s: float | None = None) -> Grant:
-        """Look up ``hashes`` and pin, for ``lease_s`` seconds (server default if None), each
-        block of the hit that the host tier holds; nothing is promoted. Without shared memory
-        this is a plain lookup and no extents come back."""
-        hs = list(hashes)
-
-        def call() -> Grant:
-            conn, info, slab = self._session()
-            if slab is None:
-                reply = conn.request({"op": "lookup", "ns": namespace, "hashes": hs})[0]
-                n = int(reply["prefix_blocks"])
-                return Grant(n, list(reply["tiers"]), [None] * n, "")
-            reply = conn.request({"op": "shm_lookup", "ns": namespace, "hashes": hs,
-                                  "lease_s": lease_s})[0]
-            extents = list(reply["extents"])
-            n = int(reply["prefix_blocks"])
-            if len(extents) != n:
-                raise ProtocolError(
-                    f"shm_lookup returned {len(extents)} extents for a hit of {n} blocks")
-            return Grant(n, list(reply["tiers"]), extents, info.instance)
-
-        return self._retry(call)
-
-    def release_grant(self, namespace: str, hashes: Sequence[bytes], *,
-                      wait: bool = True) -> int:
-        """Drop the pins of a :class:`Grant` on ``hashes``; how many were held (0 with
-        ``wait=False``, which does not wait for the answer). Grant pins outlive this client's
-        connections (another process may be copying them): release them, or they stay until
-        their lease runs out."""
-        reply = self._call({"op": "shm_release", "ns": namespace, "hashes": list(hashes),
-                            "grant": True}, wait)
-        return int(reply.get("released", 0))
-
-    def mapped_slab(self, instance: str) -> SlabMapping | None:
-        """This client's mapping of the slab of server ``instance``, or None when it is
-        connected elsewhere, has no shared memory or cannot connect. The mapping stays valid
-        until the client is closed or reconnects."""
-        try:
-            _, info, slab = self._session()
-        except (OSError, KVStoreClientError):
-            return None
-        return slab if instance and info.instance == instance else None
+def release_grant(_: Link, ns: str, hashes: Sequence[BlockHash], wait: bool) -> Steps[int]:
+    """Steps of :meth:`KVStoreClient.release_grant` (``shm_release`` with ``grant``)."""
+    header, _blocks = yield Call(ShmRelease(ns, list(hashes), grant=True), noreply=not wait)
+    return int(ReleaseReply.from_header(header).released) if wait else 0

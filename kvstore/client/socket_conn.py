@@ -11,10 +11,13 @@ import contextlib
 import socket
 import struct
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvstore.client.errors import KVStoreUnavailableError, ProtocolError, from_reply
 from kvstore.protocol.frame import PREFIX, PREFIX_BYTES, Buffer, decode_header, encode_frame
+
+if TYPE_CHECKING:
+    from kvstore.client.exchange import Answer, Call
 
 _IOV_MAX = 512
 
@@ -82,6 +85,10 @@ class FrameSocket:
             view = view[got:]
 
     # -- one request ----------------------------------------------------------------------
+    def call(self, call: Call) -> Answer:
+        """Send one planned request (see :mod:`kvstore.client.exchange`); its answer."""
+        return self.request(call.header(), call.payload, call.into)
+
     def request(self, header: dict[str, Any], payload: Sequence[Buffer] = (),
                 into: Sequence[Buffer | None] | None = None) -> tuple[dict[str, Any], list[Any]]:
         """Send one request and read its reply: ``(reply, blocks)`` where ``blocks[i]`` is the

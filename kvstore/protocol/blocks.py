@@ -12,7 +12,6 @@ from typing import ClassVar, Self
 
 from kvstore.protocol.fields import arg_bool, arg_float, arg_sizes
 from kvstore.protocol.message import Header, Limits, NsRequest, Reply, read_ns_hashes
-from kvstore.types import BlockHash
 
 
 @dataclass(slots=True)
@@ -21,8 +20,6 @@ class Put(NsRequest):
 
     op: ClassVar[str] = "put"
     takes_payload: ClassVar[bool] = True
-    ns: str
-    hashes: list[BlockHash]
     sizes: list[int]
     durable: bool = False
 
@@ -45,8 +42,6 @@ class PutReply(Reply):
 @dataclass(slots=True)
 class Get(NsRequest):
     op: ClassVar[str] = "get"
-    ns: str
-    hashes: list[BlockHash]
 
 
 @dataclass(slots=True)
@@ -61,8 +56,6 @@ class Lookup(NsRequest):
     """The longest cached prefix of a hash chain and each of its blocks' tier."""
 
     op: ClassVar[str] = "lookup"
-    ns: str
-    hashes: list[BlockHash]
 
 
 @dataclass(slots=True)
@@ -76,8 +69,6 @@ class Prefetch(NsRequest):
     """Onboard blocks toward RAM in the background."""
 
     op: ClassVar[str] = "prefetch"
-    ns: str
-    hashes: list[BlockHash]
 
 
 @dataclass(slots=True)
@@ -90,8 +81,6 @@ class Pin(NsRequest):
     """Pin blocks for ``lease_s`` seconds (the server's default when None)."""
 
     op: ClassVar[str] = "pin"
-    ns: str
-    hashes: list[BlockHash]
     lease_s: float | None = None
 
     @classmethod
@@ -109,8 +98,6 @@ class Release(NsRequest):
     """Drop the session owner's pins on blocks."""
 
     op: ClassVar[str] = "release"
-    ns: str
-    hashes: list[BlockHash]
 
 
 @dataclass(slots=True)
@@ -123,8 +110,6 @@ class ReleaseReply(Reply):
 @dataclass(slots=True)
 class Delete(NsRequest):
     op: ClassVar[str] = "delete"
-    ns: str
-    hashes: list[BlockHash]
 
 
 @dataclass(slots=True)

@@ -11,6 +11,7 @@ The op table (:mod:`kvstore.protocol.ops`) finds a request class by its op name.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple, Self
 
 from kvstore.protocol.fields import arg_hashes, arg_str
@@ -46,16 +47,17 @@ class Request:
         return cls()
 
 
+@dataclass(slots=True)
 class NsRequest(Request):
-    """The shape of most ops: a namespace and a batch of block hashes."""
+    """The shape of most ops: a namespace and a batch of block hashes (subclasses name the
+    op and may add fields)."""
 
-    __slots__ = ()
     ns: str
     hashes: list[BlockHash]
 
     @classmethod
     def from_header(cls, header: Header, limits: Limits) -> Self:
-        return cls(*read_ns_hashes(header, limits))  # type: ignore[call-arg]
+        return cls(*read_ns_hashes(header, limits))
 
 
 def read_ns_hashes(header: Header, limits: Limits) -> tuple[str, list[BlockHash]]:

@@ -13,25 +13,26 @@ from typing import Any, ClassVar, Self
 from kvstore.protocol.fields import arg_bool, arg_float, arg_int, arg_ints, arg_str
 from kvstore.protocol.frame import FrameError
 from kvstore.protocol.message import Header, Limits, NsRequest, Reply, Request, read_ns_hashes
-from kvstore.types import BlockHash
 
 Extents = list[list[int]]  # [[offset, length], ...] of one block
 
 
 class ShmRequest(NsRequest):
+    """An op of the shared-memory path: refused where the server offers no slab."""
+
     __slots__ = ()
     needs_shm: ClassVar[bool] = True
 
 
+@dataclass(slots=True)
 class LeasedRequest(ShmRequest):
     """A namespace, hashes and the lease of what it pins or reserves."""
 
-    __slots__ = ()
+    lease_s: float | None = None
 
     @classmethod
     def from_header(cls, header: Header, limits: Limits) -> Self:
-        return cls(*read_ns_hashes(header, limits),  # type: ignore[call-arg]
-                   arg_float(header, "lease_s"))
+        return cls(*read_ns_hashes(header, limits), arg_float(header, "lease_s"))
 
 
 @dataclass(slots=True)
@@ -39,9 +40,6 @@ class ShmReserve(LeasedRequest):
     """Reserve slab places for new blocks (None for a block stored already)."""
 
     op: ClassVar[str] = "shm_reserve"
-    ns: str
-    hashes: list[BlockHash]
-    lease_s: float | None = None
 
 
 @dataclass(slots=True)
@@ -56,15 +54,11 @@ class ShmCommit(ShmRequest):
     """Publish reserved blocks once their bytes are in the slab (replies a ``PutReply``)."""
 
     op: ClassVar[str] = "shm_commit"
-    ns: str
-    hashes: list[BlockHash]
 
 
 @dataclass(slots=True)
 class ShmAbort(ShmRequest):
     op: ClassVar[str] = "shm_abort"
-    ns: str
-    hashes: list[BlockHash]
 
 
 @dataclass(slots=True)
@@ -77,9 +71,6 @@ class ShmAcquire(LeasedRequest):
     """Pin blocks for reading and hand out their extents (until ``shm_release``)."""
 
     op: ClassVar[str] = "shm_acquire"
-    ns: str
-    hashes: list[BlockHash]
-    lease_s: float | None = None
 
 
 @dataclass(slots=True)
@@ -88,8 +79,6 @@ class ShmRelease(ShmRequest):
     ``ReleaseReply``)."""
 
     op: ClassVar[str] = "shm_release"
-    ns: str
-    hashes: list[BlockHash]
     grant: bool = False
 
     @classmethod
@@ -126,8 +115,6 @@ class ShmPut(ShmRequest):
     many places again."""
 
     op: ClassVar[str] = "shm_put"
-    ns: str
-    hashes: list[BlockHash]
     places: list[int]
 
     @classmethod
@@ -153,9 +140,6 @@ class ShmLookup(LeasedRequest):
     other processes (a grant; ``shm_release`` with ``grant`` drops it)."""
 
     op: ClassVar[str] = "shm_lookup"
-    ns: str
-    hashes: list[BlockHash]
-    lease_s: float | None = None
 
 
 @dataclass(slots=True)

@@ -117,7 +117,7 @@ class SharedMemoryOps:
         result, used = await self._now(self._put_staged, ns.name, req.hashes, req.places,
                                        session.owner)
         staged = await self._now(self._stage, ns.name, len(used), session.owner) if used else []
-        return ShmPutReply(*result, used, staged), []
+        return ShmPutReply(result.stored, result.existing, result.refused, used, staged), []
 
     def _put_staged(self, ns: str, hashes: list[bytes], places: list[int], owner: str,
                     nowait: bool = False) -> Any:

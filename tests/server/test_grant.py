@@ -89,7 +89,7 @@ def test_without_shared_memory_a_grant_is_a_plain_lookup(server: ServerProc,
 def test_bad_shm_lookup_frames_get_error_frames(server: ServerProc, ns_name: str) -> None:
     with KVStoreClient(server.url, use_shm=True) as c:
         c.register_namespace(ns_name, BLOCK, {"model_id": "m"})
-        info = c._session()[1]
+        info = c._session()[1].info
     conn = FrameSocket.connect(info.target, 5)
     try:
         conn.request({"op": "hello", "owner": "granted"})
