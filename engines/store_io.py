@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import torch
 
 from engines.decoder import kernels
+from kvstore.types import BlockHash
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +67,11 @@ class LocalStore:
         pass  # the store belongs to whoever built it
 
 
+def _block_hashes(hashes: Sequence[bytes]) -> list[BlockHash]:
+    """The engine's chained hashes, as the client's typed block hashes (no copy of any)."""
+    return cast("list[BlockHash]", list(hashes))
+
+
 class RemoteStore:
     """:class:`BlockStore` over ``kvstore.client.KVStoreClient`` (a ``kvstore serve``)."""
 
@@ -80,20 +86,20 @@ class RemoteStore:
                                        hash_seed=hash_seed)
 
     def lookup(self, namespace: str, hashes: Sequence[bytes]) -> int:
-        result = self.client.lookup(namespace, list(hashes))
+        result = self.client.lookup(namespace, _block_hashes(hashes))
         return int(result[0])
 
     def get(self, namespace: str, hashes: Sequence[bytes]) -> list[bytes | None]:
-        return list(self.client.get(namespace, list(hashes)))
+        return list(self.client.get(namespace, _block_hashes(hashes)))
 
     def put(self, namespace: str, hashes: Sequence[bytes], blocks: Sequence[Buffer]) -> None:
-        self.client.put(namespace, list(hashes), list(blocks))
+        self.client.put(namespace, _block_hashes(hashes), list(blocks))
 
     def get_into(self, namespace: str, hashes: Sequence[bytes],
                  buffers: Sequence[memoryview]) -> list[bool]:
         """Copy blocks straight into writable buffers (cache rows): one copy out of the
         server's shared memory instead of two."""
-        return list(self.client.get_into(namespace, list(hashes), list(buffers)))
+        return list(self.client.get_into(namespace, _block_hashes(hashes), list(buffers)))
 
     def close(self) -> None:
         self.client.close()

@@ -25,6 +25,7 @@ from connectors.vllm.stats import KVStoreConnectorStats
 from connectors.vllm.store_link import StoreLink
 from kvstore.client import Grant
 from kvstore.keys import BlockHasher
+from kvstore.types import BlockHash
 
 if TYPE_CHECKING:
     from vllm.v1.core.kv_cache_manager import KVCacheBlocks
@@ -43,7 +44,7 @@ class _Pins:
     and whoever still holds it afterwards releases nothing."""
 
     plain: list[bytes] = field(default_factory=list)
-    granted: list[bytes] = field(default_factory=list)
+    granted: list[BlockHash] = field(default_factory=list)
 
     def release(self, link: StoreLink) -> None:
         plain, granted = self.plain, self.granted
