@@ -25,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +35,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import httpx
 from common import report, row
 
+from kvstore.client import KVStoreClient
 from kvstore.testing.proc import free_port
 from kvstore.testing.server import ServerProc
-from server.client import KVStoreClient
+from kvstore.types import BlockHash
 
 Case = tuple[Callable[[], object], Callable[[], object], Callable[[], object]]  # setup, run, after
 
@@ -79,19 +80,19 @@ class Redis:
             except redis.ConnectionError:
                 time.sleep(0.05)
 
-    def put(self, keys: list[bytes], blocks: list[bytes]) -> None:
+    def put(self, keys: Sequence[bytes], blocks: list[bytes]) -> None:
         pipe = self.client.pipeline(transaction=False)
         for k, b in zip(keys, blocks, strict=True):
             pipe.set(k, b)
         pipe.execute()
 
-    def get(self, keys: list[bytes]) -> list[Any]:
+    def get(self, keys: Sequence[bytes]) -> list[Any]:
         pipe = self.client.pipeline(transaction=False)
         for k in keys:
             pipe.get(k)
         return list(pipe.execute())
 
-    def delete(self, keys: list[bytes]) -> None:
+    def delete(self, keys: Sequence[bytes]) -> None:
         self.client.delete(*keys)
 
     def close(self) -> None:
@@ -100,8 +101,8 @@ class Redis:
         self.proc.wait(10)
 
 
-def keys_for(tag: str, n: int) -> list[bytes]:
-    return [hashlib.sha256(f"{tag}/{i}/{time.perf_counter_ns()}".encode()).digest()
+def keys_for(tag: str, n: int) -> list[BlockHash]:
+    return [BlockHash(hashlib.sha256(f"{tag}/{i}/{time.perf_counter_ns()}".encode()).digest())
             for i in range(n)]
 
 
@@ -116,21 +117,21 @@ def throughput_rows(srv: ServerProc, redis: Redis | None, block: int, count: int
     tcp = KVStoreClient(srv.url, use_shm=False, transport="tcp")
     rest = httpx.Client(base_url=srv.url, timeout=60)
     shm.register_namespace(ns, block, {"model_id": "bench"})
-    fresh: dict[str, list[bytes]] = {}
+    fresh: dict[str, list[BlockHash]] = {}
 
     def memcpy_put() -> None:
         for d, b in zip(dest, blocks, strict=True):
             d[:] = b
 
-    def put_case(name: str, fn: Callable[[list[bytes]], object],
-                 drop: Callable[[list[bytes]], object]) -> Case:
+    def put_case(name: str, fn: Callable[[list[BlockHash]], object],
+                 drop: Callable[[list[BlockHash]], object]) -> Case:
         return (lambda: fresh.__setitem__(name, keys_for(name, count)),
                 lambda: fn(fresh[name]), lambda: drop(fresh[name]))
 
-    def drop(keys: list[bytes]) -> None:
+    def drop(keys: list[BlockHash]) -> None:
         shm.delete(ns, keys)
 
-    def rest_put(keys: list[bytes]) -> None:
+    def rest_put(keys: list[BlockHash]) -> None:
         for k, b in zip(keys, blocks, strict=True):
             rest.put(f"/v1/blocks/{ns}/{k.hex()}", content=b).raise_for_status()
 

@@ -26,8 +26,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from kvstore.client import KVStoreClient
 from kvstore.testing.server import ServerProc
-from server.client import KVStoreClient
+from kvstore.types import BlockHash
 from server.settings import parse_size
 
 
@@ -35,8 +36,8 @@ def block_for(key: bytes, size: int) -> bytes:
     return key * (size // len(key))
 
 
-def key_for(i: int) -> bytes:
-    return hashlib.sha256(f"soak/{i}".encode()).digest()
+def key_for(i: int) -> BlockHash:
+    return BlockHash(hashlib.sha256(f"soak/{i}".encode()).digest())
 
 
 def rss(pid: int) -> dict[str, int]:

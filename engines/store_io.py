@@ -2,7 +2,7 @@
 
 The engine talks to any store through :class:`BlockStore` (four methods). Two adapters satisfy
 it: :class:`LocalStore` around an in-process ``kvstore.store.Store`` and :class:`RemoteStore`
-around ``server.client.KVStoreClient``; :func:`open_store` picks one from an address.
+around ``kvstore.client.KVStoreClient``; :func:`open_store` picks one from an address.
 :class:`KVConnector` is what the scheduler uses: it hashes nothing itself, it only finds how
 much of a hash chain the store holds, copies those blocks into cache blocks, and saves new
 full blocks.
@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import torch
 
 from engines.decoder import kernels
+from kvstore.types import BlockHash
 
 log = logging.getLogger(__name__)
 
@@ -66,11 +67,16 @@ class LocalStore:
         pass  # the store belongs to whoever built it
 
 
+def _block_hashes(hashes: Sequence[bytes]) -> list[BlockHash]:
+    """The engine's chained hashes, as the client's typed block hashes (no copy of any)."""
+    return cast("list[BlockHash]", list(hashes))
+
+
 class RemoteStore:
-    """:class:`BlockStore` over ``server.client.KVStoreClient`` (a ``kvstore serve``)."""
+    """:class:`BlockStore` over ``kvstore.client.KVStoreClient`` (a ``kvstore serve``)."""
 
     def __init__(self, url: str) -> None:
-        from server.client import KVStoreClient
+        from kvstore.client import KVStoreClient
 
         self.client = KVStoreClient(url)
 
@@ -80,20 +86,20 @@ class RemoteStore:
                                        hash_seed=hash_seed)
 
     def lookup(self, namespace: str, hashes: Sequence[bytes]) -> int:
-        result = self.client.lookup(namespace, list(hashes))
+        result = self.client.lookup(namespace, _block_hashes(hashes))
         return int(result[0])
 
     def get(self, namespace: str, hashes: Sequence[bytes]) -> list[bytes | None]:
-        return list(self.client.get(namespace, list(hashes)))
+        return list(self.client.get(namespace, _block_hashes(hashes)))
 
     def put(self, namespace: str, hashes: Sequence[bytes], blocks: Sequence[Buffer]) -> None:
-        self.client.put(namespace, list(hashes), list(blocks))
+        self.client.put(namespace, _block_hashes(hashes), list(blocks))
 
     def get_into(self, namespace: str, hashes: Sequence[bytes],
                  buffers: Sequence[memoryview]) -> list[bool]:
         """Copy blocks straight into writable buffers (cache rows): one copy out of the
         server's shared memory instead of two."""
-        return list(self.client.get_into(namespace, list(hashes), list(buffers)))
+        return list(self.client.get_into(namespace, _block_hashes(hashes), list(buffers)))
 
     def close(self) -> None:
         self.client.close()

@@ -22,12 +22,12 @@ from collections.abc import Callable, Iterator
 import uvicorn
 
 from kvstore import __version__
+from kvstore.client.discovery import host_id
+from kvstore.protocol.frame import PROTOCOL_VERSION
 from kvstore.store import StoreAPI
 from server.auth import Authenticator
-from server.dataplane import DataPlane
-from server.discovery import host_id
+from server.dataplane.server import DataPlane
 from server.metrics import ServerMetrics
-from server.protocol import PROTOCOL_VERSION
 from server.rest.app import create_app
 from server.rest.schemas import InfoOut, ShmInfo
 from server.settings import ServerSettings

@@ -25,7 +25,7 @@ class BlockTransfer:
     block_ids: list[int]
     hashes: list[bytes]
     notify: bool = True
-    # A load's grant (server.client_grant): where each block of namespace ``granted_ns``
+    # A load's grant (kvstore.client.grant): where each block of namespace ``granted_ns``
     # lies in the slab of server ``instance``, pinned by the scheduler at ``granted_at``
     # (time.monotonic, which is system-wide); None where the worker must fetch the block.
     # Only a worker whose namespace is ``granted_ns`` may use it: with tensor parallelism

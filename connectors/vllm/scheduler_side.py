@@ -7,7 +7,7 @@ blocks the store already has or will have once queued saves land. Each step
 prefix cache, copied asynchronously into freshly allocated pages) and saves (blocks that this
 step's forward pass completes). Nothing here touches KV bytes.
 
-The lookup is a grant (:mod:`server.client_grant`): the store pins the hit's blocks that its
+The lookup is a grant (:mod:`kvstore.client.grant`): the store pins the hit's blocks that its
 host tier holds and says where they lie in its shared slab. A load carries those places, so a
 worker on the store's host copies them into its pages without asking the store again.
 """
@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING, Any
 from connectors.vllm.metadata import BlockTransfer, KVStoreConnectorMetadata
 from connectors.vllm.stats import KVStoreConnectorStats
 from connectors.vllm.store_link import StoreLink
+from kvstore.client import Grant
 from kvstore.keys import BlockHasher
-from server.client_grant import Grant
+from kvstore.types import BlockHash
 
 if TYPE_CHECKING:
     from vllm.v1.core.kv_cache_manager import KVCacheBlocks
@@ -43,7 +44,7 @@ class _Pins:
     and whoever still holds it afterwards releases nothing."""
 
     plain: list[bytes] = field(default_factory=list)
-    granted: list[bytes] = field(default_factory=list)
+    granted: list[BlockHash] = field(default_factory=list)
 
     def release(self, link: StoreLink) -> None:
         plain, granted = self.plain, self.granted

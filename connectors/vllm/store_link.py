@@ -26,10 +26,10 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from connectors.vllm.config import ConnectorConfig
-from server.client_grant import Grant
+from kvstore.client import Grant
 
 if TYPE_CHECKING:
-    from server.shm import SlabMapping
+    from kvstore.client import SlabMapping
 
 # Under "vllm." so that records show in vLLM's own log format and level.
 logger = logging.getLogger(f"vllm.{__name__}")
@@ -49,7 +49,7 @@ class NamespaceMismatch(StoreMisconfigured):
 
 
 def _default_client(cfg: ConnectorConfig, owner: str) -> Any:
-    from server.client import KVStoreClient
+    from kvstore.client import KVStoreClient
 
     return KVStoreClient(cfg.url, token=cfg.token, timeout=cfg.timeout_s, owner=owner)
 
@@ -139,7 +139,7 @@ class StoreLink:
     def lookup_grant(self, hashes: Sequence[bytes]) -> Grant:
         """:meth:`lookup_tiers`, and each block of the hit that the store's host tier holds
         pinned for ``lease_s`` with its place in the store's shared slab, for a worker on this
-        host to copy without asking (see :mod:`server.client_grant`). Release the granted
+        host to copy without asking (see :mod:`kvstore.client.grant`). Release the granted
         hashes with :meth:`release_grant`. An empty grant when the store cannot say."""
         if hashes:
             try:

@@ -6,7 +6,7 @@ after the forward pass: the request they feed waits in ``WAITING_FOR_REMOTE_KVS`
 its pages is read by anyone until :meth:`WorkerSide.get_finished` reports it. Either way the
 copy never races attention. A block the scheduler's lookup found in the store's host tier
 comes with its place in the store's shared slab, pinned (a grant, see
-:mod:`server.client_grant`): the worker copies it from its own mapping of the slab straight
+:mod:`kvstore.client.grant`): the worker copies it from its own mapping of the slab straight
 into the pages, with no round trip. Any other block is fetched with ``get_into``. A block the
 store cannot supply (down, evicted, failed checksum) fails that block and every later one of
 the request: vLLM learns them from :meth:`WorkerSide.take_load_errors` and recomputes from the

@@ -5,11 +5,11 @@ Durability: LMDB commits are atomic and, opened with ``sync=True, metasync=True`
 flight and never leaves a half-written value. Each ``put_many``/``delete`` is one write
 transaction.
 
-The value starts with a fixed header (:mod:`kvstore.tiers.disk_records`: magic, version, layout id, checksum,
-payload size) so that :meth:`DiskTier.scan` can give the store every block's meta after a
-restart without a side table. A value whose magic is wrong is not ours (or is damaged): reads
-treat it as absent and scans skip it. Payload checksums are checked by the store
-(``verify_reads``), never here.
+The value starts with a fixed header (:mod:`kvstore.tiers.disk_records`: magic, version,
+layout id, checksum, payload size) so that :meth:`DiskTier.scan` can give the store every
+block's meta after a restart without a side table. A value whose magic is wrong is not ours
+(or is damaged): reads treat it as absent and scans skip it. Payload checksums are checked by
+the store (``verify_reads``), never here.
 
 Every block's meta is kept in memory (``_metas``), read from the headers once at open and kept
 up to date by every put and delete, so ``used_bytes`` (the sum of payload sizes), ``contains``

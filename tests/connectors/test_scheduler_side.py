@@ -43,7 +43,7 @@ def _side(server: Any, seed: str | None = None,
 def _pinned(server: Any, link: StoreLink) -> int:
     """Pinned blocks in the store. Pins and releases go out without waiting for an answer;
     a lookup on the same link's connection answers only after the server ran them."""
-    from server.client import KVStoreClient
+    from kvstore.client import KVStoreClient
 
     link.lookup_tiers([bytes(32)])
     with KVStoreClient(server.url) as c:

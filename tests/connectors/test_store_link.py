@@ -76,7 +76,7 @@ def test_forgotten_namespace_is_registered_again(server: Any, tmp_path: Any) -> 
 
 
 def _pinned(server: Any) -> int:
-    from server.client import KVStoreClient
+    from kvstore.client import KVStoreClient
 
     with KVStoreClient(server.url) as c:
         return int(c.stats()["totals"]["pinned"])

@@ -8,13 +8,13 @@ import os
 import httpx
 import pytest
 
-from kvstore.testing.server import ServerProc
-from server.client import (
+from kvstore.client import (
     AuthenticationError,
     KVStoreClient,
     PermissionDeniedError,
     UnknownNamespaceError,
 )
+from kvstore.testing.server import ServerProc
 from server.settings import load_settings
 
 ADMIN, TOK_A, TOK_B = "admin-secret", "tenant-a-secret", "tenant-b-secret"

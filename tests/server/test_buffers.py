@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from server.buffers import SMALL, BufferPool
+from server.dataplane.buffers import SMALL, BufferPool
 
 
 def test_buffers_are_reused_within_twice_the_size() -> None:

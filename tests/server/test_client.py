@@ -9,9 +9,7 @@ import threading
 
 import pytest
 
-from kvstore.testing.proc import free_port
-from kvstore.testing.server import ServerProc
-from server.client import (
+from kvstore.client import (
     AsyncKVStoreClient,
     BlockSizeError,
     KVStoreClient,
@@ -19,6 +17,8 @@ from server.client import (
     NamespaceConflictError,
     UnknownNamespaceError,
 )
+from kvstore.testing.proc import free_port
+from kvstore.testing.server import ServerProc
 
 BLOCK = 256 << 10  # spans several host slots: exercises multi-extent copies
 

@@ -11,9 +11,9 @@ from typing import Any
 import msgpack
 import pytest
 
+from kvstore.client import KVStoreClient
+from kvstore.protocol.frame import PREFIX, encode_frame
 from kvstore.testing.server import ServerProc
-from server.client import KVStoreClient
-from server.protocol import PREFIX, encode_frame
 
 BLOCK = 4096
 

@@ -1,5 +1,6 @@
-"""Socket puts read straight into host-slab places (server/direct_put.py): stored byte for byte,
-blocks already stored keep their bytes, and a frame that never completes frees its places."""
+"""Socket puts read straight into host-slab places (server/dataplane/direct_put.py): stored
+byte for byte, blocks already stored keep their bytes, and a frame that never completes frees
+its places."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ from collections.abc import Callable
 
 import msgpack
 
+from kvstore.client import KVStoreClient
+from kvstore.protocol.frame import PREFIX
 from kvstore.testing.server import ServerProc
-from server.client import KVStoreClient
-from server.protocol import PREFIX
 
 from .test_dataplane_faults import call, connect, h
 

@@ -10,7 +10,7 @@ import textwrap
 import threading
 import time
 
-from server.client import KVStoreClient
+from kvstore.client import KVStoreClient
 
 BLOCK = 64 << 10
 
@@ -105,7 +105,7 @@ def test_pins_of_a_dead_client_go(server, ns_name) -> None:
         before = c.stats()["totals"]["pinned"]
     script = textwrap.dedent(f"""
         import sys, time
-        from server.client import KVStoreClient
+        from kvstore.client import KVStoreClient
         c = KVStoreClient({server.url!r})
         assert c.pin({ns_name!r}, [bytes.fromhex({h(1).hex()!r}),
                                     bytes.fromhex({h(2).hex()!r})], lease_s=600) == [True, True]

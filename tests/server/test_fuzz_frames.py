@@ -11,9 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kvstore.client import KVStoreClient
+from kvstore.protocol.frame import PREFIX
 from kvstore.testing.server import ServerProc
-from server.client import KVStoreClient
-from server.protocol import PREFIX
 
 OPS = ["hello", "ping", "register", "namespaces", "put", "get", "lookup", "prefetch", "pin",
        "release", "delete", "stats", "health", "flush", "shm_reserve", "shm_commit",

@@ -10,9 +10,9 @@ from collections.abc import Callable
 
 import pytest
 
+from kvstore.client import KVStoreClient
+from kvstore.client.socket_conn import FrameSocket
 from kvstore.testing.server import ServerProc
-from server.client import KVStoreClient
-from server.client_conn import FrameSocket
 
 BLOCK = 64 << 10
 
@@ -89,7 +89,7 @@ def test_without_shared_memory_a_grant_is_a_plain_lookup(server: ServerProc,
 def test_bad_shm_lookup_frames_get_error_frames(server: ServerProc, ns_name: str) -> None:
     with KVStoreClient(server.url, use_shm=True) as c:
         c.register_namespace(ns_name, BLOCK, {"model_id": "m"})
-        info = c._session()[1]
+        info = c._session()[1].info
     conn = FrameSocket.connect(info.target, 5)
     try:
         conn.request({"op": "hello", "owner": "granted"})

@@ -11,9 +11,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from kvstore.client import KVStoreClient
 from kvstore.testing.proc import ROOT
 from kvstore.testing.server import ServerProc, kvstore_cmd
-from server.client import KVStoreClient
 
 
 @pytest.mark.slow

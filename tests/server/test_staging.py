@@ -13,9 +13,9 @@ from collections.abc import Callable
 import httpx
 import pytest
 
+from kvstore.client import AsyncKVStoreClient, KVStoreClient, StaleStagingError
+from kvstore.client.socket_conn import FrameSocket
 from kvstore.testing.server import ServerProc
-from server.client import AsyncKVStoreClient, KVStoreClient, StaleStagingError
-from server.client_conn import FrameSocket
 
 BLOCK = 64 << 10
 
@@ -53,7 +53,7 @@ def test_places_dropped_by_the_server_fall_back_to_reserving(
     with KVStoreClient(server.url, use_shm=True) as c, KVStoreClient(server.url) as watcher:
         c.register_namespace(ns_name, BLOCK, {"model_id": "m"})
         c.put(ns_name, *_blocks(4, f"{ns_name}/a"))
-        assert c._staged.held(ns_name)  # places held for the next put
+        assert c._core.transfers.staged.held(ns_name)  # places held for the next put
         c._drop_connection()  # our only connection: the server drops our leases and places
         for _ in range(100):  # the server notices the close asynchronously
             if watcher.stats()["tiers"]["host"]["bytes"] == 4 * BLOCK:  # our places are gone
@@ -67,13 +67,13 @@ def test_places_dropped_by_the_server_fall_back_to_reserving(
         assert _op_count(server, "shm_reserve") == reserves + 1
         assert c.get(ns_name, hashes) == data
         assert c.put(ns_name, *_blocks(4, f"{ns_name}/c"))["stored"] == 4  # staged again
-    assert c._staged.held(ns_name)
+    assert c._core.transfers.staged.held(ns_name)
 
 
 def test_bad_staged_put_frames_get_error_frames(server: ServerProc, ns_name: str) -> None:
     with KVStoreClient(server.url, use_shm=True) as c:
         c.register_namespace(ns_name, BLOCK, {"model_id": "m"})
-        info = c._session()[1]
+        info = c._session()[1].info
     conn = FrameSocket.connect(info.target, 5)
     try:
         conn.request({"op": "hello", "owner": "stager"})
@@ -122,16 +122,17 @@ def test_async_client_puts_through_staged_places(server: ServerProc, ns_name: st
 
             # places the server did not stage for this client: refused, then reserved
             await other.put(ns_name, *_blocks(4, f"{ns_name}/other"))
-            instance = c._info.instance if c._info else ""
-            theirs = other._staged.pooled(instance, ns_name, 4)
+            instance = c._core.info.instance if c._core.info else ""
+            theirs = other._core.transfers.staged.pooled(instance, ns_name, 4)
             assert theirs is not None and len(theirs) == 4
-            c._staged.forget(ns_name)
-            c._staged.give_back(instance, ns_name, theirs)
+            c._core.transfers.staged.forget(ns_name)
+            c._core.transfers.staged.give_back(instance, ns_name, theirs)
             hashes, data = _blocks(4, f"{ns_name}/stale")
             assert (await c.put(ns_name, hashes, data))["stored"] == 4
             assert _op_count(server, "shm_reserve") == reserves + 1
             assert await c.get(ns_name, hashes) == data
-            assert c._staged.held(ns_name) == 0  # dropped; the next put stages afresh
+            # dropped; the next put stages afresh
+            assert c._core.transfers.staged.held(ns_name) == 0
             assert (await c.put(ns_name, *_blocks(4, f"{ns_name}/again")))["stored"] == 4
             assert _op_count(server, "shm_reserve") == reserves + 1
 
@@ -168,7 +169,7 @@ def test_places_of_a_put_whose_reply_was_lost_are_never_written_again(
 def test_async_places_of_a_cancelled_put_are_never_written_again(
     server: ServerProc, ns_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from server.aclient_conn import AsyncConn
+    from kvstore.client.stream_conn import AsyncConn
 
     async def main() -> None:
         async with AsyncKVStoreClient(server.url, use_shm=True) as c:

@@ -68,7 +68,7 @@ class KVStoreServer(ServerProc):
         super().__init__(data_dir, host_capacity="256MiB")
 
     def client(self) -> Any:
-        from server.client import KVStoreClient
+        from kvstore.client import KVStoreClient
 
         return KVStoreClient(self.url)
 

@@ -1,4 +1,4 @@
-"""One data plane connection: reads frames (see :mod:`server.protocol`), serves, replies.
+"""One data plane connection: reads frames (see :mod:`kvstore.protocol.frame`), serves, replies.
 
 Each connection is an ``asyncio.BufferedProtocol`` that receives every frame piece straight
 into its final buffer (the payload lands once, where the store reads it). A connection serves
@@ -20,21 +20,24 @@ import socket
 import time
 from typing import TYPE_CHECKING, Any
 
-from server.dataplane_ops import Session
-from server.direct_put import DirectPut
-from server.direct_put import begin as begin_direct
-from server.errors import map_error
-from server.protocol import (
+from kvstore.protocol import REQUESTS
+from kvstore.protocol.frame import (
     PREFIX_BYTES,
     Buffer,
     FrameError,
     decode_header,
     decode_prefix,
     encode_frame,
+    error_reply,
+    ok_reply,
 )
+from server.dataplane.direct_put import DirectPut
+from server.dataplane.direct_put import begin as begin_direct
+from server.dataplane.ops import Session
+from server.errors import map_error
 
 if TYPE_CHECKING:
-    from server.dataplane import DataPlane
+    from server.dataplane.server import DataPlane
 
 log = logging.getLogger("kvstore.dataplane")
 
@@ -161,17 +164,16 @@ class Connection(asyncio.BufferedProtocol):
             rid = rid if isinstance(rid, int) and not isinstance(rid, bool) else 0
             noreply = header.get("noreply") is True
             name = header.get("op")
-            op = name if isinstance(name, str) and name in self.plane.ops.table else "unknown"
+            op = name if isinstance(name, str) and name in REQUESTS else "unknown"
             if self._direct is not None:
                 fields, blobs = await self.plane.ops.commit_direct(self._direct)
             else:
                 fields, blobs = await self.plane.ops.dispatch(self.session, header, payload)
-            reply: dict[str, Any] = {"id": rid, "ok": True, **fields}
+            reply = ok_reply(rid, fields)
             status = "ok"
         except Exception as exc:
             code, message, fatal = _describe(exc, op)
-            reply, blobs, status = {"id": rid, "ok": False,
-                                    "error": {"code": code, "message": message}}, [], code
+            reply, blobs, status = error_reply(rid, code, message), [], code
             if fatal:
                 noreply = False
                 self._close_after = True
@@ -200,8 +202,7 @@ class Connection(asyncio.BufferedProtocol):
     def _fail(self, exc: FrameError) -> None:
         assert self.transport is not None
         self.plane.metrics.observe("data", "unknown", exc.code, 0.0)
-        reply = {"id": 0, "ok": False, "error": {"code": exc.code, "message": exc.message}}
-        for piece in encode_frame(reply):
+        for piece in encode_frame(error_reply(0, exc.code, exc.message)):
             self.transport.write(piece)
         self.transport.close()  # flushes the error frame, then closes
 

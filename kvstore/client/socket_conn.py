@@ -11,10 +11,13 @@ import contextlib
 import socket
 import struct
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from server.client_errors import KVStoreUnavailableError, ProtocolError, from_reply
-from server.protocol import PREFIX, PREFIX_BYTES, Buffer, decode_header, encode_frame
+from kvstore.client.errors import KVStoreUnavailableError, ProtocolError, from_reply
+from kvstore.protocol.frame import PREFIX, PREFIX_BYTES, Buffer, decode_header, encode_frame
+
+if TYPE_CHECKING:
+    from kvstore.client.exchange import Answer, Call
 
 _IOV_MAX = 512
 
@@ -82,11 +85,15 @@ class FrameSocket:
             view = view[got:]
 
     # -- one request ----------------------------------------------------------------------
+    def call(self, call: Call) -> Answer:
+        """Send one planned request (see :mod:`kvstore.client.exchange`); its answer."""
+        return self.request(call.header(), call.payload, call.into)
+
     def request(self, header: dict[str, Any], payload: Sequence[Buffer] = (),
                 into: Sequence[Buffer | None] | None = None) -> tuple[dict[str, Any], list[Any]]:
         """Send one request and read its reply: ``(reply, blocks)`` where ``blocks[i]`` is the
         bytes of block ``i`` (None where ``sizes[i] == -1``), or, with ``into``, True/False
-        after copying into ``into[i]``. Raises the :mod:`server.client_errors` error of an
+        after copying into ``into[i]``. Raises the :mod:`kvstore.client.errors` error of an
         error reply; OSError if the connection broke."""
         rid = self._next_id
         self._next_id += 1

@@ -10,8 +10,8 @@ bytes out of msgpack lets both ends read and write them with one copy (``recv_in
 scatter-gather ``sendmsg``), which is what makes the TCP path cheaper than a Redis ``GET``.
 
 Requests: ``{"op": str, "id": int, ...}``. Replies: ``{"id": int, "ok": True, ...}`` or
-``{"id": int, "ok": False, "error": {"code": str, "message": str}}``. The op table and every
-argument are documented in ``docs/operations.md``.
+``{"id": int, "ok": False, "error": {"code": str, "message": str}}``. What each op carries is
+one typed message in :mod:`kvstore.protocol` (and documented in ``docs/operations.md``).
 """
 
 from __future__ import annotations
@@ -39,6 +39,16 @@ class FrameError(Exception):
         self.code = code
         self.message = message
         self.fatal = fatal
+
+
+def ok_reply(rid: int, fields: dict[str, Any]) -> dict[str, Any]:
+    """The header of a successful reply to request ``rid``."""
+    return {"id": rid, "ok": True, **fields}
+
+
+def error_reply(rid: int, code: str, message: str) -> dict[str, Any]:
+    """The header of an error reply to request ``rid`` (0 when the request is unknown)."""
+    return {"id": rid, "ok": False, "error": {"code": code, "message": message}}
 
 
 def pack_header(header: dict[str, Any]) -> bytes:
@@ -82,78 +92,6 @@ def decode_header(data: Buffer) -> dict[str, Any]:
     if not isinstance(header, dict):
         raise FrameError("bad_frame", f"header must be a msgpack map, got {type(header).__name__}")
     return header
-
-
-# -- argument readers: each raises FrameError("bad_request") naming the field ----------------
-def arg_str(header: dict[str, Any], key: str, *, optional: bool = False) -> Any:
-    value = header.get(key)
-    if value is None and optional:
-        return None
-    if not isinstance(value, str) or not value:
-        raise FrameError("bad_request", f"field {key!r} must be a non-empty string")
-    return value
-
-
-def arg_int(header: dict[str, Any], key: str, default: int | None = None) -> int:
-    value = header.get(key, default)
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise FrameError("bad_request", f"field {key!r} must be an integer")
-    return value
-
-
-def arg_float(header: dict[str, Any], key: str) -> float | None:
-    value = header.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, int | float) or isinstance(value, bool) or not 0 < value < 1e7:
-        raise FrameError("bad_request", f"field {key!r} must be a positive number of seconds")
-    return float(value)
-
-
-def arg_bool(header: dict[str, Any], key: str) -> bool:
-    value = header.get(key, False)
-    if not isinstance(value, bool):
-        raise FrameError("bad_request", f"field {key!r} must be a boolean")
-    return value
-
-
-def arg_hashes(header: dict[str, Any], max_batch: int, key: str = "hashes") -> list[bytes]:
-    """A list of raw hashes, each 1..64 bytes, at most ``max_batch`` of them."""
-    value = header.get(key)
-    if not isinstance(value, list):
-        raise FrameError("bad_request", f"field {key!r} must be a list of binary hashes")
-    if len(value) > max_batch:
-        raise FrameError("too_large", f"{len(value)} hashes exceed the batch limit {max_batch}")
-    for h in value:
-        if not isinstance(h, bytes) or not 0 < len(h) <= MAX_HASH_BYTES:
-            raise FrameError(
-                "bad_request", f"each of {key!r} must be 1-{MAX_HASH_BYTES} bytes of binary"
-            )
-    return value
-
-
-def arg_ints(header: dict[str, Any], key: str, count: int) -> list[int]:
-    """A list of exactly ``count`` non-negative ints."""
-    value = header.get(key)
-    if not isinstance(value, list) or len(value) != count or not all(
-            isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value):
-        raise FrameError("bad_request", f"field {key!r} must list {count} non-negative integers")
-    return value
-
-
-def arg_sizes(header: dict[str, Any], count: int, payload_len: int) -> list[int]:
-    """Per-block sizes of a payload: ``count`` non-negative ints summing to ``payload_len``."""
-    sizes = header.get("sizes")
-    if not isinstance(sizes, list) or len(sizes) != count:
-        raise FrameError("bad_request", f"field 'sizes' must list {count} block sizes")
-    for s in sizes:
-        if not isinstance(s, int) or isinstance(s, bool) or s < 0:
-            raise FrameError("bad_request", "each of 'sizes' must be a non-negative integer")
-    if sum(sizes) != payload_len:
-        raise FrameError(
-            "bad_request", f"'sizes' add up to {sum(sizes)} but the payload has {payload_len} bytes"
-        )
-    return sizes
 
 
 def split_payload(payload: memoryview, sizes: Sequence[int]) -> list[memoryview]:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
 
-from server.client_errors import AuthenticationError, KVStoreUnavailableError, ProtocolError
+from kvstore.client.errors import AuthenticationError, KVStoreUnavailableError, ProtocolError
 
 
 def host_id() -> str:

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from server.protocol import Buffer
-    from server.shm import SlabMapping
+    from kvstore.client.shm import SlabMapping
+    from kvstore.protocol.frame import Buffer
 
 STAGE_RETRY_S = 30.0  # after the server staged too few places for a batch size, reserve instead
 
@@ -24,25 +24,14 @@ Place = list[Any]  # one place: [[offset, length], ...]
 
 
 class StagedPlaces:
-    """Thread-safe: concurrent puts take disjoint places. The sync client calls :meth:`take`;
-    the async one :meth:`pooled`, awaits ``shm_stage`` for the rest, then :meth:`enough`."""
+    """Thread-safe: concurrent puts take disjoint places. A put takes :meth:`pooled` places,
+    asks ``shm_stage`` for the rest, then checks it has :meth:`enough`."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._pools: dict[str, list[Place]] = {}
         self._short: dict[str, tuple[int, float]] = {}  # ns -> (batch size, retry after)
         self._instance: str | None = None
-
-    def take(self, instance: str, ns: str, n: int,
-             stage: Callable[[int], list[Place]]) -> list[Place] | None:
-        """``n`` places for namespace ``ns`` of server ``instance``, asking ``stage(count)``
-        for the missing ones; None when the server would not stage enough."""
-        places = self.pooled(instance, ns, n)
-        if places is None:
-            return None
-        if len(places) < n:
-            places += stage(n - len(places))
-        return self.enough(instance, ns, n, places)
 
     def pooled(self, instance: str, ns: str, n: int) -> list[Place] | None:
         """Up to ``n`` pooled places (the caller stages the rest, then calls :meth:`enough`);
@@ -78,15 +67,14 @@ class StagedPlaces:
             self.give_back(instance, ns, places)
             raise
 
-    def settle(self, instance: str, ns: str, places: list[Place],
-               reply: dict[str, Any]) -> None:
+    def settle(self, instance: str, ns: str, places: list[Place], used: list[int],
+               staged: list[Place]) -> None:
         """After an ``shm_put`` of ``places``: the ones the server did not use (their blocks
         were stored already) and the freshly staged ones go back to the pool. A put that got
         no reply keeps none of its places: the server may have published them as blocks, and
         writing into them again would overwrite stored bytes."""
-        used = set(reply["used"])
-        self.give_back(instance, ns,
-                       [ext for ext in places if ext[0][0] not in used] + reply["staged"])
+        kept = set(used)
+        self.give_back(instance, ns, [ext for ext in places if ext[0][0] not in kept] + staged)
 
     def give_back(self, instance: str, ns: str, places: list[Place]) -> None:
         with self._lock:

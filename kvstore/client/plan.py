@@ -4,9 +4,9 @@ payload bytes per frame), shared by both clients."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
-from server.discovery import ServerInfo
+from kvstore.client.discovery import ServerInfo
+from kvstore.protocol import PutReply, ShmPutReply
 
 _HEADER_ROOM = 1 << 20  # bytes of a frame kept for its header
 _GUESS_BLOCK = 1 << 20  # bytes per block assumed before a namespace's size is seen
@@ -48,5 +48,7 @@ def batches(sizes: Sequence[int] | None, info: ServerInfo, count: int | None = N
     return out
 
 
-def merge_put(results: Sequence[dict[str, Any]]) -> dict[str, int]:
-    return {k: sum(int(r.get(k, 0)) for r in results) for k in ("stored", "existing", "refused")}
+def merge_put(results: Sequence[PutReply | ShmPutReply]) -> dict[str, int]:
+    """The put result of a whole call, over its batches' replies."""
+    return PutReply(sum(r.stored for r in results), sum(r.existing for r in results),
+                    sum(r.refused for r in results)).to_header()

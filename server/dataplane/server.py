@@ -1,7 +1,7 @@
-"""The data plane server: frames (see :mod:`server.protocol`) over TCP and a Unix socket.
+"""The data plane server: frames (see :mod:`kvstore.protocol.frame`) over TCP and a Unix socket.
 
 :class:`DataPlane` owns both listeners, the worker pool, the connection set and the lease
-reaper; each connection is a :class:`server.dataplane_conn.Connection` (framing, serving,
+reaper; each connection is a :class:`server.dataplane.conn.Connection` (framing, serving,
 backpressure and timeouts live there). A vanished client's pins go when its last connection
 closes, and otherwise when their leases run out (a reaper expires leases every second).
 """
@@ -16,12 +16,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from server.buffers import BufferPool
-from server.dataplane_conn import Connection
-from server.dataplane_ops import Ops
-from server.dataplane_shm import READ_SUFFIX
+from kvstore.protocol.frame import FrameError
+from server.dataplane.buffers import BufferPool
+from server.dataplane.conn import Connection
+from server.dataplane.ops import Ops
+from server.dataplane.shm_ops import READ_SUFFIX
 from server.metrics import ServerMetrics
-from server.protocol import FrameError
 from server.settings import ServerSettings
 
 __all__ = ["Connection", "DataPlane"]

@@ -4,20 +4,27 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from server.client_errors import KVStoreUnavailableError, ProtocolError, from_reply
-from server.discovery import ServerInfo
-from server.protocol import PREFIX, PREFIX_BYTES, Buffer, decode_header, encode_frame
+from kvstore.client.discovery import ServerInfo
+from kvstore.client.errors import KVStoreUnavailableError, ProtocolError, from_reply
+from kvstore.protocol.frame import PREFIX, PREFIX_BYTES, Buffer, decode_header, encode_frame
+
+if TYPE_CHECKING:
+    from kvstore.client.exchange import Answer, Call
 
 
 class AsyncConn:
     """One connection to the data plane: a frame out, its reply back, in order."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                 instance: str) -> None:
-        self.reader, self.writer, self.instance = reader, writer, instance
+                 info: ServerInfo) -> None:
+        self.reader, self.writer, self.info = reader, writer, info
         self._next_id = 1
+
+    @property
+    def instance(self) -> str:
+        return self.info.instance
 
     @classmethod
     async def open(cls, info: ServerInfo, timeout: float) -> AsyncConn:
@@ -29,7 +36,15 @@ class AsyncConn:
             reader, writer = await asyncio.wait_for(coro, timeout)
         except (OSError, TimeoutError) as exc:
             raise KVStoreUnavailableError(f"cannot connect to {info.target}: {exc}") from exc
-        return cls(reader, writer, info.instance)
+        return cls(reader, writer, info)
+
+    async def call(self, call: Call, timeout: float) -> Answer:
+        """Send one planned request (see :mod:`kvstore.client.exchange`); its answer, with
+        the blocks of a get copied into ``call.into`` when it is given."""
+        reply, blocks = await self.request(call.header(), call.payload, timeout=timeout)
+        if call.into is None:
+            return reply, blocks
+        return reply, [copy_into(b, dest) for b, dest in zip(blocks, call.into, strict=False)]
 
     async def request(self, header: dict[str, Any], payload: Sequence[Buffer] = (),
                       timeout: float = 10.0) -> tuple[dict[str, Any], list[bytes | None]]:

@@ -12,8 +12,8 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from server.client_errors import BlockSizeError, KVStoreClientError
-from server.protocol import Buffer
+from kvstore.client.errors import BlockSizeError, KVStoreClientError
+from kvstore.protocol.frame import Buffer
 
 Extents = Sequence[Sequence[int]]  # [(offset, length), ...] of one block
 _SHARED: dict[tuple[str, str], SlabMapping] = {}

@@ -18,12 +18,30 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from server.protocol import FrameError, arg_bool, arg_float, arg_int, arg_ints
+from kvstore.protocol import (
+    AbortReply,
+    ExtentsReply,
+    FrameError,
+    PutReply,
+    ReleaseReply,
+    ShmAbort,
+    ShmAcquire,
+    ShmCommit,
+    ShmLookup,
+    ShmLookupReply,
+    ShmPut,
+    ShmPutReply,
+    ShmRelease,
+    ShmReserve,
+    ShmStage,
+    StageReply,
+)
 from server.settings import ServerSettings
 
 if TYPE_CHECKING:
     from kvstore.namespace import Namespace
-    from server.dataplane_ops import Reply, Session
+    from kvstore.protocol import Request
+    from server.dataplane.ops import Answer, Handler, Session
 
 READ_SUFFIX = "#read"
 # Grants (shm_lookup) pin under their own owner, which outlives the client's connections: the
@@ -33,7 +51,8 @@ GRANT_SUFFIX = "#grant"
 
 
 class SharedMemoryOps:
-    """Mixin of :class:`server.dataplane_ops.Ops`; uses its store, settings and helpers."""
+    """Mixin of :class:`server.dataplane.ops.Ops`; uses its store, settings and helpers.
+    Dispatch calls :meth:`_require_shm` before any of these ops."""
 
     store: Any
     settings: ServerSettings
@@ -41,100 +60,93 @@ class SharedMemoryOps:
     run: Callable[..., Awaitable[Any]]
 
     if TYPE_CHECKING:
-        def _ns(self, session: Session, header: dict[str, Any]) -> Namespace: ...
-        def _hashes(self, header: dict[str, Any]) -> list[bytes]: ...
+        def _ns(self, session: Session, name: str) -> Namespace: ...
         async def _now(self, fn: Callable[..., Any], *args: Any) -> Any: ...
         def _release(self, ns: str, hashes: list[bytes], owner: str,
                      nowait: bool = False) -> int: ...
+
+    def shm_table(self) -> dict[type[Request], Handler]:
+        return {
+            ShmReserve: self.shm_reserve, ShmCommit: self.shm_commit,
+            ShmAbort: self.shm_abort, ShmAcquire: self.shm_acquire,
+            ShmRelease: self.shm_release, ShmStage: self.shm_stage, ShmPut: self.shm_put,
+            ShmLookup: self.shm_lookup,
+        }
 
     def _require_shm(self) -> None:
         if not self.shm:
             raise FrameError("unavailable", "the shared-memory path is off on this server")
 
-    async def shm_reserve(self, session: Session, header: dict[str, Any], _: memoryview) -> Reply:
-        self._require_shm()
-        ns = self._ns(session, header)
-        extents = await self._now(self._reserve, ns.name, self._hashes(header),
-                                  arg_float(header, "lease_s"), session.owner)
-        return {"extents": extents}, []
+    async def shm_reserve(self, session: Session, req: ShmReserve, _: memoryview) -> Answer:
+        ns = self._ns(session, req.ns)
+        extents = await self._now(self._reserve, ns.name, req.hashes, req.lease_s,
+                                  session.owner)
+        return ExtentsReply(extents), []
 
     def _reserve(self, ns: str, hashes: list[bytes], lease_s: float | None, owner: str,
                  nowait: bool = False) -> Any:
         return self.store.reserve_write(ns, hashes, lease_s=lease_s, owner=owner, nowait=nowait)
 
-    async def shm_commit(self, session: Session, header: dict[str, Any], _: memoryview) -> Reply:
-        self._require_shm()
-        ns = self._ns(session, header)
-        result = await self._now(self._commit, ns.name, self._hashes(header), session.owner)
-        return result._asdict(), []
+    async def shm_commit(self, session: Session, req: ShmCommit, _: memoryview) -> Answer:
+        ns = self._ns(session, req.ns)
+        result = await self._now(self._commit, ns.name, req.hashes, session.owner)
+        return PutReply(*result), []
 
     def _commit(self, ns: str, hashes: list[bytes], owner: str, nowait: bool = False) -> Any:
         return self.store.commit_write(ns, hashes, owner=owner, nowait=nowait)
 
-    async def shm_abort(self, session: Session, header: dict[str, Any], _: memoryview) -> Reply:
-        self._require_shm()
-        ns = self._ns(session, header)
-        n = await self.run(self._abort, ns.name, self._hashes(header), session.owner)
-        return {"aborted": n}, []
+    async def shm_abort(self, session: Session, req: ShmAbort, _: memoryview) -> Answer:
+        ns = self._ns(session, req.ns)
+        return AbortReply(await self.run(self._abort, ns.name, req.hashes, session.owner)), []
 
     def _abort(self, ns: str, hashes: list[bytes], owner: str) -> Any:
         return self.store.abort_write(ns, hashes, owner=owner)
 
-    async def shm_stage(self, session: Session, header: dict[str, Any], _: memoryview) -> Reply:
+    async def shm_stage(self, session: Session, req: ShmStage, _: memoryview) -> Answer:
         """Staged places for later ``shm_put`` frames (see :mod:`kvstore.store_stage`)."""
-        self._require_shm()
-        ns = self._ns(session, header)
-        count = arg_int(header, "count")
-        if not 0 <= count <= self.settings.max_batch:
-            raise FrameError("bad_request", f"'count' must be 0-{self.settings.max_batch}")
-        return {"staged": await self._now(self._stage, ns.name, count, session.owner)}, []
+        ns = self._ns(session, req.ns)
+        return StageReply(await self._now(self._stage, ns.name, req.count, session.owner)), []
 
     def _stage(self, ns: str, count: int, owner: str, nowait: bool = False) -> Any:
         return self.store.stage_write(ns, count, owner=owner, nowait=nowait)
 
-    async def shm_put(self, session: Session, header: dict[str, Any], _: memoryview) -> Reply:
+    async def shm_put(self, session: Session, req: ShmPut, _: memoryview) -> Answer:
         """Publish blocks the client wrote into staged places, and stage as many places again
         (one round trip per local put)."""
-        self._require_shm()
-        ns = self._ns(session, header)
-        hashes = self._hashes(header)
-        places = arg_ints(header, "places", len(hashes))
-        result, used = await self._now(self._put_staged, ns.name, hashes, places, session.owner)
+        ns = self._ns(session, req.ns)
+        result, used = await self._now(self._put_staged, ns.name, req.hashes, req.places,
+                                       session.owner)
         staged = await self._now(self._stage, ns.name, len(used), session.owner) if used else []
-        return {**result._asdict(), "used": used, "staged": staged}, []
+        return ShmPutReply(result.stored, result.existing, result.refused, used, staged), []
 
     def _put_staged(self, ns: str, hashes: list[bytes], places: list[int], owner: str,
                     nowait: bool = False) -> Any:
         return self.store.commit_staged(ns, hashes, places, owner=owner, nowait=nowait)
 
-    async def shm_acquire(self, session: Session, header: dict[str, Any], _: memoryview) -> Reply:
-        self._require_shm()
-        ns = self._ns(session, header)
-        extents = await self._now(self._acquire, ns.name, self._hashes(header),
-                                  arg_float(header, "lease_s"), session.owner + READ_SUFFIX)
-        return {"extents": extents}, []
+    async def shm_acquire(self, session: Session, req: ShmAcquire, _: memoryview) -> Answer:
+        ns = self._ns(session, req.ns)
+        extents = await self._now(self._acquire, ns.name, req.hashes, req.lease_s,
+                                  session.owner + READ_SUFFIX)
+        return ExtentsReply(extents), []
 
     def _acquire(self, ns: str, hashes: list[bytes], lease_s: float | None, owner: str,
                  nowait: bool = False) -> Any:
         return self.store.acquire_read(ns, hashes, lease_s=lease_s, owner=owner, nowait=nowait)
 
-    async def shm_release(self, session: Session, header: dict[str, Any], _: memoryview) -> Reply:
-        self._require_shm()
-        ns = self._ns(session, header)
-        suffix = GRANT_SUFFIX if arg_bool(header, "grant") else READ_SUFFIX
-        n = await self._now(self._release, ns.name, self._hashes(header), session.owner + suffix)
-        return {"released": n}, []
+    async def shm_release(self, session: Session, req: ShmRelease, _: memoryview) -> Answer:
+        ns = self._ns(session, req.ns)
+        suffix = GRANT_SUFFIX if req.grant else READ_SUFFIX
+        n = await self._now(self._release, ns.name, req.hashes, session.owner + suffix)
+        return ReleaseReply(n), []
 
-    async def shm_lookup(self, session: Session, header: dict[str, Any], _: memoryview) -> Reply:
+    async def shm_lookup(self, session: Session, req: ShmLookup, _: memoryview) -> Answer:
         """``lookup``, plus the extents of each block of the hit that the host tier holds,
         pinned for ``lease_s`` under the owner's grants (None for a block held only below);
         ``shm_release`` with ``grant`` drops them."""
-        self._require_shm()
-        ns = self._ns(session, header)
-        n, tiers, extents = await self._now(self._lookup_acquire, ns.name, self._hashes(header),
-                                            arg_float(header, "lease_s"),
-                                            session.owner + GRANT_SUFFIX)
-        return {"prefix_blocks": n, "tiers": tiers, "extents": extents}, []
+        ns = self._ns(session, req.ns)
+        n, tiers, extents = await self._now(self._lookup_acquire, ns.name, req.hashes,
+                                            req.lease_s, session.owner + GRANT_SUFFIX)
+        return ShmLookupReply(n, tiers, extents), []
 
     def _lookup_acquire(self, ns: str, hashes: list[bytes], lease_s: float | None, owner: str,
                         nowait: bool = False) -> tuple[int, list[str], list[Any]]:

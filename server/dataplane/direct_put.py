@@ -18,9 +18,10 @@ import itertools
 from collections.abc import Iterator
 from typing import Any
 
-from kvstore.types import PutResult
-from server.buffers import BufferPool
-from server.protocol import arg_sizes, decode_header
+from kvstore.protocol import Limits, Put
+from kvstore.protocol.frame import decode_header
+from kvstore.types import BlockHash, PutResult
+from server.dataplane.buffers import BufferPool
 
 RECV_SUFFIX = "#recv"
 _ids = itertools.count()
@@ -29,7 +30,7 @@ _ids = itertools.count()
 class DirectPut:
     """One put frame being received into reserved host-slab places."""
 
-    def __init__(self, store: Any, ns: str, hashes: list[bytes], owner: str,
+    def __init__(self, store: Any, ns: str, hashes: list[BlockHash], owner: str,
                  targets: list[memoryview], scratch: bytearray | None,
                  buffers: BufferPool) -> None:
         self.store = store
@@ -71,14 +72,15 @@ def begin(ops: Any, session: Any, header_bytes: bytes, payload_len: int) -> Dire
         return None
     try:
         header = decode_header(header_bytes)
-        if header.get("op") != "put" or header.get("durable") or header.get("noreply"):
+        if header.get("op") != Put.op or header.get("noreply"):
             return None
-        ns = ops._ns(session, header)
-        hashes = ops._hashes(header)
-        sizes = arg_sizes(header, len(hashes), payload_len)
+        put = Put.from_header(header, Limits(ops.settings.max_batch, payload_len))
+        ns = ops._ns(session, put.ns)
     except Exception:  # FrameError, unknown namespace...: the usual path answers with it
         return None
-    if not hashes or any(s != ns.block_bytes for s in sizes) or len(set(hashes)) != len(hashes):
+    hashes = put.hashes
+    if put.durable or not hashes or any(s != ns.block_bytes for s in put.sizes) \
+            or len(set(hashes)) != len(hashes):
         return None
     owner = f"{session.owner}{RECV_SUFFIX}{next(_ids)}"
     try:

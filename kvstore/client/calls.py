@@ -1,0 +1,79 @@
+"""The client's single-frame calls as steps (see :mod:`kvstore.client.exchange`): each builds
+its request message and reads its reply; both faces run them. Every function takes the
+:class:`~kvstore.client.exchange.Link` first, whether it needs it or not, so that a face runs
+any call the same way."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from kvstore.client.exchange import Call, Link, Steps
+from kvstore.protocol import (
+    Delete,
+    DeleteReply,
+    Flush,
+    Health,
+    HealthReply,
+    Lookup,
+    LookupReply,
+    Pin,
+    PinReply,
+    Prefetch,
+    Register,
+    RegisterReply,
+    Release,
+    ReleaseReply,
+    Stats,
+    StatsReply,
+)
+from kvstore.types import BlockHash
+
+
+def register(_: Link, name: str, block_bytes: int, layout: dict[str, Any], hash_algo: str,
+             hash_seed: str | None, tenant: str | None) -> Steps[dict[str, Any]]:
+    header, _blocks = yield Call(Register(name, block_bytes, layout, hash_algo, hash_seed,
+                                          tenant))
+    reply = RegisterReply.from_header(header)
+    return {**reply.namespace, "created": reply.created}
+
+
+def lookup(_: Link, ns: str, hashes: Sequence[BlockHash]) -> Steps[tuple[int, list[str]]]:
+    header, _blocks = yield Call(Lookup(ns, list(hashes)))
+    reply = LookupReply.from_header(header)
+    return int(reply.prefix_blocks), list(reply.tiers)
+
+
+def prefetch(_: Link, ns: str, hashes: Sequence[BlockHash], wait: bool) -> Steps[None]:
+    yield Call(Prefetch(ns, list(hashes)), noreply=not wait)
+
+
+def pin(_: Link, ns: str, hashes: Sequence[BlockHash], lease_s: float | None,
+        wait: bool) -> Steps[list[bool]]:
+    header, _blocks = yield Call(Pin(ns, list(hashes), lease_s), noreply=not wait)
+    return [bool(x) for x in PinReply.from_header(header).pinned] if wait else []
+
+
+def release(_: Link, ns: str, hashes: Sequence[BlockHash], wait: bool) -> Steps[int]:
+    header, _blocks = yield Call(Release(ns, list(hashes)), noreply=not wait)
+    return int(ReleaseReply.from_header(header).released) if wait else 0
+
+
+def delete(_: Link, ns: str, hashes: Sequence[BlockHash]) -> Steps[int]:
+    header, _blocks = yield Call(Delete(ns, list(hashes)))
+    return int(DeleteReply.from_header(header).deleted)
+
+
+def flush(_: Link) -> Steps[None]:
+    yield Call(Flush())
+
+
+def stats(_: Link) -> Steps[dict[str, Any]]:
+    header, _blocks = yield Call(Stats())
+    return StatsReply.from_header(header).stats
+
+
+def health(_: Link) -> Steps[dict[str, Any]]:
+    header, _blocks = yield Call(Health())
+    return HealthReply.from_header(header).health
+

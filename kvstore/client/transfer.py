@@ -1,0 +1,158 @@
+"""Block puts and gets as steps (see :mod:`kvstore.client.exchange`), over the socket or
+through the server's shared slab; both faces run them.
+
+A local put goes through staged places in one round trip (``shm_put``), or, when the server
+would not stage enough, reserves places, copies, and commits (two round trips); a durable
+put, or one without the slab, sends the bytes in ``put`` frames. A local get pins the blocks
+(``shm_acquire``), copies them out and releases the pins without waiting for a reply; when
+the host tier is full of pinned blocks it falls back to ``get`` frames.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from kvstore.client.errors import CapacityError, StaleStagingError
+from kvstore.client.exchange import Call, Link, Steps
+from kvstore.client.plan import batches, get_batch, merge_put, slab_room
+from kvstore.client.shm import SlabMapping
+from kvstore.client.staging import StagedPlaces
+from kvstore.protocol import (
+    Buffer,
+    ExtentsReply,
+    Get,
+    Put,
+    PutReply,
+    ShmAbort,
+    ShmAcquire,
+    ShmCommit,
+    ShmPut,
+    ShmPutReply,
+    ShmRelease,
+    ShmReserve,
+    ShmStage,
+    StageReply,
+    first_offsets,
+)
+from kvstore.types import BlockHash
+
+
+def check_put(hashes: Sequence[BlockHash], blocks: Sequence[Buffer]) -> None:
+    """Refuse a put whose hashes and blocks do not pair up, before anything is sent."""
+    if len(hashes) != len(blocks):
+        raise ValueError(f"{len(hashes)} hashes but {len(blocks)} blocks")
+
+
+class Transfers:
+    """Plans puts and gets. Owns the staged places of this client and the block size it has
+    seen per namespace (which sizes shared-memory get batches)."""
+
+    def __init__(self) -> None:
+        self.staged = StagedPlaces()
+        self.block_bytes: dict[str, int] = {}
+
+    # -- puts -----------------------------------------------------------------------------
+    def put(self, link: Link, ns: str, hashes: Sequence[BlockHash], blocks: Sequence[Buffer],
+            durable: bool) -> Steps[dict[str, int]]:
+        """``{"stored", "existing", "refused"}`` over every batch."""
+        hashes = list(hashes)
+        slab = None if durable else link.slab
+        sizes = [memoryview(b).nbytes for b in blocks]
+        results: list[PutReply | ShmPutReply] = []
+        room = slab_room(link.info) if slab is not None else None
+        for lo, hi in batches(sizes, link.info, max_bytes=room):
+            hs, bs = hashes[lo:hi], blocks[lo:hi]
+            if slab is None:
+                header, _ = yield Call(Put(ns, hs, sizes[lo:hi], durable), bs)
+                results.append(PutReply.from_header(header))
+                continue
+            done: PutReply | ShmPutReply | None
+            done = yield from self._put_staged(link.info.instance, slab, ns, hs, bs)
+            if done is None:
+                done = yield from self._put_reserved(slab, ns, hs, bs)
+            results.append(done)
+        return merge_put(results)
+
+    def _put_staged(self, instance: str, slab: SlabMapping, ns: str, hs: list[BlockHash],
+                    bs: Sequence[Buffer]) -> Steps[ShmPutReply | None]:
+        """One batch through staged places in one round trip (kvstore.store_stage); None if
+        the server could not stage enough places (the caller reserves and commits)."""
+        places = self.staged.pooled(instance, ns, len(hs))
+        if places is None:
+            return None
+        if len(places) < len(hs):
+            try:
+                header, _ = yield Call(ShmStage(ns, len(hs) - len(places)))
+            except BaseException:
+                self.staged.give_back(instance, ns, places)
+                raise
+            places += StageReply.from_header(header).staged
+        places = self.staged.enough(instance, ns, len(hs), places)
+        if places is None:
+            return None
+        self.staged.fill(slab, instance, ns, places, bs)
+        try:
+            header, _ = yield Call(ShmPut(ns, hs, first_offsets(places)))
+        except StaleStagingError:  # the server dropped them: nothing was stored
+            self.staged.forget(ns)
+            return None
+        # on any other failure (no reply, a cancelled task) the places are dropped (see
+        # StagedPlaces.settle)
+        reply = ShmPutReply.from_header(header)
+        self.staged.settle(instance, ns, places, reply.used, reply.staged)
+        return reply
+
+    def _put_reserved(self, slab: SlabMapping, ns: str, hs: list[BlockHash],
+                      bs: Sequence[Buffer]) -> Steps[PutReply]:
+        header, _ = yield Call(ShmReserve(ns, hs))
+        try:
+            for ext, block in zip(ExtentsReply.from_header(header).extents, bs, strict=False):
+                if ext is not None:  # None: stored already
+                    slab.write(ext, block)
+        except BaseException:
+            yield Call(ShmAbort(ns, hs))
+            raise
+        header, _ = yield Call(ShmCommit(ns, hs))
+        return PutReply.from_header(header)
+
+    # -- gets -----------------------------------------------------------------------------
+    def get(self, link: Link, ns: str, hashes: Sequence[BlockHash],
+            into: Sequence[Buffer] | None) -> Steps[list[Any]]:
+        """Each block's bytes or None; with ``into``, whether it was copied into its
+        buffer."""
+        hashes = list(hashes)
+        out: list[Any] = []
+        lo = 0
+        while lo < len(hashes):
+            step = link.info.max_batch if link.slab is None \
+                else get_batch(link.info, self.block_bytes.get(ns))
+            hi = min(len(hashes), lo + step)
+            hs, dest = hashes[lo:hi], None if into is None else into[lo:hi]
+            part = None
+            if link.slab is not None:
+                part = yield from self._get_mapped(link.slab, ns, hs, dest)
+            if part is None:  # no slab, or the host tier is full of pinned blocks
+                _, part = yield Call(Get(ns, hs), into=dest)
+            out += part
+            lo = hi
+        return out
+
+    def _get_mapped(self, slab: SlabMapping, ns: str, hs: list[BlockHash],
+                    dest: Sequence[Buffer] | None) -> Steps[list[Any] | None]:
+        """One batch copied out of the slab; None if the host tier could not pin it."""
+        try:
+            header, _ = yield Call(ShmAcquire(ns, hs))
+        except CapacityError:
+            return None
+        out: list[Any] = []
+        try:
+            for i, ext in enumerate(ExtentsReply.from_header(header).extents):
+                if ext is None:
+                    out.append(None if dest is None else False)
+                    continue
+                self.block_bytes[ns] = sum(n for _, n in ext)
+                out.append(slab.read(ext) if dest is None else slab.read_into(ext, dest[i]) > 0)
+        finally:  # no reply needed: the pins go with the lease if this frame is lost
+            yield Call(ShmRelease(ns, hs), noreply=True)
+        return out

@@ -1,0 +1,68 @@
+"""The data-plane protocol, defined once for the server and every client: the frame codec
+(:mod:`.frame`) and one typed message per op (:mod:`.session`, :mod:`.blocks`, :mod:`.shm`),
+looked up by op name in :mod:`.ops`."""
+
+from __future__ import annotations
+
+from kvstore.protocol.blocks import (
+    Delete,
+    DeleteReply,
+    Get,
+    GetReply,
+    Lookup,
+    LookupReply,
+    Pin,
+    PinReply,
+    Prefetch,
+    PrefetchReply,
+    Put,
+    PutReply,
+    Release,
+    ReleaseReply,
+)
+from kvstore.protocol.frame import PROTOCOL_VERSION, Buffer, FrameError
+from kvstore.protocol.message import Header, Limits, Reply, Request
+from kvstore.protocol.ops import REQUESTS, decode_request, request_type
+from kvstore.protocol.session import (
+    Ack,
+    Flush,
+    Health,
+    HealthReply,
+    Hello,
+    HelloReply,
+    Namespaces,
+    NamespacesReply,
+    Ping,
+    Register,
+    RegisterReply,
+    Stats,
+    StatsReply,
+)
+from kvstore.protocol.shm import (
+    AbortReply,
+    Extents,
+    ExtentsReply,
+    ShmAbort,
+    ShmAcquire,
+    ShmCommit,
+    ShmLookup,
+    ShmLookupReply,
+    ShmPut,
+    ShmPutReply,
+    ShmRelease,
+    ShmReserve,
+    ShmStage,
+    StageReply,
+    first_offsets,
+)
+
+__all__ = [
+    "PROTOCOL_VERSION", "REQUESTS", "AbortReply", "Ack", "Buffer", "Delete", "DeleteReply",
+    "Extents", "ExtentsReply", "Flush", "FrameError", "Get", "GetReply", "Header", "Health",
+    "HealthReply", "Hello", "HelloReply", "Limits", "Lookup", "LookupReply", "Namespaces",
+    "NamespacesReply", "Pin", "PinReply", "Ping", "Prefetch", "PrefetchReply", "Put",
+    "PutReply", "Register", "RegisterReply", "Release", "ReleaseReply", "Reply", "Request",
+    "ShmAbort", "ShmAcquire", "ShmCommit", "ShmLookup", "ShmLookupReply", "ShmPut",
+    "ShmPutReply", "ShmRelease", "ShmReserve", "ShmStage", "StageReply", "Stats", "StatsReply",
+    "decode_request", "first_offsets", "request_type",
+]

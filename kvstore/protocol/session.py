@@ -1,0 +1,131 @@
+"""Messages of the session and namespace ops: ``hello``, ``ping``, ``register``,
+``namespaces``, ``stats``, ``health``, ``flush``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Self
+
+from kvstore.protocol.fields import arg_int, arg_str
+from kvstore.protocol.frame import FrameError
+from kvstore.protocol.message import Header, Limits, Reply, Request
+
+MAX_OWNER_CHARS = 128
+_NOT_INFO = ("owner", "id", "ok")  # the keys of a hello reply that are not server info
+
+
+@dataclass(slots=True)
+class Hello(Request):
+    """First frame of a connection: the token (when auth is on) and the client's ``owner`` id,
+    which all its connections share (pins and reservations are held under it)."""
+
+    op: ClassVar[str] = "hello"
+    before_hello: ClassVar[bool] = True
+    token: str | None = None
+    owner: str | None = None
+
+    @classmethod
+    def from_header(cls, header: Header, limits: Limits) -> Self:
+        token = header.get("token")
+        if token is not None and not isinstance(token, str):
+            raise FrameError("bad_request", "field 'token' must be a string")
+        owner = arg_str(header, "owner", optional=True)
+        if owner is not None and len(owner) > MAX_OWNER_CHARS:
+            raise FrameError("bad_request",
+                             f"field 'owner' is longer than {MAX_OWNER_CHARS} characters")
+        return cls(token, owner)
+
+
+@dataclass(slots=True)
+class HelloReply(Reply):
+    """The server's ``/v1/info`` fields (``info``) and the owner id the session got."""
+
+    info: dict[str, Any]
+    owner: str
+
+    @property
+    def instance(self) -> Any:
+        return self.info.get("instance")
+
+    def to_header(self) -> Header:
+        return {**self.info, "owner": self.owner}
+
+    @classmethod
+    def from_header(cls, header: Header) -> Self:
+        info = {k: v for k, v in header.items() if k not in _NOT_INFO}
+        return cls(info, str(header.get("owner", "")))
+
+
+@dataclass(slots=True)
+class Ping(Request):
+    op: ClassVar[str] = "ping"
+
+
+@dataclass(slots=True)
+class Register(Request):
+    """Register (or confirm) a namespace; the server builds and checks the definition."""
+
+    op: ClassVar[str] = "register"
+    name: str
+    block_bytes: int
+    layout: dict[str, Any] = field(default_factory=dict)
+    hash_algo: Any = "sha256"
+    hash_seed: Any = None
+    tenant: Any = None
+
+    @classmethod
+    def from_header(cls, header: Header, limits: Limits) -> Self:
+        layout = header.get("layout") or {}
+        if not isinstance(layout, dict):
+            raise FrameError("bad_request", "field 'layout' must be a map")
+        return cls(arg_str(header, "name"), arg_int(header, "block_bytes"), layout,
+                   header.get("hash_algo", "sha256"), header.get("hash_seed"),
+                   header.get("tenant"))
+
+
+@dataclass(slots=True)
+class RegisterReply(Reply):
+    created: bool
+    namespace: dict[str, Any]
+
+
+@dataclass(slots=True)
+class Namespaces(Request):
+    op: ClassVar[str] = "namespaces"
+
+
+@dataclass(slots=True)
+class NamespacesReply(Reply):
+    namespaces: list[dict[str, Any]]
+
+
+@dataclass(slots=True)
+class Stats(Request):
+    op: ClassVar[str] = "stats"
+
+
+@dataclass(slots=True)
+class StatsReply(Reply):
+    stats: dict[str, Any]
+
+
+@dataclass(slots=True)
+class Health(Request):
+    op: ClassVar[str] = "health"
+
+
+@dataclass(slots=True)
+class HealthReply(Reply):
+    health: dict[str, Any]
+
+
+@dataclass(slots=True)
+class Flush(Request):
+    """Make every block stored so far durable on the persistent tiers."""
+
+    op: ClassVar[str] = "flush"
+
+
+@dataclass(slots=True)
+class Ack(Reply):
+    """The empty reply of ``ping`` and ``flush``."""

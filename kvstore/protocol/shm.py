@@ -1,0 +1,154 @@
+"""Messages of the shared-memory ops: only control frames cross the socket, block bytes are
+copied in and out of the server's host slab at the extents these replies hand out.
+
+An extent list locates one block: ``[[offset, length], ...]``; a staged place is the same,
+named in ``shm_put`` by its first offset. See ``docs/operations.md`` for the whole path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Self
+
+from kvstore.protocol.fields import arg_bool, arg_float, arg_int, arg_ints, arg_str
+from kvstore.protocol.frame import FrameError
+from kvstore.protocol.message import Header, Limits, NsRequest, Reply, Request, read_ns_hashes
+
+Extents = list[list[int]]  # [[offset, length], ...] of one block
+
+
+class ShmRequest(NsRequest):
+    """An op of the shared-memory path: refused where the server offers no slab."""
+
+    __slots__ = ()
+    needs_shm: ClassVar[bool] = True
+
+
+@dataclass(slots=True)
+class LeasedRequest(ShmRequest):
+    """A namespace, hashes and the lease of what it pins or reserves."""
+
+    lease_s: float | None = None
+
+    @classmethod
+    def from_header(cls, header: Header, limits: Limits) -> Self:
+        return cls(*read_ns_hashes(header, limits), arg_float(header, "lease_s"))
+
+
+@dataclass(slots=True)
+class ShmReserve(LeasedRequest):
+    """Reserve slab places for new blocks (None for a block stored already)."""
+
+    op: ClassVar[str] = "shm_reserve"
+
+
+@dataclass(slots=True)
+class ExtentsReply(Reply):
+    """Per block its extents, or None (reply of ``shm_reserve`` and ``shm_acquire``)."""
+
+    extents: list[Extents | None]
+
+
+@dataclass(slots=True)
+class ShmCommit(ShmRequest):
+    """Publish reserved blocks once their bytes are in the slab (replies a ``PutReply``)."""
+
+    op: ClassVar[str] = "shm_commit"
+
+
+@dataclass(slots=True)
+class ShmAbort(ShmRequest):
+    op: ClassVar[str] = "shm_abort"
+
+
+@dataclass(slots=True)
+class AbortReply(Reply):
+    aborted: int
+
+
+@dataclass(slots=True)
+class ShmAcquire(LeasedRequest):
+    """Pin blocks for reading and hand out their extents (until ``shm_release``)."""
+
+    op: ClassVar[str] = "shm_acquire"
+
+
+@dataclass(slots=True)
+class ShmRelease(ShmRequest):
+    """Drop read pins, or with ``grant`` the pins of an ``shm_lookup`` (replies a
+    ``ReleaseReply``)."""
+
+    op: ClassVar[str] = "shm_release"
+    grant: bool = False
+
+    @classmethod
+    def from_header(cls, header: Header, limits: Limits) -> Self:
+        return cls(*read_ns_hashes(header, limits), arg_bool(header, "grant"))
+
+
+@dataclass(slots=True)
+class ShmStage(Request):
+    """Stage up to ``count`` anonymous places for later ``shm_put`` frames."""
+
+    op: ClassVar[str] = "shm_stage"
+    needs_shm: ClassVar[bool] = True
+    ns: str
+    count: int
+
+    @classmethod
+    def from_header(cls, header: Header, limits: Limits) -> Self:
+        ns = arg_str(header, "ns")
+        count = arg_int(header, "count")
+        if not 0 <= count <= limits.max_batch:
+            raise FrameError("bad_request", f"'count' must be 0-{limits.max_batch}")
+        return cls(ns, count)
+
+
+@dataclass(slots=True)
+class StageReply(Reply):
+    staged: list[Extents]
+
+
+@dataclass(slots=True)
+class ShmPut(ShmRequest):
+    """Publish blocks written into staged places (named by their first offset), and stage as
+    many places again."""
+
+    op: ClassVar[str] = "shm_put"
+    places: list[int]
+
+    @classmethod
+    def from_header(cls, header: Header, limits: Limits) -> Self:
+        ns, hashes = read_ns_hashes(header, limits)
+        return cls(ns, hashes, arg_ints(header, "places", len(hashes)))
+
+
+@dataclass(slots=True)
+class ShmPutReply(Reply):
+    """What the put did, the places it used (first offsets) and the newly staged ones."""
+
+    stored: int
+    existing: int
+    refused: int
+    used: list[int]
+    staged: list[Extents]
+
+
+@dataclass(slots=True)
+class ShmLookup(LeasedRequest):
+    """``lookup``, and each block of the hit that the host tier holds pinned for reading by
+    other processes (a grant; ``shm_release`` with ``grant`` drops it)."""
+
+    op: ClassVar[str] = "shm_lookup"
+
+
+@dataclass(slots=True)
+class ShmLookupReply(Reply):
+    prefix_blocks: int
+    tiers: list[str]
+    extents: list[Extents | None]
+
+
+def first_offsets(places: list[Any]) -> list[int]:
+    """How ``shm_put`` names staged places: by the first offset of each."""
+    return [int(place[0][0]) for place in places]

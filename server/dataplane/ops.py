@@ -1,0 +1,235 @@
+"""Data plane operations: read a request header, check the caller, call the store.
+
+Every op validates its arguments on the event loop (cheap, and a bad frame never reaches the
+store), then runs its store call in a worker thread: one thread hop per batch, never per
+block. ``prefetch`` only queues work for the store's prefetch threads, on the event loop. The
+small ops of the shared-memory path and of routing (``shm_*``, ``lookup``, ``release``) first
+try their store call on the event loop with ``nowait=True``: it either finishes in memory
+without waiting, or raises ``WouldBlock`` having changed nothing, and then goes to a worker
+thread. The hop costs more than such an op on a busy host, and a local put is two of them.
+Each op takes its typed request (:mod:`kvstore.protocol`, validated by :meth:`Ops.dispatch`
+before the handler runs) and returns ``(reply, payload buffers)``.
+
+Pins and shared-memory reservations belong to the session's ``owner`` (chosen by the client
+in ``hello`` so that all its connections share it); reads through shared memory pin under
+``owner + "#read"`` so that releasing them never drops a pin the client took with ``pin``.
+The ``shm_*`` ops are in :mod:`server.dataplane.shm_ops`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvstore.errors import WouldBlock
+from kvstore.namespace import Layout, Namespace
+from kvstore.protocol import (
+    Ack,
+    Buffer,
+    Delete,
+    DeleteReply,
+    Flush,
+    FrameError,
+    Get,
+    GetReply,
+    Header,
+    Health,
+    HealthReply,
+    Hello,
+    HelloReply,
+    Limits,
+    Lookup,
+    LookupReply,
+    Namespaces,
+    NamespacesReply,
+    Pin,
+    Ping,
+    PinReply,
+    Prefetch,
+    PrefetchReply,
+    Put,
+    PutReply,
+    Register,
+    RegisterReply,
+    Release,
+    ReleaseReply,
+    Reply,
+    Request,
+    Stats,
+    StatsReply,
+    request_type,
+)
+from kvstore.protocol.frame import split_payload
+from server.auth import Authenticator, Principal
+from server.dataplane.buffers import BufferPool
+from server.dataplane.direct_put import DirectPut
+from server.dataplane.shm_ops import SharedMemoryOps
+from server.errors import AuthError
+from server.settings import ServerSettings
+from server.writes import durable_put
+
+Answer = tuple[Reply, list[Buffer]]
+Handler = Callable[[Any, Any, memoryview], Awaitable[Answer]]
+
+
+@dataclass(slots=True)
+class Session:
+    """One connection's identity: its principal (None until ``hello`` when auth is on)."""
+
+    principal: Principal | None
+    owner: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+
+class Ops(SharedMemoryOps):
+    """The op table of the data plane over one store."""
+
+    def __init__(self, store: Any, settings: ServerSettings, auth: Authenticator,
+                 info: dict[str, Any], durable_tier: str | None,
+                 run: Callable[..., Awaitable[Any]]) -> None:
+        self.store = store
+        self.settings = settings
+        self.auth = auth
+        self.info = info
+        self.buffers = BufferPool(0)  # the data plane's pool, set by DataPlane
+        self.durable_tier = durable_tier
+        self.run = run  # run(fn, *args) in the worker pool
+        self.shm = info.get("shm") is not None
+        self.table: dict[type[Request], Handler] = {
+            Hello: self.hello, Ping: self.ping, Register: self.register,
+            Namespaces: self.namespaces, Put: self.put, Get: self.get, Lookup: self.lookup,
+            Prefetch: self.prefetch, Pin: self.pin, Release: self.release,
+            Delete: self.delete, Stats: self.stats, Health: self.health, Flush: self.flush,
+            **self.shm_table(),
+        }
+
+    async def dispatch(self, session: Session, header: Header,
+                       payload: memoryview) -> tuple[Header, list[Buffer]]:
+        """Check, decode and serve one request; ``(reply fields, payload buffers)``."""
+        kind = request_type(header.get("op"))
+        if session.principal is None and not kind.before_hello:
+            raise AuthError("authenticate with a 'hello' frame carrying the token first")
+        if payload.nbytes and not kind.takes_payload:
+            raise FrameError("bad_request", f"op {kind.op!r} takes no payload")
+        if kind.needs_shm:
+            self._require_shm()
+        request = kind.from_header(header, Limits(self.settings.max_batch, payload.nbytes))
+        reply, blobs = await self.table[kind](session, request, payload)
+        return reply.to_header(), blobs
+
+    # -- helpers --------------------------------------------------------------------------
+    def _ns(self, session: Session, name: str) -> Namespace:
+        assert session.principal is not None
+        ns: Namespace = self.store.namespace(name)
+        return session.principal.check(ns)
+
+    async def _now(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args, nowait=True)`` here on the event loop, or ``fn(*args)`` in a worker
+        thread if that would block."""
+        try:
+            return fn(*args, nowait=True)
+        except WouldBlock:
+            return await self.run(fn, *args)
+
+    # -- session --------------------------------------------------------------------------
+    async def hello(self, session: Session, req: Hello, _: memoryview) -> Answer:
+        session.principal = self.auth.authenticate(req.token)
+        if req.owner is not None:
+            # scoped by tenant: a client of one tenant can never release another's pins
+            session.owner = f"{session.principal.tenant or '*'}/{req.owner}"
+        return HelloReply(self.info, session.owner), []
+
+    async def ping(self, session: Session, req: Ping, _: memoryview) -> Answer:
+        return Ack(), []
+
+    async def register(self, session: Session, req: Register, _: memoryview) -> Answer:
+        assert session.principal is not None
+        try:
+            ns = Namespace(
+                name=req.name, block_bytes=req.block_bytes, layout=Layout(**req.layout),
+                hash_algo=req.hash_algo, hash_seed=req.hash_seed,
+                tenant=session.principal.tenant_for_new(req.tenant),
+            )
+        except (TypeError, ValueError) as exc:
+            raise FrameError("invalid_request", str(exc)) from None
+        if ns.name in {n.name for n in self.store.namespaces()}:
+            session.principal.check(self.store.namespace(ns.name))
+        created = await self.run(self.store.register_namespace, ns)
+        return RegisterReply(created, self.store.namespace(ns.name).to_dict()), []
+
+    async def namespaces(self, session: Session, req: Namespaces, _: memoryview) -> Answer:
+        assert session.principal is not None
+        seen = [ns.to_dict() for ns in self.store.namespaces()
+                if session.principal.can_access(ns)]
+        return NamespacesReply(seen), []
+
+    # -- blocks over the socket ----------------------------------------------------------
+    async def commit_direct(self, direct: DirectPut) -> tuple[Header, list[Buffer]]:
+        """Finish a put whose payload was read straight into the host tier (direct_put)."""
+        result = await self._now(direct.commit)
+        return PutReply(*result).to_header(), []
+
+    async def put(self, session: Session, req: Put, payload: memoryview) -> Answer:
+        ns = self._ns(session, req.ns)
+        blocks = split_payload(payload, req.sizes)
+        for block in blocks:  # refuse before storing anything: no block partially visible
+            ns.check_size(block.nbytes)
+        result = await self.run(durable_put, self.store, ns.name, req.hashes, blocks,
+                                req.durable, self.durable_tier)
+        return PutReply(*result), []
+
+    async def get(self, session: Session, req: Get, _: memoryview) -> Answer:
+        ns = self._ns(session, req.ns)
+        blocks = await self.run(self.store.get, ns.name, req.hashes)
+        sizes = [-1 if b is None else len(b) for b in blocks]
+        return GetReply(sizes), [b for b in blocks if b is not None]
+
+    # -- index and pins -------------------------------------------------------------------
+    async def lookup(self, session: Session, req: Lookup, _: memoryview) -> Answer:
+        ns = self._ns(session, req.ns)
+        result = await self._now(self.store.lookup, ns.name, req.hashes)
+        return LookupReply(result.prefix_blocks, list(result.tiers)), []
+
+    async def prefetch(self, session: Session, req: Prefetch, _: memoryview) -> Answer:
+        ns = self._ns(session, req.ns)
+        # Only queues the work on the store's prefetch threads: no need for a hop of our own
+        # (which would hold up the next frame on this connection, often the lookup).
+        self.store.prefetch(ns.name, req.hashes)
+        return PrefetchReply(len(req.hashes)), []
+
+    async def pin(self, session: Session, req: Pin, _: memoryview) -> Answer:
+        ns = self._ns(session, req.ns)
+        pinned = await self.run(self._pin, ns.name, req.hashes, req.lease_s, session.owner)
+        return PinReply(pinned), []
+
+    def _pin(self, ns: str, hashes: list[bytes], lease_s: float | None, owner: str) -> Any:
+        return self.store.pin(ns, hashes, lease_s=lease_s, owner=owner)
+
+    async def release(self, session: Session, req: Release, _: memoryview) -> Answer:
+        ns = self._ns(session, req.ns)
+        n = await self._now(self._release, ns.name, req.hashes, session.owner)
+        return ReleaseReply(n), []
+
+    def _release(self, ns: str, hashes: list[bytes], owner: str, nowait: bool = False) -> int:
+        released: int = self.store.release(ns, hashes, owner=owner, nowait=nowait)
+        return released
+
+    async def delete(self, session: Session, req: Delete, _: memoryview) -> Answer:
+        ns = self._ns(session, req.ns)
+        return DeleteReply(await self.run(self.store.delete, ns.name, req.hashes)), []
+
+    async def stats(self, session: Session, req: Stats, _: memoryview) -> Answer:
+        assert session.principal is not None
+        doc = await self.run(self.store.stats)
+        visible = {ns.name for ns in self.store.namespaces() if session.principal.can_access(ns)}
+        doc["namespaces"] = {k: v for k, v in doc["namespaces"].items() if k in visible}
+        return StatsReply(doc), []
+
+    async def health(self, session: Session, req: Health, _: memoryview) -> Answer:
+        return HealthReply(await self.run(self.store.health)), []
+
+    async def flush(self, session: Session, req: Flush, _: memoryview) -> Answer:
+        await self.run(self.store.flush)
+        return Ack(), []
+
