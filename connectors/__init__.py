@@ -1,1 +1,1 @@
-
+"""Engine connectors: how serving engines load and save their KV through kvstore."""

@@ -1,3 +1,5 @@
+"""``python -m kvstore``: the ``kvstore`` command line."""
+
 from __future__ import annotations
 
 import sys

@@ -12,11 +12,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from kvstore.errors import TierUnavailableError
-from kvstore.types import PutResult
+from kvstore.store import StoreAPI
+from kvstore.types import BlockHash, PutResult
 
 
 def durable_put(
-    store: Any, namespace: str, hashes: Sequence[bytes], blocks: Sequence[Any],
+    store: StoreAPI, namespace: str, hashes: Sequence[BlockHash], blocks: Sequence[Any],
     durable: bool, tier: str | None,
 ) -> PutResult:
     """``store.put`` with the durability rule above. Raises TierUnavailableError for a durable

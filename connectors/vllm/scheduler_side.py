@@ -155,7 +155,7 @@ class SchedulerSide:
         # would wake the store during this step's forward pass for nothing.
         self._loads.append(BlockTransfer(
             request.request_id, list(block_ids[start:end]), hashes, notify=self.load_async,
-            extents=extents, instance=grant.instance if extents else "",
+            extents=extents, instance=grant.instance if grant is not None and extents else "",
             granted_at=st.granted_at, granted_ns=self._link.namespace,
         ))
         pins.plain = [h for i, h in enumerate(hashes) if extents is None or extents[i] is None]

@@ -1,4 +1,4 @@
-"""The clients' pool of staged shared-memory places (see :mod:`kvstore.store_stage`).
+"""The clients' pool of staged shared-memory places (see :mod:`kvstore.store.staging`).
 
 A local put copies blocks into places the server staged for this client and publishes them
 in one round trip; the reply stages as many new places, which go back in the pool. Places

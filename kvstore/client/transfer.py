@@ -76,7 +76,7 @@ class Transfers:
 
     def _put_staged(self, instance: str, slab: SlabMapping, ns: str, hs: list[BlockHash],
                     bs: Sequence[Buffer]) -> Steps[ShmPutReply | None]:
-        """One batch through staged places in one round trip (kvstore.store_stage); None if
+        """One batch through staged places in one round trip (kvstore.store.staging); None if
         the server could not stage enough places (the caller reserves and commits)."""
         places = self.staged.pooled(instance, ns, len(hs))
         if places is None:

@@ -20,6 +20,7 @@ from typing import Any
 
 from kvstore.protocol import Limits, Put
 from kvstore.protocol.frame import decode_header
+from kvstore.store import StoreAPI
 from kvstore.types import BlockHash, PutResult
 from server.dataplane.buffers import BufferPool
 
@@ -30,7 +31,7 @@ _ids = itertools.count()
 class DirectPut:
     """One put frame being received into reserved host-slab places."""
 
-    def __init__(self, store: Any, ns: str, hashes: list[BlockHash], owner: str,
+    def __init__(self, store: StoreAPI, ns: str, hashes: list[BlockHash], owner: str,
                  targets: list[memoryview], scratch: bytearray | None,
                  buffers: BufferPool) -> None:
         self.store = store

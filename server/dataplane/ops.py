@@ -62,6 +62,8 @@ from kvstore.protocol import (
     request_type,
 )
 from kvstore.protocol.frame import split_payload
+from kvstore.store import StoreAPI
+from kvstore.types import BlockHash
 from server.auth import Authenticator, Principal
 from server.dataplane.buffers import BufferPool
 from server.dataplane.direct_put import DirectPut
@@ -85,7 +87,7 @@ class Session:
 class Ops(SharedMemoryOps):
     """The op table of the data plane over one store."""
 
-    def __init__(self, store: Any, settings: ServerSettings, auth: Authenticator,
+    def __init__(self, store: StoreAPI, settings: ServerSettings, auth: Authenticator,
                  info: dict[str, Any], durable_tier: str | None,
                  run: Callable[..., Awaitable[Any]]) -> None:
         self.store = store
@@ -203,7 +205,7 @@ class Ops(SharedMemoryOps):
         pinned = await self.run(self._pin, ns.name, req.hashes, req.lease_s, session.owner)
         return PinReply(pinned), []
 
-    def _pin(self, ns: str, hashes: list[bytes], lease_s: float | None, owner: str) -> Any:
+    def _pin(self, ns: str, hashes: list[BlockHash], lease_s: float | None, owner: str) -> Any:
         return self.store.pin(ns, hashes, lease_s=lease_s, owner=owner)
 
     async def release(self, session: Session, req: Release, _: memoryview) -> Answer:
@@ -211,7 +213,7 @@ class Ops(SharedMemoryOps):
         n = await self._now(self._release, ns.name, req.hashes, session.owner)
         return ReleaseReply(n), []
 
-    def _release(self, ns: str, hashes: list[bytes], owner: str, nowait: bool = False) -> int:
+    def _release(self, ns: str, hashes: list[BlockHash], owner: str, nowait: bool = False) -> int:
         released: int = self.store.release(ns, hashes, owner=owner, nowait=nowait)
         return released
 

@@ -1,8 +1,8 @@
 """Data plane ops of the shared-memory path: only control frames cross the socket.
 
 A client on the server's host maps the host tier's slab and copies block bytes itself; these
-ops hand out and take back extents in it (see :mod:`kvstore.store_shm` and
-:mod:`kvstore.store_stage`). Reads pin under ``owner + "#read"`` so that releasing them never
+ops hand out and take back extents in it (see :mod:`kvstore.store.host_path` and
+:mod:`kvstore.store.staging`). Reads pin under ``owner + "#read"`` so that releasing them never
 drops a pin the client took with ``pin``.
 
 ``shm_lookup`` is a lookup that also pins each block of the hit that the host tier holds right
@@ -36,6 +36,8 @@ from kvstore.protocol import (
     ShmStage,
     StageReply,
 )
+from kvstore.store import StoreAPI
+from kvstore.types import BlockHash
 from server.settings import ServerSettings
 
 if TYPE_CHECKING:
@@ -54,7 +56,7 @@ class SharedMemoryOps:
     """Mixin of :class:`server.dataplane.ops.Ops`; uses its store, settings and helpers.
     Dispatch calls :meth:`_require_shm` before any of these ops."""
 
-    store: Any
+    store: StoreAPI
     settings: ServerSettings
     shm: bool
     run: Callable[..., Awaitable[Any]]
@@ -62,7 +64,7 @@ class SharedMemoryOps:
     if TYPE_CHECKING:
         def _ns(self, session: Session, name: str) -> Namespace: ...
         async def _now(self, fn: Callable[..., Any], *args: Any) -> Any: ...
-        def _release(self, ns: str, hashes: list[bytes], owner: str,
+        def _release(self, ns: str, hashes: list[BlockHash], owner: str,
                      nowait: bool = False) -> int: ...
 
     def shm_table(self) -> dict[type[Request], Handler]:
@@ -83,7 +85,7 @@ class SharedMemoryOps:
                                   session.owner)
         return ExtentsReply(extents), []
 
-    def _reserve(self, ns: str, hashes: list[bytes], lease_s: float | None, owner: str,
+    def _reserve(self, ns: str, hashes: list[BlockHash], lease_s: float | None, owner: str,
                  nowait: bool = False) -> Any:
         return self.store.reserve_write(ns, hashes, lease_s=lease_s, owner=owner, nowait=nowait)
 
@@ -92,18 +94,18 @@ class SharedMemoryOps:
         result = await self._now(self._commit, ns.name, req.hashes, session.owner)
         return PutReply(*result), []
 
-    def _commit(self, ns: str, hashes: list[bytes], owner: str, nowait: bool = False) -> Any:
+    def _commit(self, ns: str, hashes: list[BlockHash], owner: str, nowait: bool = False) -> Any:
         return self.store.commit_write(ns, hashes, owner=owner, nowait=nowait)
 
     async def shm_abort(self, session: Session, req: ShmAbort, _: memoryview) -> Answer:
         ns = self._ns(session, req.ns)
         return AbortReply(await self.run(self._abort, ns.name, req.hashes, session.owner)), []
 
-    def _abort(self, ns: str, hashes: list[bytes], owner: str) -> Any:
+    def _abort(self, ns: str, hashes: list[BlockHash], owner: str) -> Any:
         return self.store.abort_write(ns, hashes, owner=owner)
 
     async def shm_stage(self, session: Session, req: ShmStage, _: memoryview) -> Answer:
-        """Staged places for later ``shm_put`` frames (see :mod:`kvstore.store_stage`)."""
+        """Staged places for later ``shm_put`` frames (see :mod:`kvstore.store.staging`)."""
         ns = self._ns(session, req.ns)
         return StageReply(await self._now(self._stage, ns.name, req.count, session.owner)), []
 
@@ -119,7 +121,7 @@ class SharedMemoryOps:
         staged = await self._now(self._stage, ns.name, len(used), session.owner) if used else []
         return ShmPutReply(result.stored, result.existing, result.refused, used, staged), []
 
-    def _put_staged(self, ns: str, hashes: list[bytes], places: list[int], owner: str,
+    def _put_staged(self, ns: str, hashes: list[BlockHash], places: list[int], owner: str,
                     nowait: bool = False) -> Any:
         return self.store.commit_staged(ns, hashes, places, owner=owner, nowait=nowait)
 
@@ -129,7 +131,7 @@ class SharedMemoryOps:
                                   session.owner + READ_SUFFIX)
         return ExtentsReply(extents), []
 
-    def _acquire(self, ns: str, hashes: list[bytes], lease_s: float | None, owner: str,
+    def _acquire(self, ns: str, hashes: list[BlockHash], lease_s: float | None, owner: str,
                  nowait: bool = False) -> Any:
         return self.store.acquire_read(ns, hashes, lease_s=lease_s, owner=owner, nowait=nowait)
 
@@ -148,7 +150,7 @@ class SharedMemoryOps:
                                             req.lease_s, session.owner + GRANT_SUFFIX)
         return ShmLookupReply(n, tiers, extents), []
 
-    def _lookup_acquire(self, ns: str, hashes: list[bytes], lease_s: float | None, owner: str,
+    def _lookup_acquire(self, ns: str, hashes: list[BlockHash], lease_s: float | None, owner: str,
                         nowait: bool = False) -> tuple[int, list[str], list[Any]]:
         found = self.store.lookup(ns, hashes, nowait=nowait)
         n = found.prefix_blocks
