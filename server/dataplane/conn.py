@@ -31,9 +31,9 @@ from kvstore.protocol.frame import (
     error_reply,
     ok_reply,
 )
+from server.dataplane.context import Session
 from server.dataplane.direct_put import DirectPut
 from server.dataplane.direct_put import begin as begin_direct
-from server.dataplane.ops import Session
 from server.errors import map_error
 
 if TYPE_CHECKING:

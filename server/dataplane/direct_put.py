@@ -69,14 +69,14 @@ class DirectPut:
 def begin(ops: Any, session: Any, header_bytes: bytes, payload_len: int) -> DirectPut | None:
     """A :class:`DirectPut` for this frame, or None to receive it the usual way."""
     store = ops.store
-    if not ops.shm or session.principal is None:
+    if not ops.shm_ops.enabled or session.principal is None:
         return None
     try:
         header = decode_header(header_bytes)
         if header.get("op") != Put.op or header.get("noreply"):
             return None
         put = Put.from_header(header, Limits(ops.settings.max_batch, payload_len))
-        ns = ops._ns(session, put.ns)
+        ns = ops.ctx.ns(session, put.ns)
     except Exception:  # FrameError, unknown namespace...: the usual path answers with it
         return None
     hashes = put.hashes

@@ -18,12 +18,9 @@ The ``shm_*`` ops are in :mod:`server.dataplane.shm_ops`.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-from kvstore.errors import WouldBlock
 from kvstore.namespace import Layout, Namespace
 from kvstore.protocol import (
     Ack,
@@ -55,7 +52,6 @@ from kvstore.protocol import (
     RegisterReply,
     Release,
     ReleaseReply,
-    Reply,
     Request,
     Stats,
     StatsReply,
@@ -64,46 +60,38 @@ from kvstore.protocol import (
 from kvstore.protocol.frame import split_payload
 from kvstore.store import StoreAPI
 from kvstore.types import BlockHash
-from server.auth import Authenticator, Principal
+from server.auth import Authenticator
 from server.dataplane.buffers import BufferPool
+from server.dataplane.context import Answer, Handler, OpsContext, Session
 from server.dataplane.direct_put import DirectPut
 from server.dataplane.shm_ops import SharedMemoryOps
 from server.errors import AuthError
 from server.settings import ServerSettings
 from server.writes import durable_put
 
-Answer = tuple[Reply, list[Buffer]]
-Handler = Callable[[Any, Any, memoryview], Awaitable[Answer]]
 
-
-@dataclass(slots=True)
-class Session:
-    """One connection's identity: its principal (None until ``hello`` when auth is on)."""
-
-    principal: Principal | None
-    owner: str = field(default_factory=lambda: uuid.uuid4().hex)
-
-
-class Ops(SharedMemoryOps):
-    """The op table of the data plane over one store."""
+class Ops:
+    """The op table of the data plane over one store: the session and block ops here, the
+    ``shm_*`` ops in :class:`~server.dataplane.shm_ops.SharedMemoryOps`."""
 
     def __init__(self, store: StoreAPI, settings: ServerSettings, auth: Authenticator,
                  info: dict[str, Any], durable_tier: str | None,
                  run: Callable[..., Awaitable[Any]]) -> None:
+        self.ctx = OpsContext(store, settings, run)
         self.store = store
         self.settings = settings
         self.auth = auth
         self.info = info
         self.buffers = BufferPool(0)  # the data plane's pool, set by DataPlane
         self.durable_tier = durable_tier
-        self.run = run  # run(fn, *args) in the worker pool
-        self.shm = info.get("shm") is not None
+        self.run = run
+        self.shm_ops = SharedMemoryOps(self.ctx, enabled=info.get("shm") is not None)
         self.table: dict[type[Request], Handler] = {
             Hello: self.hello, Ping: self.ping, Register: self.register,
             Namespaces: self.namespaces, Put: self.put, Get: self.get, Lookup: self.lookup,
             Prefetch: self.prefetch, Pin: self.pin, Release: self.release,
             Delete: self.delete, Stats: self.stats, Health: self.health, Flush: self.flush,
-            **self.shm_table(),
+            **self.shm_ops.table(),
         }
 
     async def dispatch(self, session: Session, header: Header,
@@ -115,24 +103,10 @@ class Ops(SharedMemoryOps):
         if payload.nbytes and not kind.takes_payload:
             raise FrameError("bad_request", f"op {kind.op!r} takes no payload")
         if kind.needs_shm:
-            self._require_shm()
+            self.shm_ops.require()
         request = kind.from_header(header, Limits(self.settings.max_batch, payload.nbytes))
         reply, blobs = await self.table[kind](session, request, payload)
         return reply.to_header(), blobs
-
-    # -- helpers --------------------------------------------------------------------------
-    def _ns(self, session: Session, name: str) -> Namespace:
-        assert session.principal is not None
-        ns: Namespace = self.store.namespace(name)
-        return session.principal.check(ns)
-
-    async def _now(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """``fn(*args, nowait=True)`` here on the event loop, or ``fn(*args)`` in a worker
-        thread if that would block."""
-        try:
-            return fn(*args, nowait=True)
-        except WouldBlock:
-            return await self.run(fn, *args)
 
     # -- session --------------------------------------------------------------------------
     async def hello(self, session: Session, req: Hello, _: memoryview) -> Answer:
@@ -169,11 +143,11 @@ class Ops(SharedMemoryOps):
     # -- blocks over the socket ----------------------------------------------------------
     async def commit_direct(self, direct: DirectPut) -> tuple[Header, list[Buffer]]:
         """Finish a put whose payload was read straight into the host tier (direct_put)."""
-        result = await self._now(direct.commit)
+        result = await self.ctx.now(direct.commit)
         return PutReply(*result).to_header(), []
 
     async def put(self, session: Session, req: Put, payload: memoryview) -> Answer:
-        ns = self._ns(session, req.ns)
+        ns = self.ctx.ns(session, req.ns)
         blocks = split_payload(payload, req.sizes)
         for block in blocks:  # refuse before storing anything: no block partially visible
             ns.check_size(block.nbytes)
@@ -182,26 +156,26 @@ class Ops(SharedMemoryOps):
         return PutReply(*result), []
 
     async def get(self, session: Session, req: Get, _: memoryview) -> Answer:
-        ns = self._ns(session, req.ns)
+        ns = self.ctx.ns(session, req.ns)
         blocks = await self.run(self.store.get, ns.name, req.hashes)
         sizes = [-1 if b is None else len(b) for b in blocks]
         return GetReply(sizes), [b for b in blocks if b is not None]
 
     # -- index and pins -------------------------------------------------------------------
     async def lookup(self, session: Session, req: Lookup, _: memoryview) -> Answer:
-        ns = self._ns(session, req.ns)
-        result = await self._now(self.store.lookup, ns.name, req.hashes)
+        ns = self.ctx.ns(session, req.ns)
+        result = await self.ctx.now(self.store.lookup, ns.name, req.hashes)
         return LookupReply(result.prefix_blocks, list(result.tiers)), []
 
     async def prefetch(self, session: Session, req: Prefetch, _: memoryview) -> Answer:
-        ns = self._ns(session, req.ns)
+        ns = self.ctx.ns(session, req.ns)
         # Only queues the work on the store's prefetch threads: no need for a hop of our own
         # (which would hold up the next frame on this connection, often the lookup).
         self.store.prefetch(ns.name, req.hashes)
         return PrefetchReply(len(req.hashes)), []
 
     async def pin(self, session: Session, req: Pin, _: memoryview) -> Answer:
-        ns = self._ns(session, req.ns)
+        ns = self.ctx.ns(session, req.ns)
         pinned = await self.run(self._pin, ns.name, req.hashes, req.lease_s, session.owner)
         return PinReply(pinned), []
 
@@ -209,16 +183,12 @@ class Ops(SharedMemoryOps):
         return self.store.pin(ns, hashes, lease_s=lease_s, owner=owner)
 
     async def release(self, session: Session, req: Release, _: memoryview) -> Answer:
-        ns = self._ns(session, req.ns)
-        n = await self._now(self._release, ns.name, req.hashes, session.owner)
+        ns = self.ctx.ns(session, req.ns)
+        n = await self.ctx.now(self.store.release, ns.name, req.hashes, owner=session.owner)
         return ReleaseReply(n), []
 
-    def _release(self, ns: str, hashes: list[BlockHash], owner: str, nowait: bool = False) -> int:
-        released: int = self.store.release(ns, hashes, owner=owner, nowait=nowait)
-        return released
-
     async def delete(self, session: Session, req: Delete, _: memoryview) -> Answer:
-        ns = self._ns(session, req.ns)
+        ns = self.ctx.ns(session, req.ns)
         return DeleteReply(await self.run(self.store.delete, ns.name, req.hashes)), []
 
     async def stats(self, session: Session, req: Stats, _: memoryview) -> Answer:

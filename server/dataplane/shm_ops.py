@@ -15,8 +15,7 @@ lease runs out: the workers copying them are other processes.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kvstore.protocol import (
     AbortReply,
@@ -24,6 +23,7 @@ from kvstore.protocol import (
     FrameError,
     PutReply,
     ReleaseReply,
+    Request,
     ShmAbort,
     ShmAcquire,
     ShmCommit,
@@ -36,14 +36,8 @@ from kvstore.protocol import (
     ShmStage,
     StageReply,
 )
-from kvstore.store import StoreAPI
 from kvstore.types import BlockHash
-from server.settings import ServerSettings
-
-if TYPE_CHECKING:
-    from kvstore.namespace import Namespace
-    from kvstore.protocol import Request
-    from server.dataplane.ops import Answer, Handler, Session
+from server.dataplane.context import Answer, Handler, OpsContext, Session
 
 READ_SUFFIX = "#read"
 # Grants (shm_lookup) pin under their own owner, which outlives the client's connections: the
@@ -53,21 +47,14 @@ GRANT_SUFFIX = "#grant"
 
 
 class SharedMemoryOps:
-    """Mixin of :class:`server.dataplane.ops.Ops`; uses its store, settings and helpers.
-    Dispatch calls :meth:`_require_shm` before any of these ops."""
+    """The ``shm_*`` ops over one store. Dispatch calls :meth:`require` before any of them."""
 
-    store: StoreAPI
-    settings: ServerSettings
-    shm: bool
-    run: Callable[..., Awaitable[Any]]
+    def __init__(self, ctx: OpsContext, enabled: bool) -> None:
+        self._ctx = ctx
+        self._store = ctx.store
+        self.enabled = enabled
 
-    if TYPE_CHECKING:
-        def _ns(self, session: Session, name: str) -> Namespace: ...
-        async def _now(self, fn: Callable[..., Any], *args: Any) -> Any: ...
-        def _release(self, ns: str, hashes: list[BlockHash], owner: str,
-                     nowait: bool = False) -> int: ...
-
-    def shm_table(self) -> dict[type[Request], Handler]:
+    def table(self) -> dict[type[Request], Handler]:
         return {
             ShmReserve: self.shm_reserve, ShmCommit: self.shm_commit,
             ShmAbort: self.shm_abort, ShmAcquire: self.shm_acquire,
@@ -75,86 +62,72 @@ class SharedMemoryOps:
             ShmLookup: self.shm_lookup,
         }
 
-    def _require_shm(self) -> None:
-        if not self.shm:
+    def require(self) -> None:
+        if not self.enabled:
             raise FrameError("unavailable", "the shared-memory path is off on this server")
 
     async def shm_reserve(self, session: Session, req: ShmReserve, _: memoryview) -> Answer:
-        ns = self._ns(session, req.ns)
-        extents = await self._now(self._reserve, ns.name, req.hashes, req.lease_s,
-                                  session.owner)
+        ns = self._ctx.ns(session, req.ns)
+        extents = await self._ctx.now(self._store.reserve_write, ns.name, req.hashes,
+                                      lease_s=req.lease_s, owner=session.owner)
         return ExtentsReply(extents), []
 
-    def _reserve(self, ns: str, hashes: list[BlockHash], lease_s: float | None, owner: str,
-                 nowait: bool = False) -> Any:
-        return self.store.reserve_write(ns, hashes, lease_s=lease_s, owner=owner, nowait=nowait)
-
     async def shm_commit(self, session: Session, req: ShmCommit, _: memoryview) -> Answer:
-        ns = self._ns(session, req.ns)
-        result = await self._now(self._commit, ns.name, req.hashes, session.owner)
+        ns = self._ctx.ns(session, req.ns)
+        result = await self._ctx.now(self._store.commit_write, ns.name, req.hashes,
+                                     owner=session.owner)
         return PutReply(*result), []
 
-    def _commit(self, ns: str, hashes: list[BlockHash], owner: str, nowait: bool = False) -> Any:
-        return self.store.commit_write(ns, hashes, owner=owner, nowait=nowait)
-
     async def shm_abort(self, session: Session, req: ShmAbort, _: memoryview) -> Answer:
-        ns = self._ns(session, req.ns)
-        return AbortReply(await self.run(self._abort, ns.name, req.hashes, session.owner)), []
-
-    def _abort(self, ns: str, hashes: list[BlockHash], owner: str) -> Any:
-        return self.store.abort_write(ns, hashes, owner=owner)
+        ns = self._ctx.ns(session, req.ns)
+        aborted = await self._ctx.run(lambda: self._store.abort_write(
+            ns.name, req.hashes, owner=session.owner))
+        return AbortReply(aborted), []
 
     async def shm_stage(self, session: Session, req: ShmStage, _: memoryview) -> Answer:
         """Staged places for later ``shm_put`` frames (see :mod:`kvstore.store.staging`)."""
-        ns = self._ns(session, req.ns)
-        return StageReply(await self._now(self._stage, ns.name, req.count, session.owner)), []
+        ns = self._ctx.ns(session, req.ns)
+        return StageReply(await self._stage(ns.name, req.count, session.owner)), []
 
-    def _stage(self, ns: str, count: int, owner: str, nowait: bool = False) -> Any:
-        return self.store.stage_write(ns, count, owner=owner, nowait=nowait)
+    async def _stage(self, ns: str, count: int, owner: str) -> Any:
+        return await self._ctx.now(self._store.stage_write, ns, count, owner=owner)
 
     async def shm_put(self, session: Session, req: ShmPut, _: memoryview) -> Answer:
         """Publish blocks the client wrote into staged places, and stage as many places again
         (one round trip per local put)."""
-        ns = self._ns(session, req.ns)
-        result, used = await self._now(self._put_staged, ns.name, req.hashes, req.places,
-                                       session.owner)
-        staged = await self._now(self._stage, ns.name, len(used), session.owner) if used else []
+        ns = self._ctx.ns(session, req.ns)
+        result, used = await self._ctx.now(self._store.commit_staged, ns.name, req.hashes,
+                                           req.places, owner=session.owner)
+        staged = await self._stage(ns.name, len(used), session.owner) if used else []
         return ShmPutReply(result.stored, result.existing, result.refused, used, staged), []
 
-    def _put_staged(self, ns: str, hashes: list[BlockHash], places: list[int], owner: str,
-                    nowait: bool = False) -> Any:
-        return self.store.commit_staged(ns, hashes, places, owner=owner, nowait=nowait)
-
     async def shm_acquire(self, session: Session, req: ShmAcquire, _: memoryview) -> Answer:
-        ns = self._ns(session, req.ns)
-        extents = await self._now(self._acquire, ns.name, req.hashes, req.lease_s,
-                                  session.owner + READ_SUFFIX)
+        ns = self._ctx.ns(session, req.ns)
+        extents = await self._ctx.now(self._store.acquire_read, ns.name, req.hashes,
+                                      lease_s=req.lease_s, owner=session.owner + READ_SUFFIX)
         return ExtentsReply(extents), []
 
-    def _acquire(self, ns: str, hashes: list[BlockHash], lease_s: float | None, owner: str,
-                 nowait: bool = False) -> Any:
-        return self.store.acquire_read(ns, hashes, lease_s=lease_s, owner=owner, nowait=nowait)
-
     async def shm_release(self, session: Session, req: ShmRelease, _: memoryview) -> Answer:
-        ns = self._ns(session, req.ns)
+        ns = self._ctx.ns(session, req.ns)
         suffix = GRANT_SUFFIX if req.grant else READ_SUFFIX
-        n = await self._now(self._release, ns.name, req.hashes, session.owner + suffix)
+        n = await self._ctx.now(self._store.release, ns.name, req.hashes,
+                                owner=session.owner + suffix)
         return ReleaseReply(n), []
 
     async def shm_lookup(self, session: Session, req: ShmLookup, _: memoryview) -> Answer:
         """``lookup``, plus the extents of each block of the hit that the host tier holds,
         pinned for ``lease_s`` under the owner's grants (None for a block held only below);
         ``shm_release`` with ``grant`` drops them."""
-        ns = self._ns(session, req.ns)
-        n, tiers, extents = await self._now(self._lookup_acquire, ns.name, req.hashes,
-                                            req.lease_s, session.owner + GRANT_SUFFIX)
+        ns = self._ctx.ns(session, req.ns)
+        n, tiers, extents = await self._ctx.now(self._lookup_acquire, ns.name, req.hashes,
+                                                req.lease_s, session.owner + GRANT_SUFFIX)
         return ShmLookupReply(n, tiers, extents), []
 
     def _lookup_acquire(self, ns: str, hashes: list[BlockHash], lease_s: float | None, owner: str,
                         nowait: bool = False) -> tuple[int, list[str], list[Any]]:
-        found = self.store.lookup(ns, hashes, nowait=nowait)
+        found = self._store.lookup(ns, hashes, nowait=nowait)
         n = found.prefix_blocks
-        extents: list[Any] = self.store.acquire_read(
+        extents: list[Any] = self._store.acquire_read(
             ns, hashes[:n], lease_s=lease_s, owner=owner, nowait=nowait, promote=False
         ) if n else []
         return n, list(found.tiers), extents

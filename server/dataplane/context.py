@@ -1,0 +1,51 @@
+"""What every data-plane op needs: the store, the settings, the worker pool, the calling
+session, and the two ways an op calls the store (in a worker thread, or here when it does not
+block)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvstore.errors import WouldBlock
+from kvstore.namespace import Namespace
+from kvstore.protocol import Buffer, Reply
+from kvstore.store import StoreAPI
+from server.auth import Principal
+from server.settings import ServerSettings
+
+Answer = tuple[Reply, list[Buffer]]
+Handler = Callable[[Any, Any, memoryview], Awaitable[Answer]]
+
+
+@dataclass(slots=True)
+class Session:
+    """One connection's identity: its principal (None until ``hello`` when auth is on)."""
+
+    principal: Principal | None
+    owner: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+
+class OpsContext:
+    """The store and settings the op handlers share, and how they reach the store."""
+
+    def __init__(self, store: StoreAPI, settings: ServerSettings,
+                 run: Callable[..., Awaitable[Any]]) -> None:
+        self.store = store
+        self.settings = settings
+        self.run = run  # run(fn, *args) in the worker pool
+
+    def ns(self, session: Session, name: str) -> Namespace:
+        """The namespace ``name``, if the session's principal may use it (raises if not)."""
+        assert session.principal is not None  # dispatch refuses these ops before hello
+        return session.principal.check(self.store.namespace(name))
+
+    async def now(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, nowait=True)`` here on the event loop, or ``fn(*args)`` in a worker
+        thread if that would block."""
+        try:
+            return fn(*args, nowait=True, **kwargs)
+        except WouldBlock:
+            return await self.run(lambda: fn(*args, **kwargs))
