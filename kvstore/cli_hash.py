@@ -13,7 +13,8 @@ import json
 import sys
 from typing import Any
 
-from kvstore.keys import ALGOS, BlockHasher
+from kvstore.hash_algos import ALGOS
+from kvstore.keys import BlockHasher
 
 _JSON_TYPES = {dict: "object", str: "string", int: "number", float: "number", bool: "boolean"}
 

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from kvstore.errors import BlockSizeError, NamespaceConflictError, UnknownNamespaceError
-from kvstore.keys import ALGOS
+from kvstore.hash_algos import ALGOS
 
 HASH_ALGOS = ALGOS  # every algorithm kvstore.keys reproduces, vLLM's four
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@+=-]{0,127}$")

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from kvstore.keys import none_hash
+from kvstore.hash_algos import none_hash
 from kvstore.namespace import HASH_ALGOS
 
 _SLUG_RE = re.compile(r"[^A-Za-z0-9._-]+")

@@ -9,7 +9,7 @@ import pytest
 
 from connectors.vllm.config import ConnectorConfig
 from connectors.vllm.layout import KVLayout, hash_recipe
-from kvstore.keys import none_hash
+from kvstore.hash_algos import none_hash
 
 LAYOUT = KVLayout(
     model_id="/models/Qwen2.5-0.5B", num_layers=24, num_kv_heads=2, head_dim=64,

@@ -20,15 +20,8 @@ import cbor2
 import pytest
 import xxhash
 
-from kvstore.keys import (
-    ALGOS,
-    DEFAULT_NONE_HASH_SEED,
-    BlockHasher,
-    MMHash,
-    block_hashes,
-    get_hash_fn,
-    none_hash,
-)
+from kvstore.hash_algos import ALGOS, DEFAULT_NONE_HASH_SEED, get_hash_fn, none_hash
+from kvstore.keys import BlockHasher, MMHash, block_hashes
 
 # a copy of shared/vectors/vllm_block_hashes.json (produced by real vLLM 0.32), kept in the
 # repo so that the tests need nothing beside the checkout; a missing file fails the run.
