@@ -18,18 +18,34 @@ from typing import Any
 DEFAULT_URL = "http://127.0.0.1:8470"
 
 
+_VISIBLE = ("VISIBLE IN THE PROCESS LIST (ps) to every local user: prefer {file} or the "
+            "environment. ")
+_HELP = {
+    "token": "admin bearer token. " + _VISIBLE.format(file="--token-file"),
+    "token_file": "file holding the admin token (mode 0600) ",
+    "tenant_tokens_file": "file holding the JSON map tenant -> token (mode 0600) ",
+    "rest_body_budget_bytes": "REST request body bytes in flight, all requests together; "
+                              "over it: 503 ",
+    "rest_header_timeout_s": "seconds a REST request's headers may take; then 408 and "
+                             "close ",
+    "rest_max_pending_connections": "REST connections still sending headers; over it the "
+                                    "oldest is closed ",
+}
+
+
 def _settings_flags(parser: argparse.ArgumentParser) -> None:
     from server.settings import ServerSettings
 
     for name, info in ServerSettings.model_fields.items():
         flag = "--" + name.replace("_", "-")
-        help_text = info.description or f"(KVSTORE_{name.upper()})"
+        help_text = info.description or _HELP.get(name, "") + f"(KVSTORE_{name.upper()})"
         if info.annotation is bool:
             parser.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction,
                                 default=None, help=help_text)
         elif name == "tenant_tokens":
             parser.add_argument(flag, dest=name, default=None, type=json.loads,
-                                help='JSON map tenant -> token, e.g. \'{"a": "tok"}\'')
+                                help='JSON map tenant -> token, e.g. \'{"a": "tok"}\'. '
+                                     + _VISIBLE.format(file="--tenant-tokens-file"))
         else:
             parser.add_argument(flag, dest=name, default=None, help=help_text)
 

@@ -64,3 +64,11 @@ class ServerMetrics:
     def observe(self, plane: str, op: str, status: str, seconds: float) -> None:
         self.requests.labels(plane, op, status).inc()
         self.latency.labels(plane, op).observe(seconds)
+
+
+def tenant_registry(stats: Callable[[], dict[str, Any]]) -> CollectorRegistry:
+    """A registry of the store's series alone, over ``stats`` (a tenant's view): no request
+    counters or latencies, which are every tenant's traffic."""
+    registry = CollectorRegistry()
+    registry.register(StoreCollector(stats))
+    return registry

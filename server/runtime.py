@@ -29,6 +29,7 @@ from server.auth import Authenticator
 from server.dataplane.server import DataPlane
 from server.metrics import ServerMetrics
 from server.rest.app import create_app
+from server.rest.conn_guard import guarded_http
 from server.rest.schemas import InfoOut, ShmInfo
 from server.settings import ServerSettings
 
@@ -130,7 +131,8 @@ async def _serve_store(settings: ServerSettings, store: StoreAPI) -> int:
     server = _Uvicorn(uvicorn.Config(
         app, host=settings.host, port=settings.port, log_level=settings.log_level,
         access_log=False, lifespan="off", timeout_graceful_shutdown=int(settings.shutdown_grace_s),
-        limit_concurrency=settings.max_connections, timeout_keep_alive=30,
+        timeout_keep_alive=30,  # requests in flight: server.rest.gate; half-open: conn_guard
+        http=guarded_http(settings.rest_header_timeout_s, settings.rest_max_pending_connections),
     ))
     loop = asyncio.get_running_loop()
 

@@ -32,6 +32,7 @@ from kvstore.config import (
     StoreConfig,
     TierConfig,
 )
+from server.token_files import fill_tokens_from_files
 
 _UNITS = {
     "": 1, "b": 1,
@@ -125,13 +126,24 @@ class ServerSettings(BaseSettings):
     log_level: str = "info"
     # uvloop (the default where it is installed) halves the event loop's cost per frame
     event_loop: Literal["auto", "uvloop", "asyncio"] = "auto"
+    # -- secrets from files, and the REST plane's bounds (issue 14) ------------------------
+    token_file: str | None = None  # file holding the admin token (keeps it out of `ps`)
+    tenant_tokens_file: str | None = None  # file holding the JSON map tenant -> token
+    rest_body_budget_bytes: Size = 256 << 20  # REST body bytes in flight, all requests
+    rest_header_timeout_s: float = Field(5.0, gt=0)  # a REST request's headers must arrive
+    rest_max_pending_connections: int = Field(256, ge=1)  # REST conns awaiting headers
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_token_files(cls, data: Any) -> Any:
+        return fill_tokens_from_files(data)
 
     @model_validator(mode="after")
     def _check(self) -> ServerSettings:
         if not _is_loopback(self.host) and self.token is None and not self.tenant_tokens:
             raise ValueError(
                 f"binding to non-loopback address {self.host!r} requires a token "
-                "(--token or KVSTORE_TOKEN)"
+                "(--token-file, KVSTORE_TOKEN or --token)"
             )
         path = self.socket_path
         if path is not None and len(path.encode()) > 100:

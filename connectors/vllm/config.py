@@ -12,14 +12,48 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, ValidationError
+
 TIMEOUT_S = 5.0  # seconds per store call
 LEASE_S = 60.0  # seconds a load's pins outlive a crashed engine
 RETRY_AFTER_S = 1.0  # seconds of silence after the store was unreachable
 
-_KNOWN_KEYS = frozenset({
-    "kvstore_url", "token", "namespace", "timeout_s", "lease_s", "retry_after_s",
-    "on_load_error", "prefetch", "load_mode",
-})
+
+
+class ExtraConfig(BaseModel):
+    """``kv_connector_extra_config`` as typed keys: strict (``"false"`` is not a boolean, a
+    number is not a string) and closed (an unknown key is an error, not ignored)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    kvstore_url: str | None = None
+    token: str | None = None
+    namespace: str | None = None
+    timeout_s: float = TIMEOUT_S
+    lease_s: float = LEASE_S
+    retry_after_s: float = RETRY_AFTER_S
+    on_load_error: str = "recompute"
+    prefetch: bool = True
+    load_mode: str = "sync"
+
+
+_KNOWN_KEYS = frozenset(ExtraConfig.model_fields)
+
+
+def _parse_extra(extra: Mapping[str, Any]) -> ExtraConfig:
+    """Raises ``ValueError`` naming every bad key (never echoing a value: one may be a token)."""
+    try:
+        return ExtraConfig.model_validate(dict(extra))
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            key = ".".join(str(p) for p in err["loc"])
+            if err["type"] == "extra_forbidden":
+                problems.append(f"unknown key {key!r}")
+            else:
+                problems.append(f"{key!r}: {err['msg']} (got a {type(err['input']).__name__})")
+        raise ValueError(f"bad kv_connector_extra_config: {'; '.join(problems)}; known keys: "
+                         f"{sorted(_KNOWN_KEYS)}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,26 +108,21 @@ class ConnectorConfig:
         ignored silently), a missing URL, or a bad value.
         """
         env = os.environ if env is None else env
-        unknown = set(extra) - _KNOWN_KEYS
-        if unknown:
-            raise ValueError(
-                f"unknown kv_connector_extra_config keys {sorted(unknown)}; "
-                f"known: {sorted(_KNOWN_KEYS)}"
-            )
-        url = extra.get("kvstore_url") or env.get("KVSTORE_URL")
+        parsed = _parse_extra(extra)
+        url = parsed.kvstore_url or env.get("KVSTORE_URL")
         if not url:
             raise ValueError(
                 "KVStoreConnector needs the kvstore server: set kv_connector_extra_config"
                 "['kvstore_url'] (e.g. 'http://127.0.0.1:8000') or KVSTORE_URL"
             )
         return cls(
-            url=str(url).rstrip("/"),
-            token=extra.get("token") or env.get("KVSTORE_TOKEN") or None,
-            namespace=extra.get("namespace") or None,
-            timeout_s=float(extra.get("timeout_s", TIMEOUT_S)),
-            lease_s=float(extra.get("lease_s", LEASE_S)),
-            retry_after_s=float(extra.get("retry_after_s", RETRY_AFTER_S)),
-            on_load_error=str(extra.get("on_load_error", "recompute")),
-            prefetch=bool(extra.get("prefetch", True)),
-            load_mode=str(extra.get("load_mode", "sync")),
+            url=url.rstrip("/"),
+            token=parsed.token or env.get("KVSTORE_TOKEN") or None,
+            namespace=parsed.namespace or None,
+            timeout_s=parsed.timeout_s,
+            lease_s=parsed.lease_s,
+            retry_after_s=parsed.retry_after_s,
+            on_load_error=parsed.on_load_error,
+            prefetch=parsed.prefetch,
+            load_mode=parsed.load_mode,
         )

@@ -18,7 +18,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from kvstore.errors import KVStoreError
+from kvstore.errors import KVStoreError, UnknownNamespaceError
 from kvstore.store import StoreAPI
 from server.auth import Authenticator
 from server.errors import (
@@ -30,7 +30,8 @@ from server.errors import (
 )
 from server.metrics import ServerMetrics
 from server.rest import blocks, health, namespaces, ops
-from server.rest.limits import BodyLimitMiddleware
+from server.rest.gate import GateMiddleware
+from server.rest.limits import BodyBudget, BodyLimitMiddleware, BodyRefused, RouteLimits
 from server.rest.schemas import InfoOut
 from server.settings import ServerSettings
 
@@ -61,6 +62,12 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     where = ".".join(str(p) for p in first.get("loc", ()))
     message = f"{where}: {first.get('msg', 'invalid request')}"
     return _error(422, "validation", message, detail=details)
+
+
+async def _body_refused(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, BodyRefused)
+    headers = {"Connection": "close", **({"Retry-After": "1"} if exc.status_code == 503 else {})}
+    return _error(exc.status_code, exc.code, str(exc.detail), headers=headers)
 
 
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:
@@ -106,7 +113,14 @@ def create_app(store: StoreAPI, settings: ServerSettings, info: InfoOut, metrics
         app.add_exception_handler(exc_type, _mapped_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(BodyRefused, _body_refused)
     app.add_exception_handler(Exception, _unexpected_error)
+
+    # added before `observe`, so inside it: a refusal raised from ``receive`` reaches the
+    # route directly (BaseHTTPMiddleware would wrap it in an ExceptionGroup, read as a 400)
+    app.add_middleware(BodyLimitMiddleware, budget=BodyBudget(settings.rest_body_budget_bytes),
+                       limits=RouteLimits(settings.max_request_bytes, settings.max_batch,
+                                          lambda name: _block_bytes(store, name)))
 
     @app.middleware("http")
     async def observe(request: Request, call_next: Any) -> Any:
@@ -117,10 +131,18 @@ def create_app(store: StoreAPI, settings: ServerSettings, info: InfoOut, metrics
         metrics.observe("rest", op, str(response.status_code), time.perf_counter() - start)
         return response
 
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_request_bytes)
+    # added last, so outermost: no body byte is read, or budgeted, before the token is checked
+    app.add_middleware(GateMiddleware, auth=app.state.auth, max_in_flight=settings.max_connections)
     if not settings.auth_enabled():
         app.openapi = lambda: _without_security(app)  # type: ignore[method-assign]
     return app
+
+
+def _block_bytes(store: StoreAPI, name: str) -> int | None:
+    try:
+        return store.namespace(name).block_bytes
+    except UnknownNamespaceError:
+        return None
 
 
 def _without_security(app: FastAPI) -> dict[str, Any]:

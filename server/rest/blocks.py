@@ -49,8 +49,8 @@ async def put_block(
     durable: Annotated[bool, Query(description="acknowledge only once on disk")] = False,
 ) -> PutOut:
     """Store one block (its bytes are the body; the size must match the namespace)."""
+    ns, h = _resolve(store, principal, namespace, block_hash_hex)  # 404/403 before the body
     body = await request.body()
-    ns, h = _resolve(store, principal, namespace, block_hash_hex)
     ns.check_size(len(body))
     tier = request.app.state.durable_tier if durable else None
     result = await run_in_threadpool(durable_put, store, ns.name, [h], [body], durable, tier)

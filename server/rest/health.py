@@ -8,8 +8,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from server.metrics import tenant_registry
 from server.rest.deps import PrincipalDep, StoreDep, errors
 from server.rest.schemas import HealthOut
+from server.rest.tenant_view import visible_stats
 
 router = APIRouter(tags=["health"])
 
@@ -38,6 +40,10 @@ def healthz(request: Request, store: StoreDep) -> Any:
                      "description": "Prometheus text exposition"},
                **errors(401)},
 )
-def metrics(request: Request, _: PrincipalDep) -> Response:
-    """``kvstore_*`` counters and gauges, labelled by tier and namespace."""
-    return Response(generate_latest(request.app.state.registry), media_type=CONTENT_TYPE_LATEST)
+def metrics(request: Request, principal: PrincipalDep, store: StoreDep) -> Response:
+    """``kvstore_*`` counters and gauges, labelled by tier and namespace. A tenant's token
+    gets only its own namespaces and totals over them (as ``/v1/stats``)."""
+    registry = request.app.state.registry
+    if not principal.admin:
+        registry = tenant_registry(lambda: visible_stats(store, principal))
+    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

@@ -1,52 +1,139 @@
-"""ASGI middleware that caps request bodies: 413 before the body is read when Content-Length
-is over the limit, and 413 as soon as a chunked body crosses it."""
+"""ASGI middleware that bounds request bodies: a limit per route, sized to what the route can
+use, and a budget of body bytes in flight over all requests together.
+
+A body whose Content-Length is over its route's limit is answered 413 before it is read; a
+chunked body is answered 413 as soon as it crosses the limit. A request whose body would take
+the server past its budget is answered 503 (``Retry-After: 1``). Both answers name the limit.
+"""
 
 from __future__ import annotations
 
-import json
+import re
+from collections.abc import Callable
 from typing import Any
+
+from fastapi import HTTPException
+
+from server.rest.gate import send_error
 
 Scope = dict[str, Any]
 Message = dict[str, Any]
 
+# JSON bytes per hash in a lookup or prefetch body: up to 128 hex digits, quotes, ", "
+JSON_BYTES_PER_HASH = 132
+JSON_OVERHEAD_BYTES = 64 << 10  # the namespace name, keys, whitespace
+NAMESPACE_BODY_BYTES = 1 << 20  # a namespace registration
+OTHER_BODY_BYTES = 1 << 20  # any other route (most take no body at all)
+_BLOCK_PUT = re.compile(r"^/v1/blocks/([^/]+)/[^/]+$")
 
-class BodyTooLarge(Exception):
-    pass
+
+class BodyRefused(HTTPException):
+    """Raised from ``receive`` when a chunked body crosses its limit or the budget. An
+    ``HTTPException``, so that FastAPI's body parsing lets it through unchanged (it turns
+    other exceptions into a 400) and the app's handler answers it."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(status, message, {"Connection": "close"})
+        self.code = code
 
 
-def _too_large_body(limit: int) -> bytes:
-    return json.dumps({"error": "too_large",
-                       "message": f"request body exceeds the {limit}-byte limit"}).encode()
+def too_large(limit: int, what: str) -> BodyRefused:
+    return BodyRefused(413, "too_large", f"request body exceeds the {limit}-byte limit {what}")
+
+
+def over_budget(budget: int) -> BodyRefused:
+    return BodyRefused(503, "busy", f"request bodies in flight would exceed the server's "
+                                    f"{budget}-byte budget (rest_body_budget_bytes); retry "
+                                    "shortly")
+
+
+class RouteLimits:
+    """The body limit of a request: ``max_request_bytes`` at most, less where the route can
+    use less (a block PUT: its namespace's block size; a lookup: ``max_batch`` hashes)."""
+
+    def __init__(self, max_request_bytes: int, max_batch: int,
+                 block_bytes: Callable[[str], int | None]) -> None:
+        self.max_request_bytes = max_request_bytes
+        self.hashes_bytes = max_batch * JSON_BYTES_PER_HASH + JSON_OVERHEAD_BYTES
+        self.block_bytes = block_bytes  # None for an unknown namespace (the route says 404)
+
+    def __call__(self, method: str, path: str) -> tuple[int, str]:
+        """The limit and the words that explain it."""
+        limit, what = OTHER_BODY_BYTES, f"of {method} {path}"
+        if method == "POST" and path in ("/v1/lookup", "/v1/prefetch"):
+            limit, what = self.hashes_bytes, "of a lookup or prefetch (max_batch hashes)"
+        elif method == "POST" and path == "/v1/namespaces":
+            limit, what = NAMESPACE_BODY_BYTES, "of a namespace registration"
+        elif method == "PUT" and (match := _BLOCK_PUT.match(path)):
+            size = self.block_bytes(match.group(1))
+            limit, what = self.max_request_bytes, "(max_request_bytes)"
+            if size is not None and size < limit:
+                limit, what = size, f"of a block of namespace {match.group(1)!r}"
+        if self.max_request_bytes < limit:
+            limit, what = self.max_request_bytes, "(max_request_bytes)"
+        return limit, what
+
+
+class BodyBudget:
+    """Body bytes in flight over every request; event-loop confined (no lock)."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.used = 0
+
+    def take(self, n: int) -> bool:
+        if self.used + n > self.total:
+            return False
+        self.used += n
+        return True
+
+    def give(self, n: int) -> None:
+        self.used -= n
+
+
+def declared_length(scope: Scope) -> int | None:
+    for name, value in scope.get("headers", ()):
+        if name == b"content-length":
+            try:
+                return max(int(value), 0)
+            except ValueError:
+                return None  # the HTTP parser refuses it before we run
+    return None
 
 
 class BodyLimitMiddleware:
-    def __init__(self, app: Any, max_bytes: int) -> None:
+    def __init__(self, app: Any, limits: RouteLimits, budget: BodyBudget) -> None:
         self.app = app
-        self.max_bytes = max_bytes
+        self.limits = limits
+        self.budget = budget
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        for name, value in scope.get("headers", ()):
-            if name == b"content-length":
-                try:
-                    declared = int(value)
-                except ValueError:
-                    declared = -1
-                if declared > self.max_bytes:
-                    await self._reject(send)
-                    return
+        limit, what = self.limits(scope["method"], scope["path"])
+        declared = declared_length(scope)
+        if declared is not None and declared > limit:
+            await self._refuse(send, too_large(limit, what))
+            return
+        held = declared or 0  # a declared body is reserved whole; a chunked one as it comes
+        if not self.budget.take(held):
+            await self._refuse(send, over_budget(self.budget.total))
+            return
         seen = 0
         started = False
 
         async def limited_receive() -> Message:
-            nonlocal seen
+            nonlocal seen, held
             message: Message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > self.max_bytes:
-                    raise BodyTooLarge
+                if seen > limit:
+                    raise too_large(limit, what)
+                if seen > held:
+                    if not self.budget.take(seen - held):
+                        raise over_budget(self.budget.total)
+                    held = seen
             return message
 
         async def tracking_send(message: Message) -> None:
@@ -57,14 +144,13 @@ class BodyLimitMiddleware:
 
         try:
             await self.app(scope, limited_receive, tracking_send)
-        except BodyTooLarge:
+        except BodyRefused as exc:  # raised where no handler of the app answered it
             if not started:
-                await self._reject(send)
+                await self._refuse(send, exc)
+        finally:
+            self.budget.give(held)
 
-    async def _reject(self, send: Any) -> None:
-        body = _too_large_body(self.max_bytes)
-        await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json"),
-                                (b"content-length", str(len(body)).encode()),
-                                (b"connection", b"close")]})
-        await send({"type": "http.response.body", "body": body})
+    @staticmethod
+    async def _refuse(send: Any, exc: BodyRefused) -> None:
+        headers = [(b"retry-after", b"1")] if exc.status_code == 503 else []
+        await send_error(send, exc.status_code, exc.code, str(exc.detail), headers)

@@ -11,6 +11,7 @@ from server.auth import Principal
 from server.errors import InvalidRequestError
 from server.rest.deps import PrincipalDep, StoreDep, errors
 from server.rest.schemas import HashesIn, InfoOut, LookupOut, PrefetchOut, StatsOut
+from server.rest.tenant_view import visible_stats
 
 router = APIRouter(prefix="/v1", tags=["operations"])
 
@@ -57,11 +58,9 @@ def prefetch(
 def stats(
     principal: PrincipalDep, store: StoreDep
 ) -> StatsOut:
-    """Totals, per tier and per namespace (a tenant sees only its namespaces)."""
-    doc = store.stats()
-    visible = {ns.name for ns in store.namespaces() if principal.can_access(ns)}
-    doc["namespaces"] = {k: v for k, v in doc.get("namespaces", {}).items() if k in visible}
-    return StatsOut.model_validate(doc)
+    """Totals, per tier and per namespace. A tenant sees only its namespaces, totals over
+    them, and no tiers (the tiers are shared: their counters are everyone's traffic)."""
+    return StatsOut.model_validate(visible_stats(store, principal))
 
 
 @router.get("/info", response_model=InfoOut, responses=errors(401))
