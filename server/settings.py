@@ -125,6 +125,12 @@ class ServerSettings(BaseSettings):
     log_level: str = "info"
     # uvloop (the default where it is installed) halves the event loop's cost per frame
     event_loop: Literal["auto", "uvloop", "asyncio"] = "auto"
+    # -- data plane trust boundary --------------------------------------------------------
+    hello_timeout_s: float = Field(5.0, gt=0)  # a data plane connection must say hello within
+    max_pending_connections: int = Field(64, ge=1)  # data plane connections before their hello
+    max_unauth_frame_bytes: Size = 64 << 10  # header + payload of a frame before hello
+    frame_budget_bytes: Size = 1 << 30  # frames being received + get replies, all connections
+    frame_budget_wait_s: float = Field(5.0, gt=0)  # a frame waits this long for budget room
 
     @model_validator(mode="after")
     def _check(self) -> ServerSettings:
@@ -137,6 +143,11 @@ class ServerSettings(BaseSettings):
         if path is not None and len(path.encode()) > 100:
             raise ValueError(f"Unix socket path {path!r} is too long for the OS (over 100 "
                              "bytes); set unix_socket to a shorter path")
+        if self.frame_budget_bytes < self.max_frame_bytes + self.max_header_bytes:
+            raise ValueError(
+                f"frame_budget_bytes ({self.frame_budget_bytes}) must hold one whole frame: "
+                f"at least max_frame_bytes + max_header_bytes "
+                f"({self.max_frame_bytes + self.max_header_bytes})")
         if self.host_capacity == 0 and self.disk_capacity == 0 and self.device_capacity == 0 \
                 and self.s3_bucket is None:
             raise ValueError("configure at least one tier (host, disk, device or s3 capacity)")
