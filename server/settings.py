@@ -133,6 +133,13 @@ class ServerSettings(BaseSettings):
     rest_header_timeout_s: float = Field(5.0, gt=0)  # a REST request's headers must arrive
     rest_max_pending_connections: int = Field(256, ge=1)  # REST conns awaiting headers
 
+    # -- data plane trust boundary --------------------------------------------------------
+    hello_timeout_s: float = Field(5.0, gt=0)  # a data plane connection must say hello within
+    max_pending_connections: int = Field(64, ge=1)  # data plane connections before their hello
+    max_unauth_frame_bytes: Size = 64 << 10  # header + payload of a frame before hello
+    frame_budget_bytes: Size = 1 << 30  # frames being received + get replies, all connections
+    frame_budget_wait_s: float = Field(5.0, gt=0)  # a frame waits this long for budget room
+
     @model_validator(mode="before")
     @classmethod
     def _read_token_files(cls, data: Any) -> Any:
@@ -149,6 +156,11 @@ class ServerSettings(BaseSettings):
         if path is not None and len(path.encode()) > 100:
             raise ValueError(f"Unix socket path {path!r} is too long for the OS (over 100 "
                              "bytes); set unix_socket to a shorter path")
+        if self.frame_budget_bytes < self.max_frame_bytes + self.max_header_bytes:
+            raise ValueError(
+                f"frame_budget_bytes ({self.frame_budget_bytes}) must hold one whole frame: "
+                f"at least max_frame_bytes + max_header_bytes "
+                f"({self.max_frame_bytes + self.max_header_bytes})")
         if self.host_capacity == 0 and self.disk_capacity == 0 and self.device_capacity == 0 \
                 and self.s3_bucket is None:
             raise ValueError("configure at least one tier (host, disk, device or s3 capacity)")

@@ -24,6 +24,14 @@ def get_batch(info: ServerInfo, block_bytes: int | None) -> int:
     return max(1, min(info.max_batch, slab_room(info) // (block_bytes or _GUESS_BLOCK)))
 
 
+def frame_batch(info: ServerInfo, block_bytes: int | None) -> int:
+    """Blocks per socket get: what a reply frame can carry if every block hits (blocks of
+    1 MiB assumed until the namespace's size is known; the server refuses a get whose reply
+    would not fit)."""
+    room = max(1, info.max_frame_bytes - _HEADER_ROOM)
+    return max(1, min(info.max_batch, room // (block_bytes or _GUESS_BLOCK)))
+
+
 def batches(sizes: Sequence[int] | None, info: ServerInfo, count: int | None = None,
             max_bytes: int | None = None) -> list[tuple[int, int]]:
     """``[(lo, hi), ...]`` ranges covering all items, each at most ``info.max_batch`` items

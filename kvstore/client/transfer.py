@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from kvstore.client.errors import CapacityError, StaleStagingError
+from kvstore.client.errors import BadRequestError, CapacityError, StaleStagingError
 from kvstore.client.exchange import Call, Link, Steps
-from kvstore.client.plan import batches, get_batch, merge_put, slab_room
+from kvstore.client.plan import batches, frame_batch, get_batch, merge_put, slab_room
 from kvstore.client.shm import SlabMapping
 from kvstore.client.staging import StagedPlaces
 from kvstore.protocol import (
@@ -124,16 +124,28 @@ class Transfers:
         hashes = list(hashes)
         out: list[Any] = []
         lo = 0
+        cap = len(hashes)  # halved when the server finds a reply too large for a frame
         while lo < len(hashes):
-            step = link.info.max_batch if link.slab is None \
-                else get_batch(link.info, self.block_bytes.get(ns))
+            step = min(cap, frame_batch(link.info, self.block_bytes.get(ns)))
+            if link.slab is not None:
+                step = min(step, get_batch(link.info, self.block_bytes.get(ns)))
             hi = min(len(hashes), lo + step)
             hs, dest = hashes[lo:hi], None if into is None else into[lo:hi]
             part = None
             if link.slab is not None:
                 part = yield from self._get_mapped(link.slab, ns, hs, dest)
             if part is None:  # no slab, or the host tier is full of pinned blocks
-                _, part = yield Call(Get(ns, hs), into=dest)
+                try:
+                    _, part = yield Call(Get(ns, hs), into=dest)
+                except BadRequestError as exc:  # blocks larger than guessed
+                    if exc.code != "too_large" or len(hs) == 1:
+                        raise
+                    cap = len(hs) // 2
+                    continue
+                for block in part:  # learn the block size: later batches fit the frame
+                    if isinstance(block, bytes | bytearray | memoryview):
+                        self.block_bytes[ns] = memoryview(block).nbytes
+                        break
             out += part
             lo = hi
         return out

@@ -17,6 +17,14 @@ from kvstore.protocol.message import Header, Limits, NsRequest, Reply, Request, 
 Extents = list[list[int]]  # [[offset, length], ...] of one block
 
 
+def refuse_durable(header: Header) -> None:
+    """Shared-memory writes are never durable: a ``durable`` field must be absent or false,
+    the same strict boolean that ``put`` reads, never silently ignored."""
+    if arg_bool(header, "durable"):
+        raise FrameError("bad_request", "field 'durable': shared-memory puts are never "
+                                        "durable; send a durable put with 'put'")
+
+
 class ShmRequest(NsRequest):
     """An op of the shared-memory path: refused where the server offers no slab."""
 
@@ -41,6 +49,11 @@ class ShmReserve(LeasedRequest):
 
     op: ClassVar[str] = "shm_reserve"
 
+    @classmethod
+    def from_header(cls, header: Header, limits: Limits) -> Self:
+        refuse_durable(header)
+        return cls(*read_ns_hashes(header, limits), arg_float(header, "lease_s"))
+
 
 @dataclass(slots=True)
 class ExtentsReply(Reply):
@@ -54,6 +67,11 @@ class ShmCommit(ShmRequest):
     """Publish reserved blocks once their bytes are in the slab (replies a ``PutReply``)."""
 
     op: ClassVar[str] = "shm_commit"
+
+    @classmethod
+    def from_header(cls, header: Header, limits: Limits) -> Self:
+        refuse_durable(header)
+        return cls(*read_ns_hashes(header, limits))
 
 
 @dataclass(slots=True)
@@ -97,6 +115,7 @@ class ShmStage(Request):
 
     @classmethod
     def from_header(cls, header: Header, limits: Limits) -> Self:
+        refuse_durable(header)
         ns = arg_str(header, "ns")
         count = arg_int(header, "count")
         if not 0 <= count <= limits.max_batch:
@@ -119,6 +138,7 @@ class ShmPut(ShmRequest):
 
     @classmethod
     def from_header(cls, header: Header, limits: Limits) -> Self:
+        refuse_durable(header)
         ns, hashes = read_ns_hashes(header, limits)
         return cls(ns, hashes, arg_ints(header, "places", len(hashes)))
 

@@ -9,6 +9,14 @@ Faults: a frame that starts must complete within ``frame_timeout_s`` and a silen
 is closed after ``idle_timeout_s`` (slowloris); a bad header gets an error frame and the
 connection keeps serving; broken framing (oversized or empty header) gets an error frame and
 a close.
+
+Trust boundary: until its ``hello`` succeeds (with auth off: until its first frame starts) a
+connection is *pending*: it must get there within ``hello_timeout_s``, its frames may hold at
+most ``max_unauth_frame_bytes``, and pending connections are limited apart from established
+ones (see :class:`~server.dataplane.server.DataPlane`). A frame's bytes are taken from the
+plane's :class:`~server.dataplane.budget.ByteBudget` before any buffer is allocated for them;
+a frame that finds no room waits up to ``frame_budget_wait_s`` with reading paused, then gets
+a ``busy`` error frame and a close (its payload is still on the wire).
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from kvstore.protocol.frame import (
     error_reply,
     ok_reply,
 )
+from server.dataplane.buffers import SMALL
 from server.dataplane.context import Session
 from server.dataplane.direct_put import DirectPut
 from server.dataplane.direct_put import begin as begin_direct
@@ -62,6 +71,11 @@ class Connection(asyncio.BufferedProtocol):
         self._close_after = False  # the frame broke the session (auth): close after replying
         self._direct: DirectPut | None = None  # a put read straight into the host tier
         self.closed = False
+        self.established = False  # authenticated (or, with auth off, sent a frame)
+        self.budget = plane.ops.ctx.budget
+        self._held = 0  # budget bytes the frame being received or served holds
+        self._waiting: asyncio.Task[None] | None = None  # waiting for budget room
+        self._hello_timer: asyncio.TimerHandle | None = None
 
     # -- asyncio protocol -----------------------------------------------------------------
     def connection_made(self, transport: Any) -> None:
@@ -73,13 +87,20 @@ class Connection(asyncio.BufferedProtocol):
                     sock.setsockopt(socket.SOL_SOCKET, opt, 4 << 20)
         self.plane.opened(self)
         self._arm(self.settings.idle_timeout_s)
+        self._hello_timer = asyncio.get_running_loop().call_later(
+            self.settings.hello_timeout_s, self._hello_expired)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self._disarm()
+        self._stop_hello_timer()
+        if self._waiting is not None:
+            self._waiting.cancel()  # takes nothing from the budget once cancelled
         direct = self._direct
         if direct is not None and self._stage == 2:  # the payload never completed
             self.plane.background(direct.abort)
+        if self._stage in (1, 2):  # receiving, not serving: nothing else will give it back
+            self._release()
         self._writable.set()
         self.plane.closed(self)
 
@@ -95,6 +116,9 @@ class Connection(asyncio.BufferedProtocol):
     def buffer_updated(self, nbytes: int) -> None:
         if self._stage == 0 and self._pos == 0:  # first bytes of a frame: it must finish
             self._arm(self.settings.frame_timeout_s)
+            if not self.established and self.session.principal is not None \
+                    and not self._promote():  # auth off: the first frame establishes
+                return
         self._pos += nbytes
         if self._pos < len(self._target):
             return
@@ -114,15 +138,20 @@ class Connection(asyncio.BufferedProtocol):
     # -- framing --------------------------------------------------------------------------
     def _advance(self) -> None:
         if self._stage == 0:
-            self._lens = decode_prefix(self._prefix, self.settings.max_header_bytes,
-                                       self.settings.max_frame_bytes)
-            self._header = bytearray(self._lens[0])
-            self._start(1, memoryview(self._header))
+            self._lens = self._check_prefix()
+            need = sum(self._lens)
+            if need > SMALL and not self.budget.try_take(need):
+                self._wait_for_room(need)
+                return
+            self._begin_header(need)
             return
         if self._stage == 1 and self._lens[1]:
             size = self._lens[1]
             self._direct = begin_direct(self.plane.ops, self.session, bytes(self._header), size)
-            if self._direct is not None:
+            if self._direct is not None:  # the payload goes to the slab: no buffer for it
+                if self._held:
+                    self.budget.give(size)
+                    self._held -= size
                 self._start(2, self._direct.next_target() or memoryview(b""))
                 return
             self._payload = self.plane.buffers.take(size)
@@ -136,6 +165,53 @@ class Connection(asyncio.BufferedProtocol):
         self._stage = 3  # the frame is in: being served
         self._task = asyncio.ensure_future(self._serve(bytes(self._header), payload))
 
+    def _check_prefix(self) -> tuple[int, int]:
+        lens = decode_prefix(self._prefix, self.settings.max_header_bytes,
+                             self.settings.max_frame_bytes)
+        limit = self.settings.max_unauth_frame_bytes
+        if self.session.principal is None and sum(lens) > limit:
+            raise FrameError(
+                "too_large", f"a frame of {sum(lens)} bytes before authentication exceeds the "
+                f"{limit}-byte limit; send 'hello' with the token first", fatal=True)
+        return lens
+
+    def _begin_header(self, need: int) -> None:
+        """Budget taken (frames up to SMALL bytes take none): receive the header."""
+        self._held = need if need > SMALL else 0
+        self._header = bytearray(self._lens[0])
+        self._start(1, memoryview(self._header))
+
+    def _wait_for_room(self, need: int) -> None:
+        assert self.transport is not None
+        self.transport.pause_reading()
+        self._disarm()  # the frame's clock starts again once it has room
+        self._waiting = asyncio.ensure_future(self._room(need))
+
+    async def _room(self, need: int) -> None:
+        got = await self.budget.take(need, self.settings.frame_budget_wait_s)
+        self._waiting = None
+        if self.closed or self.transport is None:
+            if got:
+                self.budget.give(need)
+            return
+        if not got:
+            self._fail(FrameError(
+                "busy", f"a frame of {need} bytes found no room within "
+                f"{self.settings.frame_budget_wait_s} s in the server's "
+                f"{self.budget.total}-byte budget for frames in memory; retry later",
+                fatal=True))
+            return
+        self._begin_header(need)
+        self._arm(self.settings.frame_timeout_s)
+        self.transport.resume_reading()
+
+    def _release(self) -> None:
+        """Give back the budget the current frame and its reply hold."""
+        held, self._held = self._held + self.session.reply_bytes, 0
+        self.session.reply_bytes = 0
+        if held:
+            self.budget.give(held)
+
     def _start(self, stage: int, target: memoryview) -> None:
         self._stage, self._target, self._pos = stage, target, 0
 
@@ -147,6 +223,7 @@ class Connection(asyncio.BufferedProtocol):
         if self._payload:  # the op is done with it: back to the pool
             self.plane.buffers.give(self._payload)
             self._payload = bytearray()
+        self._release()
         if not self.closed and self.transport is not None:
             self._arm(self.settings.idle_timeout_s)
             self.transport.resume_reading()
@@ -171,6 +248,10 @@ class Connection(asyncio.BufferedProtocol):
                 fields, blobs = await self.plane.ops.dispatch(self.session, header, payload)
             reply = ok_reply(rid, fields)
             status = "ok"
+            if not self.established and self.session.principal is not None \
+                    and not self._promote():  # hello succeeded, but no slot is free
+                reply, blobs, status = self._busy_reply(rid), [], "busy"
+                self._close_after = True
         except Exception as exc:
             code, message, fatal = _describe(exc, op)
             reply, blobs, status = error_reply(rid, code, message), [], code
@@ -183,6 +264,7 @@ class Connection(asyncio.BufferedProtocol):
         if not noreply:
             await self._send(encode_frame(reply, blobs))
         if self._close_after:
+            self._release()
             if self.transport is not None:
                 self.transport.close()
             return
@@ -205,6 +287,32 @@ class Connection(asyncio.BufferedProtocol):
         for piece in encode_frame(error_reply(0, exc.code, exc.message)):
             self.transport.write(piece)
         self.transport.close()  # flushes the error frame, then closes
+
+    # -- the trust boundary ---------------------------------------------------------------
+    def _promote(self) -> bool:
+        """Pending to established; False (and, outside a frame being served, an error frame
+        and a close) when every established slot is taken."""
+        self._stop_hello_timer()
+        if self.plane.promote(self):
+            return True
+        if self._stage != 3:
+            self._fail(FrameError("busy", self._busy_reply(0)["error"]["message"]))
+        return False
+
+    def _busy_reply(self, rid: int) -> dict[str, Any]:
+        return error_reply(rid, "busy", f"too many connections (max_connections "
+                                        f"{self.settings.max_connections}); try again later")
+
+    def _hello_expired(self) -> None:
+        self._hello_timer = None
+        if not self.established and not self.closed and self._stage != 3:
+            self._fail(FrameError("unauthenticated", f"no successful 'hello' within "
+                                                     f"{self.settings.hello_timeout_s} s"))
+
+    def _stop_hello_timer(self) -> None:
+        if self._hello_timer is not None:
+            self._hello_timer.cancel()
+            self._hello_timer = None
 
     # -- timers ---------------------------------------------------------------------------
     def _arm(self, seconds: float) -> None:

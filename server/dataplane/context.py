@@ -14,6 +14,7 @@ from kvstore.namespace import Namespace
 from kvstore.protocol import Buffer, Reply
 from kvstore.store import StoreAPI
 from server.auth import Principal
+from server.dataplane.budget import ByteBudget
 from server.settings import ServerSettings
 
 Answer = tuple[Reply, list[Buffer]]
@@ -26,6 +27,7 @@ class Session:
 
     principal: Principal | None
     owner: str = field(default_factory=lambda: uuid.uuid4().hex)
+    reply_bytes: int = 0  # budget bytes the reply being built holds (given back once sent)
 
 
 class OpsContext:
@@ -36,6 +38,7 @@ class OpsContext:
         self.store = store
         self.settings = settings
         self.run = run  # run(fn, *args) in the worker pool
+        self.budget = ByteBudget(settings.frame_budget_bytes)  # frames and replies in memory
 
     def ns(self, session: Session, name: str) -> Namespace:
         """The namespace ``name``, if the session's principal may use it (raises if not)."""

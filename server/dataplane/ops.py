@@ -61,9 +61,10 @@ from kvstore.protocol.frame import split_payload
 from kvstore.store import StoreAPI
 from kvstore.types import BlockHash
 from server.auth import Authenticator
-from server.dataplane.buffers import BufferPool
+from server.dataplane.buffers import SMALL, BufferPool
 from server.dataplane.context import Answer, Handler, OpsContext, Session
 from server.dataplane.direct_put import DirectPut
+from server.dataplane.get_reply import read_within, reply_bound
 from server.dataplane.shm_ops import SharedMemoryOps
 from server.errors import AuthError
 from server.settings import ServerSettings
@@ -157,7 +158,16 @@ class Ops:
 
     async def get(self, session: Session, req: Get, _: memoryview) -> Answer:
         ns = self.ctx.ns(session, req.ns)
-        blocks = await self.run(self.store.get, ns.name, req.hashes)
+        limit = self.settings.max_frame_bytes
+        need = reply_bound(req.hashes, ns.block_bytes, limit)
+        budget = self.ctx.budget
+        if need > SMALL:  # held until the reply is sent (the connection gives it back)
+            if not await budget.take(need, self.settings.frame_budget_wait_s):
+                raise FrameError("busy", f"no room for a {need}-byte get reply in the "
+                                         f"server's {budget.total}-byte budget; retry later")
+            session.reply_bytes += need
+        blocks = await self.run(read_within, self.store, ns.name, req.hashes, ns.block_bytes,
+                                limit)
         sizes = [-1 if b is None else len(b) for b in blocks]
         return GetReply(sizes), [b for b in blocks if b is not None]
 

@@ -2,8 +2,13 @@
 
 :class:`DataPlane` owns both listeners, the worker pool, the connection set and the lease
 reaper; each connection is a :class:`server.dataplane.conn.Connection` (framing, serving,
-backpressure and timeouts live there). A vanished client's pins go when its last connection
-closes, and otherwise when their leases run out (a reaper expires leases every second).
+backpressure and timeouts live there). Connections that have not authenticated yet (pending)
+are limited apart from established ones, so that half-open connections cannot take the slots
+of real clients: past ``max_pending_connections`` the oldest pending one is closed (a real
+client says hello at once; an idle one waits for its ``hello_timeout_s``), and
+``max_connections`` counts established connections only. A vanished client's pins go when
+its last connection closes, and otherwise when their leases run out (a reaper expires leases
+every second).
 """
 
 from __future__ import annotations
@@ -47,6 +52,8 @@ class DataPlane:
         self.ops = Ops(store, settings, auth, ops_info, durable_tier, self._run)
         self.ops.buffers = self.buffers
         self.connections: set[Connection] = set()
+        self.pending: dict[Connection, None] = {}  # not authenticated yet, oldest first
+        self.established = 0
         self.inflight = 0
         self._servers: list[asyncio.AbstractServer] = []
         self._reaper: asyncio.Task[None] | None = None
@@ -72,15 +79,33 @@ class DataPlane:
         self._reaper = asyncio.ensure_future(self._reap())
 
     def opened(self, conn: Connection) -> None:
-        if len(self.connections) >= self.settings.max_connections:
-            log.warning("data plane: connection limit %d reached", self.settings.max_connections)
-            conn._fail(FrameError("busy", "too many connections"))
-            return
         self.connections.add(conn)
         self.metrics.connections.inc()
+        self.pending[conn] = None
+        if len(self.pending) > self.settings.max_pending_connections:
+            oldest = next((c for c in self.pending if c._stage != 3), conn)
+            del self.pending[oldest]
+            log.warning("data plane: %d connections waiting to authenticate; closing the oldest",
+                        len(self.pending) + 1)
+            oldest._fail(FrameError("busy", "too many connections waiting to authenticate "
+                                            "(max_pending_connections); say hello sooner"))
+
+    def promote(self, conn: Connection) -> bool:
+        """Count ``conn`` as established; False if ``max_connections`` are already."""
+        self.pending.pop(conn, None)
+        if self.established >= self.settings.max_connections:
+            log.warning("data plane: connection limit %d reached", self.settings.max_connections)
+            return False
+        conn.established = True
+        self.established += 1
+        return True
 
     def closed(self, conn: Connection) -> None:
         self.connections.discard(conn)
+        self.pending.pop(conn, None)
+        if conn.established:
+            conn.established = False
+            self.established -= 1
         owner = conn.session.owner
         if any(c.session.owner == owner for c in self.connections):
             return
