@@ -281,6 +281,17 @@ class Placer:
         self._ledger.forget(key, entry)
         self._leases.forget(key)
 
+    def drop_many(self, keys: list[BlockKey]) -> None:
+        """Forget blocks: delete their copies with one call per tier, then their index entries
+        and pins (a namespace's deletion: one LMDB transaction, not one per block)."""
+        for pos in range(len(self._tiers)):
+            self.remove(pos, keys)
+        for key in keys:
+            entry = self._ledger.get(key)
+            if entry is not None:
+                self._ledger.forget(key, entry)
+            self._leases.forget(key)
+
     def spill(self) -> None:
         """Graceful shutdown: copy blocks that only memory tiers hold into the first persistent
         tier, so that a restart finds them, a batch per source tier. Admission is not asked:

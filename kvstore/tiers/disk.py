@@ -25,6 +25,7 @@ from), so reads and the remap are kept apart by :class:`RemapGate`.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -79,8 +80,11 @@ class DiskTier(Tier):
 
     def _open(self, readahead: bool) -> lmdb.Environment:
         try:
-            os.makedirs(self.path, exist_ok=True)
-            return lmdb.open(
+            # Cached KV is private to the server's user whatever the umask: the folder 0700,
+            # LMDB's files 0600 (chmod too: a folder or files made by an older version).
+            os.makedirs(self.path, mode=0o700, exist_ok=True)
+            os.chmod(self.path, 0o700)
+            env = lmdb.open(
                 self.path,
                 map_size=self._map_bytes,
                 subdir=True,
@@ -90,7 +94,12 @@ class DiskTier(Tier):
                 writemap=False,
                 max_dbs=0,
                 max_readers=512,
+                mode=0o600,
             )
+            for name in ("data.mdb", "lock.mdb"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.chmod(os.path.join(self.path, name), 0o600)
+            return env
         except (OSError, lmdb.Error) as exc:
             msg = f"disk tier: cannot open LMDB at {self.path}: {exc}"
             raise TierUnavailableError(msg) from exc
