@@ -39,7 +39,8 @@ log = logging.getLogger("kvstore.server")
 def data_dir_lock(settings: ServerSettings) -> Iterator[None]:
     """Hold an exclusive lock on the data dir for the server's life; fail fast if taken."""
     path = settings.data_path
-    path.mkdir(parents=True, exist_ok=True)
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(path, 0o700)  # cached KV and layouts are the server user's alone, whatever the umask
     fd = os.open(path / "server.lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
         try:
@@ -116,8 +117,12 @@ async def serve(settings: ServerSettings) -> int:
         try:
             return await _serve_store(settings, store)
         finally:
-            store.close()
-            log.info("store closed and synced")
+            lost = store.close()
+            if lost:
+                log.error("store closed; %d memory-only blocks could not be written to disk "
+                          "and are lost", lost)
+            else:
+                log.info("store closed and synced")
 
 
 async def _serve_store(settings: ServerSettings, store: StoreAPI) -> int:

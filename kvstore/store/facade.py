@@ -312,24 +312,30 @@ class Store:
             for tier in self._stack.tiers:
                 tier.flush()
 
-    def close(self) -> None:
+    def close(self) -> int:
         """Stop prefetching, free the host path's places, spill memory-only blocks to disk
-        (``spill_on_close``), and close every tier. Idempotent."""
+        (``spill_on_close``), and close every tier. Returns how many memory-only blocks the
+        spill could not write (they are lost; 0 on a second call). Idempotent."""
         with self._lock:
             if self._closed:
-                return
+                return 0
             self._closed = True
         self._prefetcher.shutdown(wait=True, cancel_futures=True)
+        lost = 0
         with self._lock:
             if self._stack.host is not None:
                 self._host.close()
             if self.config.spill_on_close:
-                self._placer.spill()
+                lost = self._placer.spill()
+                if lost:
+                    log.error("shutdown: %d memory-only blocks could not be written to the "
+                              "persistent tier and are lost", lost)
             for tier in self._stack.tiers:
                 try:
                     tier.close()
                 except Exception:
                     log.exception("closing the %s tier failed", tier.name)
+        return lost
 
     def __enter__(self) -> Store:
         return self

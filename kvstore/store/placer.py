@@ -40,6 +40,7 @@ class Placer:
         self._ledger = ledger
         self._tally = tally
         self._leases = leases
+        self._failing: set[int] = set()  # tiers whose back end refused the last write
 
     # -- new blocks --------------------------------------------------------------------------
     def put(self, items: list[Item], start: int, named_tier: bool) -> PutResult:
@@ -164,9 +165,19 @@ class Placer:
             self._seal(items)
         try:
             tier.put_many(items)
-        except (CapacityError, TierUnavailableError) as exc:
+        except CapacityError as exc:
             log.warning("%s tier refused %d blocks: %s", tier.name, len(items), exc)
             return False
+        except TierUnavailableError as exc:
+            # once per episode, not once per block: the tier's health says it meanwhile
+            if pos not in self._failing:
+                self._failing.add(pos)
+                log.error("%s tier cannot take writes (%s); blocks that no other tier takes "
+                          "are refused or dropped until it recovers", tier.name, exc)
+            return False
+        if pos in self._failing:
+            self._failing.discard(pos)
+            log.warning("%s tier takes writes again", tier.name)
         return True
 
     def _seal(self, items: list[Item]) -> None:
@@ -292,13 +303,15 @@ class Placer:
                 self._ledger.forget(key, entry)
             self._leases.forget(key)
 
-    def spill(self) -> None:
+    def spill(self) -> int:
         """Graceful shutdown: copy blocks that only memory tiers hold into the first persistent
         tier, so that a restart finds them, a batch per source tier. Admission is not asked:
-        these blocks earned their place in memory already."""
+        these blocks earned their place in memory already. Returns how many such blocks could
+        not be written (lost with the memory tiers)."""
         target = self._stack.spill_target
         if target is None:
-            return
+            return 0
+        lost = 0
         by_top: dict[int, list[tuple[BlockKey, Entry]]] = {}
         for key, entry in self._ledger.items():
             if not entry.pending and entry.tiers and not entry.tiers >> target:
@@ -307,8 +320,13 @@ class Placer:
             for i in range(0, len(blocks), MAX_DEMOTE_BATCH):
                 chunk = blocks[i:i + MAX_DEMOTE_BATCH]
                 datas = self._tiers[top].get_many([k for k, _ in chunk])
-                self._copy_batch(target, [
-                    (k, d, BlockMeta(e.layout_id, e.checksum, e.size))
-                    for (k, e), d in zip(chunk, datas, strict=True) if d is not None],
-                    settle=False)
-        self._tiers[target].flush()
+                items: list[Item] = [(k, d, BlockMeta(e.layout_id, e.checksum, e.size))
+                                     for (k, e), d in zip(chunk, datas, strict=True)
+                                     if d is not None]
+                lost += len(chunk) - len(items)
+                lost += len(self._copy_batch(target, items, settle=False))
+        try:
+            self._tiers[target].flush()
+        except Exception:  # the tier's close syncs again; the count above stays honest
+            log.exception("syncing the spill to the %s tier failed", self._tiers[target].name)
+        return lost

@@ -26,6 +26,7 @@ from), so reads and the remap are kept apart by :class:`RemapGate`.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import threading
@@ -34,7 +35,7 @@ from typing import Any
 
 import lmdb
 
-from kvstore.errors import CapacityError, TierUnavailableError
+from kvstore.errors import CapacityError, DiskFullError, TierUnavailableError
 from kvstore.tiers.base import BlockMeta, Buffer, Tier
 from kvstore.tiers.disk_records import HEADER, MAGIC, VERSION, decode_key, encode_key, unpack_header
 from kvstore.tiers.remap_gate import RemapGate
@@ -44,6 +45,8 @@ log = logging.getLogger(__name__)
 
 _MAP_SLACK = 64 << 20  # bytes of map beyond 2x capacity: LMDB meta and branch pages
 _MAX_GROW = 8  # doublings tried for one commit before giving up
+# what LMDB reports when the file system is full: ENOSPC, or EIO from a short write
+_FULL = tuple(os.strerror(e) for e in (errno.ENOSPC, errno.EIO, errno.EDQUOT))
 
 
 class DiskTier(Tier):
@@ -69,6 +72,7 @@ class DiskTier(Tier):
         self._scratch = memoryview(bytearray(0))
         self._gate = RemapGate()
         self._closed = False
+        self._full: str | None = None  # why writes fail, while the file system is full
         self._used = sum(meta.size for meta in self._metas.values())
         if self._used > self.capacity_bytes:
             log.warning(
@@ -165,12 +169,24 @@ class DiskTier(Tier):
             try:
                 with self._env.begin(write=True) as txn:
                     body(txn)
+                self._full = None
                 return
             except lmdb.MapFullError:
                 self._grow()
             except lmdb.Error as exc:
+                if any(text in str(exc) for text in _FULL):
+                    self._full = f"disk full at {self.path} ({self._free()} bytes free): {exc}"
+                    raise DiskFullError(f"disk tier: {self._full}") from exc
                 raise TierUnavailableError(f"disk tier: write failed: {exc}") from exc
         raise TierUnavailableError(f"disk tier: map still full at {self.map_size()} bytes")
+
+    def _free(self) -> int | str:
+        """Bytes free for us on the file system of the file ("?" if it cannot be asked)."""
+        try:
+            st = os.statvfs(self.path)
+        except OSError:
+            return "?"
+        return st.f_bavail * st.f_frsize
 
     def _grow(self) -> None:
         new = 2 * self.map_size()
@@ -237,8 +253,12 @@ class DiskTier(Tier):
         return len(self._metas)
 
     def health(self) -> dict[str, Any]:
+        """Not ok once closed, or while the file system is full (until a write succeeds):
+        ``error`` then says why."""
+        full = self._full
         return {
-            "ok": not self._closed,
+            "ok": not self._closed and full is None,
+            **({"error": full, "disk_full": True} if full is not None else {}),
             "path": self.path,
             "blocks": len(self._metas),
             "map_size": None if self._closed else self.map_size(),
