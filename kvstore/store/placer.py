@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 
 from kvstore.checksum import checksum
 from kvstore.errors import CapacityError, TierUnavailableError
@@ -28,6 +29,7 @@ from kvstore.types import BlockKey, PutResult
 log = logging.getLogger("kvstore.store")
 Item = tuple[BlockKey, Buffer, BlockMeta]
 MAX_DEMOTE_BATCH = 256  # victims moved down in one read and one write at most
+QUIET_S = 60.0  # a tier that failed is reported again only after this long without failure
 
 
 class Placer:
@@ -40,7 +42,7 @@ class Placer:
         self._ledger = ledger
         self._tally = tally
         self._leases = leases
-        self._failing: set[int] = set()  # tiers whose back end refused the last write
+        self._failing: dict[int, float] = {}  # tier -> monotonic time of its last failure
 
     # -- new blocks --------------------------------------------------------------------------
     def put(self, items: list[Item], start: int, named_tier: bool) -> PutResult:
@@ -171,12 +173,12 @@ class Placer:
         except TierUnavailableError as exc:
             # once per episode, not once per block: the tier's health says it meanwhile
             if pos not in self._failing:
-                self._failing.add(pos)
                 log.error("%s tier cannot take writes (%s); blocks that no other tier takes "
                           "are refused or dropped until it recovers", tier.name, exc)
+            self._failing[pos] = time.monotonic()
             return False
-        if pos in self._failing:
-            self._failing.discard(pos)
+        if pos in self._failing and time.monotonic() - self._failing[pos] > QUIET_S:
+            del self._failing[pos]  # near the limit some writes fit: over once it holds
             log.warning("%s tier takes writes again", tier.name)
         return True
 

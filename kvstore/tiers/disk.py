@@ -30,6 +30,7 @@ import errno
 import logging
 import os
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -47,6 +48,7 @@ _MAP_SLACK = 64 << 20  # bytes of map beyond 2x capacity: LMDB meta and branch p
 _MAX_GROW = 8  # doublings tried for one commit before giving up
 # what LMDB reports when the file system is full: ENOSPC, or EIO from a short write
 _FULL = tuple(os.strerror(e) for e in (errno.ENOSPC, errno.EIO, errno.EDQUOT))
+_FULL_HOLD_S = 10.0  # a full disk reads as full until writes succeed this long after a failure
 
 
 class DiskTier(Tier):
@@ -73,6 +75,7 @@ class DiskTier(Tier):
         self._gate = RemapGate()
         self._closed = False
         self._full: str | None = None  # why writes fail, while the file system is full
+        self._full_at = 0.0  # monotonic time of the last write that failed for it
         self._used = sum(meta.size for meta in self._metas.values())
         if self._used > self.capacity_bytes:
             log.warning(
@@ -169,13 +172,15 @@ class DiskTier(Tier):
             try:
                 with self._env.begin(write=True) as txn:
                     body(txn)
-                self._full = None
+                if self._full is not None and time.monotonic() - self._full_at > _FULL_HOLD_S:
+                    self._full = None  # a write near the limit may fit: not over until it holds
                 return
             except lmdb.MapFullError:
                 self._grow()
             except lmdb.Error as exc:
                 if any(text in str(exc) for text in _FULL):
                     self._full = f"disk full at {self.path} ({self._free()} bytes free): {exc}"
+                    self._full_at = time.monotonic()
                     raise DiskFullError(f"disk tier: {self._full}") from exc
                 raise TierUnavailableError(f"disk tier: write failed: {exc}") from exc
         raise TierUnavailableError(f"disk tier: map still full at {self.map_size()} bytes")
