@@ -44,6 +44,7 @@ def add_serve_parser(sub: Any) -> None:
 def run_serve(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
+    from server.preflight import StartupError
     from server.runtime import loop_factory, serve
     from server.settings import ServerSettings, load_settings
 
@@ -56,7 +57,11 @@ def run_serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=settings.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     with asyncio.Runner(loop_factory=loop_factory(settings.event_loop)) as runner:
-        return runner.run(serve(settings))
+        try:
+            return runner.run(serve(settings))
+        except StartupError as exc:
+            print(f"kvstore serve: {exc}", file=sys.stderr)
+            return 2
 
 
 def _client_args(p: argparse.ArgumentParser) -> None:
