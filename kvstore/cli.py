@@ -14,6 +14,7 @@ COMMANDS: dict[str, str] = {
     "serve": "server.cli:add_serve_parser",
     "stats": "server.cli:add_stats_parser",
     "lookup": "server.cli:add_lookup_parser",
+    "namespaces": "server.cli:add_namespaces_parser",
 }
 
 

@@ -18,6 +18,8 @@ DEFAULT_SLOT_BYTES = 64 << 10  # bytes: slot size of memory slab tiers
 DEFAULT_LEASE_S = 30.0  # seconds a pin lives unless renewed
 DEFAULT_HIGH_WATERMARK = 0.95  # fraction of capacity that triggers eviction
 DEFAULT_LOW_WATERMARK = 0.85  # fraction of capacity eviction brings usage down to
+DEFAULT_MAX_NAMESPACES = 1024  # namespaces a store holds at most, all tenants together
+DEFAULT_MAX_NAMESPACES_PER_TENANT = 64  # namespaces bound to any one tenant at most
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +59,8 @@ class StoreConfig:
     prefetch_workers: int = 2  # threads that onboard prefetched blocks
     namespaces_path: str | None = None  # JSON file that persists registered namespaces
     spill_on_close: bool = True  # close() copies memory-only blocks to the disk tier
+    max_namespaces: int = DEFAULT_MAX_NAMESPACES  # registered namespaces, in total
+    max_namespaces_per_tenant: int = DEFAULT_MAX_NAMESPACES_PER_TENANT  # bound to one tenant
 
     def __post_init__(self) -> None:
         if not self.tiers:
@@ -70,3 +74,5 @@ class StoreConfig:
             raise ValueError("default_lease_s must be positive")
         if self.prefetch_workers < 1:
             raise ValueError("prefetch_workers must be at least 1")
+        if self.max_namespaces < 1 or self.max_namespaces_per_tenant < 1:
+            raise ValueError("max_namespaces and max_namespaces_per_tenant must be at least 1")

@@ -19,6 +19,10 @@ class NamespaceConflictError(KVStoreError):
     """A namespace was registered again with a different layout, size, algorithm or seed."""
 
 
+class NamespaceLimitError(KVStoreError):
+    """A new namespace would pass the cap on namespaces, in total or for its tenant."""
+
+
 class BlockSizeError(KVStoreError, ValueError):
     """A block's byte size does not match its namespace's ``block_bytes``."""
 
@@ -45,3 +49,8 @@ class WouldBlock(KVStoreError):
 
 class TierUnavailableError(KVStoreError):
     """A tier's back end (LMDB file, S3 endpoint) cannot serve right now."""
+
+
+class DiskFullError(TierUnavailableError):
+    """The disk tier's file system is full (or failing: ENOSPC, EIO): writes to it fail until
+    room is made; reads and memory tiers go on."""

@@ -3,6 +3,11 @@
 Every block of a namespace has the same byte size. The hash algorithm and seed are part of the
 namespace because a client hashing with another seed would silently get a zero hit rate: we
 refuse the registration instead.
+
+The checks in ``__post_init__`` are the one validation of a namespace: REST's schema and the
+data plane's ``register`` both end in them, and the namespaces file is read back through them.
+Every field is bounded (the caps below), so that one registration cannot make the file, the
+listing or the store's memory grow without limit.
 """
 
 from __future__ import annotations
@@ -18,6 +23,13 @@ from kvstore.hash_algos import ALGOS
 
 HASH_ALGOS = ALGOS  # every algorithm kvstore.keys reproduces, vLLM's four
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@+=-]{0,127}$")
+MAX_BLOCK_BYTES = 1 << 31  # bytes of one block
+MAX_SEED_CHARS = 1024  # characters of hash_seed
+MAX_TENANT_CHARS = 128  # characters of a tenant name
+MAX_LAYOUT_INT = 1 << 20  # num_layers, num_kv_heads, head_dim, block_size
+MAX_LAYOUT_STR = {"model_id": 512, "dtype": 64, "layout_name": 128}  # characters
+MAX_EXTRA_DEPTH = 8  # nesting of layout.extra (the map itself is depth 1)
+MAX_EXTRA_BYTES = 4096  # layout.extra as compact JSON
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,8 +48,15 @@ class Layout:
     def __post_init__(self) -> None:
         for name in ("num_layers", "num_kv_heads", "head_dim", "block_size"):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ValueError(f"layout.{name} must be a non-negative integer, got {value!r}")
+            if not isinstance(value, int) or isinstance(value, bool) \
+                    or not 0 <= value <= MAX_LAYOUT_INT:
+                raise ValueError(f"layout.{name} must be an integer from 0 to {MAX_LAYOUT_INT}, "
+                                 f"got {value!r}")
+        for name, most in MAX_LAYOUT_STR.items():
+            value = getattr(self, name)
+            if not isinstance(value, str) or len(value) > most:
+                raise ValueError(f"layout.{name} must be a string of at most {most} characters")
+        _check_extra(self.extra)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -73,14 +92,22 @@ class Namespace:
                 f"starting with a letter or digit, got {self.name!r}"
             )
         if not isinstance(self.block_bytes, int) or isinstance(self.block_bytes, bool) \
-                or self.block_bytes <= 0:
-            raise ValueError(f"block_bytes must be a positive integer, got {self.block_bytes!r}")
-        if self.hash_algo not in HASH_ALGOS:
+                or not 0 < self.block_bytes <= MAX_BLOCK_BYTES:
+            raise ValueError(f"block_bytes must be an integer from 1 to {MAX_BLOCK_BYTES}, "
+                             f"got {self.block_bytes!r}")
+        if not isinstance(self.layout, Layout):
+            raise ValueError("layout must be a Layout")
+        if not isinstance(self.hash_algo, str) or self.hash_algo not in HASH_ALGOS:
             known = ", ".join(HASH_ALGOS)
-            raise ValueError(f"unknown hash_algo {self.hash_algo!r}; known: {known}")
-        if self.hash_seed is not None and not isinstance(self.hash_seed, str):
-            raise ValueError("hash_seed must be a string or null")
-
+            raise ValueError(f"unknown hash_algo {self.hash_algo!r:.80}; known: {known}")
+        if self.hash_seed is not None and (not isinstance(self.hash_seed, str)
+                                           or len(self.hash_seed) > MAX_SEED_CHARS):
+            raise ValueError(f"hash_seed must be null or a string of at most {MAX_SEED_CHARS} "
+                             "characters")
+        if self.tenant is not None and (not isinstance(self.tenant, str)
+                                        or not 0 < len(self.tenant) <= MAX_TENANT_CHARS):
+            raise ValueError(f"tenant must be null or a string of 1 to {MAX_TENANT_CHARS} "
+                             "characters")
 
     def identity(self) -> tuple[Any, ...]:
         """What must be equal for a re-registration to be accepted (tenant excluded)."""
@@ -105,7 +132,13 @@ class Namespace:
 
     @classmethod
     def from_dict(cls, doc: dict[str, Any]) -> Namespace:
+        """The namespace ``doc`` describes (:meth:`to_dict`'s shape); ValueError if it is not
+        a valid one."""
+        if not isinstance(doc, dict) or "name" not in doc or "block_bytes" not in doc:
+            raise ValueError("a namespace needs at least 'name' and 'block_bytes'")
         layout = doc.get("layout") or {}
+        if not isinstance(layout, dict) or not set(layout) <= set(Layout.__dataclass_fields__):
+            raise ValueError("layout must be a map of the Layout fields")
         return cls(
             name=doc["name"],
             block_bytes=doc["block_bytes"],
@@ -144,6 +177,13 @@ class NamespaceRegistry:
             )
         return False
 
+    def remove(self, name: str) -> Namespace:
+        """Forget ``name``; raises :class:`UnknownNamespaceError` if it is not registered."""
+        try:
+            return self._by_name.pop(name)
+        except KeyError:
+            raise UnknownNamespaceError(f"unknown namespace {name!r}") from None
+
     def get(self, name: str) -> Namespace:
         try:
             return self._by_name[name]
@@ -155,3 +195,36 @@ class NamespaceRegistry:
 
     def all(self) -> list[Namespace]:
         return list(self._by_name.values())
+
+
+def _check_extra(extra: Any) -> None:
+    """``layout.extra``: a map of JSON values, at most :data:`MAX_EXTRA_DEPTH` deep and
+    :data:`MAX_EXTRA_BYTES` as JSON. Walked without recursion and with a node budget, so that
+    a hostile value costs little before it is refused."""
+    if not isinstance(extra, dict):
+        raise ValueError("layout.extra must be a map")
+    todo: list[tuple[Any, int]] = [(extra, 1)]
+    nodes = 0
+    while todo:
+        value, depth = todo.pop()
+        nodes += 1
+        if depth > MAX_EXTRA_DEPTH:
+            raise ValueError(f"layout.extra is nested deeper than {MAX_EXTRA_DEPTH} levels")
+        if nodes > MAX_EXTRA_BYTES:  # every node is at least one byte of JSON
+            raise ValueError(f"layout.extra is over {MAX_EXTRA_BYTES} bytes as JSON")
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    raise ValueError("layout.extra's maps must have string keys")
+                todo.append((item, depth + 1))
+        elif isinstance(value, list):
+            todo.extend((item, depth + 1) for item in value)
+        elif value is not None and not isinstance(value, str | int | float):
+            raise ValueError(f"layout.extra holds a {type(value).__name__}; only JSON values "
+                             "(maps, lists, strings, numbers, booleans, null) are allowed")
+    try:
+        size = len(json.dumps(extra, separators=(",", ":"), allow_nan=False).encode())
+    except ValueError as exc:
+        raise ValueError(f"layout.extra is not valid JSON: {exc}") from None
+    if size > MAX_EXTRA_BYTES:
+        raise ValueError(f"layout.extra is {size} bytes as JSON, over {MAX_EXTRA_BYTES}")

@@ -1,4 +1,4 @@
-"""``kvstore serve``, ``kvstore stats`` and ``kvstore lookup``.
+"""``kvstore serve``, ``kvstore stats``, ``kvstore lookup`` and ``kvstore namespaces``.
 
 ``serve`` has one flag per :class:`~server.settings.ServerSettings` field (``--host-capacity``
 for ``host_capacity``); a flag left out falls back to ``KVSTORE_*`` and then the YAML file.
@@ -60,6 +60,7 @@ def add_serve_parser(sub: Any) -> None:
 def run_serve(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
+    from server.preflight import StartupError
     from server.runtime import loop_factory, serve
     from server.settings import ServerSettings, load_settings
 
@@ -72,7 +73,11 @@ def run_serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=settings.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     with asyncio.Runner(loop_factory=loop_factory(settings.event_loop)) as runner:
-        return runner.run(serve(settings))
+        try:
+            return runner.run(serve(settings))
+        except StartupError as exc:
+            print(f"kvstore serve: {exc}", file=sys.stderr)
+            return 2
 
 
 def _client_args(p: argparse.ArgumentParser) -> None:
@@ -149,4 +154,48 @@ def run_lookup(args: argparse.Namespace) -> int:
         print(f"prefix_blocks {doc['prefix_blocks']} of {len(hashes)}")
         for h, tier in zip(hashes, doc["tiers"], strict=False):
             print(f"  {h}  {tier}")
+    return 0
+
+
+def add_namespaces_parser(sub: Any) -> None:
+    p = sub.add_parser("namespaces", help="list or delete a running server's namespaces")
+    verbs = p.add_subparsers(dest="verb", required=True, metavar="VERB")
+    listing = verbs.add_parser("list", help="the namespaces this token may see")
+    _client_args(listing)
+    delete = verbs.add_parser("delete", help="forget a namespace and remove its blocks from "
+                                             "every tier")
+    _client_args(delete)
+    delete.add_argument("name")
+    p.set_defaults(handler=run_namespaces)
+
+
+def run_namespaces(args: argparse.Namespace) -> int:
+    """One line and exit code 2 when the server refuses (unknown name, another tenant's)."""
+    import httpx
+
+    if args.verb == "list":
+        method, path = "GET", "/v1/namespaces"
+    else:
+        method, path = "DELETE", f"/v1/namespaces/{httpx.URL(args.name).raw_path.decode()}"
+    headers = {"Authorization": f"Bearer {args.token}"} if args.token else {}
+    try:
+        r = httpx.request(method, args.url.rstrip("/") + path, headers=headers, timeout=60.0)
+    except httpx.HTTPError as exc:
+        print(f"kvstore namespaces: cannot reach {args.url}: {exc}", file=sys.stderr)
+        return 1
+    if r.status_code >= 400:
+        try:
+            message = str(r.json().get("message", r.text))
+        except ValueError:
+            message = r.text
+        print(f"kvstore namespaces {args.verb}: {r.status_code} {message}", file=sys.stderr)
+        return 2 if r.status_code < 500 else 1
+    doc = r.json()
+    if args.json:
+        print(json.dumps(doc))
+    elif args.verb == "list":
+        for ns in doc["namespaces"]:
+            print(f"{ns['name']}  block_bytes {ns['block_bytes']}  tenant {ns['tenant'] or '-'}")
+    else:
+        print(f"deleted namespace {doc['name']} ({doc['blocks']} blocks)")
     return 0

@@ -8,9 +8,11 @@ from typing import NamedTuple
 from kvstore.errors import (
     BlockSizeError,
     CapacityError,
+    DiskFullError,
     InvalidHashError,
     KVStoreError,
     NamespaceConflictError,
+    NamespaceLimitError,
     StaleStagingError,
     TierUnavailableError,
     UnknownNamespaceError,
@@ -50,6 +52,8 @@ _TABLE: tuple[tuple[type[BaseException], Mapped], ...] = (
     (BlockSizeError, Mapped(400, "block_size")),
     (InvalidHashError, Mapped(400, "invalid_hash")),
     (CapacityError, Mapped(507, "capacity")),
+    (NamespaceLimitError, Mapped(507, "namespace_limit")),
+    (DiskFullError, Mapped(507, "disk_full")),
     (TierUnavailableError, Mapped(503, "unavailable")),
     (KVStoreError, Mapped(400, "bad_request")),
 )

@@ -1,7 +1,8 @@
 """Start and stop one server process: store, REST (uvicorn) and data plane on one event loop.
 
-Start: lock the data dir (two servers on one folder would corrupt each other's view), reclaim
-the shared-memory segment a crashed predecessor left, open the store (its index is rebuilt
+Start: lock the data dir (two servers on one folder would corrupt each other's view), claim
+the Unix socket path (only a stale socket is removed), reclaim the shared-memory segment a
+crashed predecessor left (never one a live server holds), open the store (its index is rebuilt
 from LMDB), then listen. Stop (SIGTERM or SIGINT): ``/healthz`` turns 503, listeners stop
 accepting, in-flight requests finish (up to ``shutdown_grace_s``), then the store closes:
 memory-only blocks spill to disk and LMDB is synced, so nothing half-written remains.
@@ -18,6 +19,7 @@ import signal
 import sys
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import uvicorn
 
@@ -28,19 +30,22 @@ from kvstore.store import StoreAPI
 from server.auth import Authenticator
 from server.dataplane.server import DataPlane
 from server.metrics import ServerMetrics
+from server.preflight import StartupError, claim_socket_path
 from server.rest.app import create_app
 from server.rest.conn_guard import guarded_http
 from server.rest.schemas import InfoOut, ShmInfo
 from server.settings import ServerSettings
 
 log = logging.getLogger("kvstore.server")
+SHM_DIR = Path("/dev/shm")  # where Linux keeps named shared-memory segments
 
 
 @contextlib.contextmanager
 def data_dir_lock(settings: ServerSettings) -> Iterator[None]:
     """Hold an exclusive lock on the data dir for the server's life; fail fast if taken."""
     path = settings.data_path
-    path.mkdir(parents=True, exist_ok=True)
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(path, 0o700)  # cached KV and layouts are the server user's alone, whatever the umask
     fd = os.open(path / "server.lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
         try:
@@ -53,13 +58,49 @@ def data_dir_lock(settings: ServerSettings) -> Iterator[None]:
 
 
 def reclaim_shm(name: str) -> None:
-    """Unlink a segment of our name left by a killed predecessor (we hold the dir lock, so
-    no live server owns it)."""
+    """Unlink a segment of our name left by a killed predecessor. A segment that a live server
+    holds (:func:`hold_shm`; a second server with another data dir and the same
+    ``--shm-name``) is never taken: :class:`StartupError`, since its clients would then read
+    our bytes."""
     import _posixshmem
 
-    with contextlib.suppress(FileNotFoundError):
-        _posixshmem.shm_unlink("/" + name)
-        log.info("reclaimed stale shared memory %s", name)
+    with _shm_locked(name) as found:
+        if found:
+            with contextlib.suppress(FileNotFoundError):
+                _posixshmem.shm_unlink("/" + name)
+                log.info("reclaimed stale shared memory %s", name)
+
+
+@contextlib.contextmanager
+def hold_shm(name: str) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on our segment for the server's life: the kernel drops it
+    when the process dies (even by ``kill -9``), so a segment whose lock can be taken was
+    left by a dead server."""
+    with _shm_locked(name):
+        yield
+
+
+@contextlib.contextmanager
+def _shm_locked(name: str) -> Iterator[bool]:
+    """Whether segment ``name`` may be ours (True: it exists and its lock is now held, or the
+    OS has no ``/dev/shm`` to ask); False if there is no such segment."""
+    if not SHM_DIR.is_dir():
+        yield True  # nothing to ask: reclaim as before
+        return
+    try:
+        fd = os.open(SHM_DIR / name, os.O_RDONLY)
+    except FileNotFoundError:
+        yield False
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise StartupError(f"shared memory {name} belongs to a live kvstore server; stop "
+                               "it or choose another --shm-name") from None
+        yield True
+    finally:
+        os.close(fd)
 
 
 def open_store(settings: ServerSettings) -> StoreAPI:
@@ -113,12 +154,19 @@ class _Uvicorn(uvicorn.Server):
 
 async def serve(settings: ServerSettings) -> int:
     with data_dir_lock(settings):
+        if settings.socket_path:
+            claim_socket_path(settings.socket_path)  # before anything is opened
         store = open_store(settings)
         try:
-            return await _serve_store(settings, store)
+            with hold_shm(settings.shm) if settings.host_capacity else contextlib.nullcontext():
+                return await _serve_store(settings, store)
         finally:
-            store.close()
-            log.info("store closed and synced")
+            lost = store.close()
+            if lost:
+                log.error("store closed; %d memory-only blocks could not be written to disk "
+                          "and are lost", lost)
+            else:
+                log.info("store closed and synced")
 
 
 async def _serve_store(settings: ServerSettings, store: StoreAPI) -> int:

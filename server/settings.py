@@ -29,6 +29,8 @@ from kvstore.config import (
     DEFAULT_DISK_CAPACITY,
     DEFAULT_HOST_CAPACITY,
     DEFAULT_LEASE_S,
+    DEFAULT_MAX_NAMESPACES,
+    DEFAULT_MAX_NAMESPACES_PER_TENANT,
     StoreConfig,
     TierConfig,
 )
@@ -123,6 +125,8 @@ class ServerSettings(BaseSettings):
     idle_timeout_s: float = Field(600.0, gt=0)  # a silent data plane connection is closed
     max_connections: int = Field(1024, ge=1)  # data plane connections at once
     shutdown_grace_s: float = Field(10.0, ge=0)  # how long in-flight requests may finish
+    max_namespaces: int = Field(DEFAULT_MAX_NAMESPACES, ge=1)  # registered, all tenants
+    max_namespaces_per_tenant: int = Field(DEFAULT_MAX_NAMESPACES_PER_TENANT, ge=1)
     log_level: str = "info"
     # uvloop (the default where it is installed) halves the event loop's cost per frame
     event_loop: Literal["auto", "uvloop", "asyncio"] = "auto"
@@ -231,6 +235,8 @@ class ServerSettings(BaseSettings):
             tiers=tuple(tiers),
             default_lease_s=self.lease_s,
             namespaces_path=str(self.data_path / "namespaces.json"),
+            max_namespaces=self.max_namespaces,
+            max_namespaces_per_tenant=self.max_namespaces_per_tenant,
         )
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from kvstore.errors import TierUnavailableError
+from kvstore.errors import DiskFullError, TierUnavailableError
 from kvstore.store import StoreAPI
 from kvstore.types import BlockHash, PutResult
 
@@ -21,12 +21,18 @@ def durable_put(
     durable: bool, tier: str | None,
 ) -> PutResult:
     """``store.put`` with the durability rule above. Raises TierUnavailableError for a durable
-    put when no persistent tier is configured."""
+    put when no persistent tier is configured, and :class:`DiskFullError` naming the full disk
+    when the persistent tier refused blocks because its file system is full."""
     if not durable:
         result: PutResult = store.put(namespace, hashes, blocks)
         return result
     if tier is None:
         raise TierUnavailableError("durable put asked for, but no persistent tier is configured")
     result = store.put(namespace, hashes, blocks, tier=tier)
+    if result.refused:
+        health = store.tier(tier).health()
+        if health.get("disk_full"):
+            raise DiskFullError(f"{result.refused} of {len(hashes)} blocks not stored durably: "
+                                f"{health.get('error', 'disk full')}")
     store.flush()
     return result

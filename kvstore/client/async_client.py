@@ -47,6 +47,9 @@ class AsyncKVStoreClient:
         return await self._run(calls.register, name, block_bytes, layout, hash_algo,
                                hash_seed, tenant)
 
+    async def delete_namespace(self, name: str) -> int:
+        return await self._run(calls.delete_namespace, name)
+
     async def put(self, namespace: str, hashes: Sequence[BlockHash], blocks: Sequence[Buffer],
                   *, durable: bool = False) -> dict[str, int]:
         check_put(hashes, blocks)

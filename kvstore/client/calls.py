@@ -11,6 +11,8 @@ from typing import Any
 from kvstore.client.exchange import Call, Link, Steps
 from kvstore.protocol import (
     Delete,
+    DeleteNamespace,
+    DeleteNamespaceReply,
     DeleteReply,
     Flush,
     Health,
@@ -77,3 +79,7 @@ def health(_: Link) -> Steps[dict[str, Any]]:
     header, _blocks = yield Call(Health())
     return HealthReply.from_header(header).health
 
+
+def delete_namespace(_: Link, name: str) -> Steps[int]:
+    header, _blocks = yield Call(DeleteNamespace(name))
+    return int(DeleteNamespaceReply.from_header(header).blocks)

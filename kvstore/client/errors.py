@@ -79,6 +79,8 @@ _BY_CODE: dict[str, type[KVStoreClientError]] = {
     "capacity": CapacityError,
     "stale_staging": StaleStagingError,
     "unavailable": StoreUnavailableError,
+    "namespace_limit": CapacityError,
+    "disk_full": StoreUnavailableError,
 }
 
 

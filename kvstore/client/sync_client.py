@@ -55,6 +55,12 @@ class KVStoreClient:
         return self._run(calls.register, name, block_bytes, layout, hash_algo, hash_seed,
                          tenant)
 
+    def delete_namespace(self, name: str) -> int:
+        """Forget namespace ``name`` and remove its blocks from every tier; how many blocks it
+        held. Raises :class:`UnknownNamespaceError` if it does not exist, and
+        :class:`PermissionDeniedError` if it belongs to another tenant."""
+        return self._run(calls.delete_namespace, name)
+
     def put(self, namespace: str, hashes: Sequence[BlockHash], blocks: Sequence[Buffer], *,
             durable: bool = False) -> dict[str, int]:
         """Store blocks; ``{"stored", "existing", "refused"}``. With ``durable`` the reply

@@ -25,6 +25,8 @@ from kvstore.protocol.message import Header, Limits, Reply, Request
 from kvstore.protocol.ops import REQUESTS, decode_request, request_type
 from kvstore.protocol.session import (
     Ack,
+    DeleteNamespace,
+    DeleteNamespaceReply,
     Flush,
     Health,
     HealthReply,
@@ -57,7 +59,8 @@ from kvstore.protocol.shm import (
 )
 
 __all__ = [
-    "PROTOCOL_VERSION", "REQUESTS", "AbortReply", "Ack", "Buffer", "Delete", "DeleteReply",
+    "PROTOCOL_VERSION", "REQUESTS", "AbortReply", "Ack", "Buffer", "Delete",
+    "DeleteNamespace", "DeleteNamespaceReply", "DeleteReply",
     "Extents", "ExtentsReply", "Flush", "FrameError", "Get", "GetReply", "Header", "Health",
     "HealthReply", "Hello", "HelloReply", "Limits", "Lookup", "LookupReply", "Namespaces",
     "NamespacesReply", "Pin", "PinReply", "Ping", "Prefetch", "PrefetchReply", "Put",

@@ -8,7 +8,16 @@ from typing import Any
 from kvstore.protocol.blocks import Delete, Get, Lookup, Pin, Prefetch, Put, Release
 from kvstore.protocol.frame import FrameError
 from kvstore.protocol.message import Header, Limits, Request
-from kvstore.protocol.session import Flush, Health, Hello, Namespaces, Ping, Register, Stats
+from kvstore.protocol.session import (
+    DeleteNamespace,
+    Flush,
+    Health,
+    Hello,
+    Namespaces,
+    Ping,
+    Register,
+    Stats,
+)
 from kvstore.protocol.shm import (
     ShmAbort,
     ShmAcquire,
@@ -24,6 +33,7 @@ REQUESTS: dict[str, type[Request]] = {kind.op: kind for kind in (
     Hello, Ping, Register, Namespaces, Put, Get, Lookup, Prefetch, Pin, Release, Delete,
     Stats, Health, Flush,
     ShmReserve, ShmCommit, ShmAbort, ShmAcquire, ShmRelease, ShmStage, ShmPut, ShmLookup,
+    DeleteNamespace,
 )}
 
 

@@ -1,5 +1,5 @@
 """Messages of the session and namespace ops: ``hello``, ``ping``, ``register``,
-``namespaces``, ``stats``, ``health``, ``flush``."""
+``namespaces``, ``stats``, ``health``, ``flush``, ``delete_namespace``."""
 
 from __future__ import annotations
 
@@ -129,3 +129,20 @@ class Flush(Request):
 @dataclass(slots=True)
 class Ack(Reply):
     """The empty reply of ``ping`` and ``flush``."""
+
+
+@dataclass(slots=True)
+class DeleteNamespace(Request):
+    """Forget a namespace and remove its blocks from every tier (a tenant: only its own)."""
+
+    op: ClassVar[str] = "delete_namespace"
+    name: str
+
+    @classmethod
+    def from_header(cls, header: Header, limits: Limits) -> Self:
+        return cls(arg_str(header, "name"))
+
+
+@dataclass(slots=True)
+class DeleteNamespaceReply(Reply):
+    blocks: int  # how many blocks the namespace held

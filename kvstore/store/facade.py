@@ -30,7 +30,7 @@ from typing import Any
 
 from kvstore.checksum import checksum
 from kvstore.config import StoreConfig
-from kvstore.errors import KVStoreError, WouldBlock
+from kvstore.errors import KVStoreError, UnknownNamespaceError, WouldBlock
 from kvstore.namespace import Namespace
 from kvstore.policy import make_policy
 from kvstore.store.counters import Tally
@@ -39,7 +39,7 @@ from kvstore.store.index import check_hashes, make_keys
 from kvstore.store.leases import LeaseTable
 from kvstore.store.ledger import Ledger
 from kvstore.store.lock import StoreLock
-from kvstore.store.namespaces import NamespaceBook
+from kvstore.store.namespaces import NamespaceBook, NamespaceLimits
 from kvstore.store.placer import Placer
 from kvstore.store.reader import Reader
 from kvstore.store.report import Report
@@ -48,7 +48,7 @@ from kvstore.tiers import Tier
 from kvstore.tiers.base import BlockMeta, Buffer
 from kvstore.tiers.slab import SlabInfo
 from kvstore.tiers.slots import Extents
-from kvstore.types import BlockHash, LookupResult, PutResult
+from kvstore.types import BlockHash, BlockKey, LookupResult, PutResult
 
 log = logging.getLogger("kvstore.store")
 
@@ -64,7 +64,8 @@ class Store:
                               self._stack.top_name_by_mask)
         self._tally = Tally(len(self._stack))
         self._leases = LeaseTable()
-        self._book = NamespaceBook(config.namespaces_path)
+        self._book = NamespaceBook(config.namespaces_path, NamespaceLimits(
+            config.max_namespaces, config.max_namespaces_per_tenant))
         self._placer = Placer(self._stack, self._ledger, self._tally, self._leases)
         self._reader = Reader(self._stack, self._ledger, self._placer, self._tally,
                               self._leases, self._lock, self._book)
@@ -86,12 +87,32 @@ class Store:
     # -- namespaces --------------------------------------------------------------------------
     def register_namespace(self, ns: Namespace) -> bool:
         """Register ``ns``; True if new, False if an identical one exists. Raises
-        :class:`~kvstore.errors.NamespaceConflictError` on a differing definition."""
-        with self._lock:
-            new = self._book.register(ns)
-            if new:
+        :class:`~kvstore.errors.NamespaceConflictError` on a differing definition and
+        :class:`~kvstore.errors.NamespaceLimitError` past the caps on namespaces. The book
+        writes its file under its own lock, never the store's: reads and writes go on."""
+        new = self._book.register(ns)
+        if new:
+            with self._lock:
                 self._count_namespace(ns.name)
-            return new
+        return new
+
+    def delete_namespace(self, name: str) -> int:
+        """Forget namespace ``name`` and remove its blocks from every tier (pinned or not, as
+        :meth:`delete`); returns how many blocks it held. From the first moment every call
+        naming it fails with ``UnknownNamespaceError``; if removing the blocks fails, the
+        namespace is back as it was (less the blocks already removed) and the error raised."""
+        ns = self._book.unlist(name)
+        try:
+            with self._lock:
+                self._host.unreserve_namespace(name)
+                dropped = self._drop(self._ledger.keys_of(name))
+                self._tally.namespaces.pop(name, None)
+                self._ledger.forget_usage(name)
+        except BaseException:
+            self._book.relist(ns)
+            raise
+        self._book.save()
+        return dropped
 
     def namespace(self, name: str) -> Namespace:
         """The registered namespace ``name``; raises ``UnknownNamespaceError``. Takes no lock,
@@ -123,6 +144,8 @@ class Store:
                  for key, block in zip(keys, blocks, strict=True)]
         with self._lock:
             self._check_open()
+            if self._book.layout_id(namespace) != ns.layout_id:  # deleted meanwhile
+                raise UnknownNamespaceError(f"unknown namespace {namespace!r}")
             return self._placer.put(items, start, named_tier=tier is not None)
 
     def get(self, namespace: str, hashes: Sequence[BlockHash], *,
@@ -170,19 +193,8 @@ class Store:
         of a block stored there after the delete."""
         self.namespace(namespace)
         keys = make_keys(namespace, hashes)
-        host = self._stack.host
-        deleted = 0
         with self._lock:
-            for key in keys:
-                entry = self._ledger.get(key)
-                if entry is None or entry.pending:
-                    continue
-                if host is not None and entry.holds(host) and self._leases.is_pinned(key):
-                    self._host.retire(key, entry)
-                self._placer.drop(key, entry)
-                self._stack.forget(key)
-                deleted += 1
-        return deleted
+            return self._drop(keys)
 
     def prefetch(self, namespace: str, hashes: Sequence[BlockHash]) -> Future[int]:
         """Start onboarding the blocks toward the top tier. The future resolves to the number
@@ -300,24 +312,30 @@ class Store:
             for tier in self._stack.tiers:
                 tier.flush()
 
-    def close(self) -> None:
+    def close(self) -> int:
         """Stop prefetching, free the host path's places, spill memory-only blocks to disk
-        (``spill_on_close``), and close every tier. Idempotent."""
+        (``spill_on_close``), and close every tier. Returns how many memory-only blocks the
+        spill could not write (they are lost; 0 on a second call). Idempotent."""
         with self._lock:
             if self._closed:
-                return
+                return 0
             self._closed = True
         self._prefetcher.shutdown(wait=True, cancel_futures=True)
+        lost = 0
         with self._lock:
             if self._stack.host is not None:
                 self._host.close()
             if self.config.spill_on_close:
-                self._placer.spill()
+                lost = self._placer.spill()
+                if lost:
+                    log.error("shutdown: %d memory-only blocks could not be written to the "
+                              "persistent tier and are lost", lost)
             for tier in self._stack.tiers:
                 try:
                     tier.close()
                 except Exception:
                     log.exception("closing the %s tier failed", tier.name)
+        return lost
 
     def __enter__(self) -> Store:
         return self
@@ -330,6 +348,23 @@ class Store:
         """Give a registered namespace its (zero) rows in the stats."""
         self._tally.ns(name)
         self._ledger.usage(name)
+
+    def _drop(self, keys: Sequence[BlockKey]) -> int:
+        """Remove published blocks from every tier, one tier call per tier (lock held); how
+        many existed. A pinned block's host slots are retired, not freed (see :meth:`delete`)."""
+        host = self._stack.host
+        live: list[BlockKey] = []
+        for key in dict.fromkeys(keys):
+            entry = self._ledger.get(key)
+            if entry is None or entry.pending:
+                continue
+            if host is not None and entry.holds(host) and self._leases.is_pinned(key):
+                self._host.retire(key, entry)
+            live.append(key)
+        self._placer.drop_many(live)
+        for key in live:
+            self._stack.forget(key)
+        return len(live)
 
     def _lease(self, lease_s: float | None) -> float:
         lease = self.config.default_lease_s if lease_s is None else float(lease_s)

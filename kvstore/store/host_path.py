@@ -256,6 +256,12 @@ class HostPath:
                 dropped += 1
         return dropped
 
+    def unreserve_namespace(self, namespace: str) -> None:
+        """Free every reservation of ``namespace``, whoever holds it (it is being deleted; a
+        late commit finds nothing reserved and is refused) (lock held)."""
+        for key in [k for k in self._reservations if k[0] == namespace]:
+            self._unreserve(key)
+
     def close(self) -> None:
         """Free every reservation, staged place and retired slot (lock held)."""
         for key in list(self._reservations):

@@ -63,6 +63,10 @@ class Ledger:
             pass
         return tiers
 
+    def keys_of(self, namespace: str) -> list[BlockKey]:
+        """Every indexed key of ``namespace``, pending ones too."""
+        return [(namespace, h) for h in self._index.namespace(namespace)]
+
     def usage(self, namespace: str) -> NamespaceUsage:
         return self._usage.setdefault(namespace, NamespaceUsage())
 
@@ -124,6 +128,10 @@ class Ledger:
         """Remove a block whose copies are all gone from the index."""
         if self._index.pop(key, None) is not None and not entry.pending:
             self._count(key[0], entry.size, -1)
+
+    def forget_usage(self, namespace: str) -> None:
+        """Drop the usage row of a deleted namespace (its blocks are gone)."""
+        self._usage.pop(namespace, None)
 
     def _count(self, namespace: str, size: int, sign: int) -> None:
         usage = self.usage(namespace)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 
 from kvstore.checksum import checksum
 from kvstore.errors import CapacityError, TierUnavailableError
@@ -28,6 +29,7 @@ from kvstore.types import BlockKey, PutResult
 log = logging.getLogger("kvstore.store")
 Item = tuple[BlockKey, Buffer, BlockMeta]
 MAX_DEMOTE_BATCH = 256  # victims moved down in one read and one write at most
+QUIET_S = 60.0  # a tier that failed is reported again only after this long without failure
 
 
 class Placer:
@@ -40,6 +42,7 @@ class Placer:
         self._ledger = ledger
         self._tally = tally
         self._leases = leases
+        self._failing: dict[int, float] = {}  # tier -> monotonic time of its last failure
 
     # -- new blocks --------------------------------------------------------------------------
     def put(self, items: list[Item], start: int, named_tier: bool) -> PutResult:
@@ -164,9 +167,19 @@ class Placer:
             self._seal(items)
         try:
             tier.put_many(items)
-        except (CapacityError, TierUnavailableError) as exc:
+        except CapacityError as exc:
             log.warning("%s tier refused %d blocks: %s", tier.name, len(items), exc)
             return False
+        except TierUnavailableError as exc:
+            # once per episode, not once per block: the tier's health says it meanwhile
+            if pos not in self._failing:
+                log.error("%s tier cannot take writes (%s); blocks that no other tier takes "
+                          "are refused or dropped until it recovers", tier.name, exc)
+            self._failing[pos] = time.monotonic()
+            return False
+        if pos in self._failing and time.monotonic() - self._failing[pos] > QUIET_S:
+            del self._failing[pos]  # near the limit some writes fit: over once it holds
+            log.warning("%s tier takes writes again", tier.name)
         return True
 
     def _seal(self, items: list[Item]) -> None:
@@ -281,13 +294,26 @@ class Placer:
         self._ledger.forget(key, entry)
         self._leases.forget(key)
 
-    def spill(self) -> None:
+    def drop_many(self, keys: list[BlockKey]) -> None:
+        """Forget blocks: delete their copies with one call per tier, then their index entries
+        and pins (a namespace's deletion: one LMDB transaction, not one per block)."""
+        for pos in range(len(self._tiers)):
+            self.remove(pos, keys)
+        for key in keys:
+            entry = self._ledger.get(key)
+            if entry is not None:
+                self._ledger.forget(key, entry)
+            self._leases.forget(key)
+
+    def spill(self) -> int:
         """Graceful shutdown: copy blocks that only memory tiers hold into the first persistent
         tier, so that a restart finds them, a batch per source tier. Admission is not asked:
-        these blocks earned their place in memory already."""
+        these blocks earned their place in memory already. Returns how many such blocks could
+        not be written (lost with the memory tiers)."""
         target = self._stack.spill_target
         if target is None:
-            return
+            return 0
+        lost = 0
         by_top: dict[int, list[tuple[BlockKey, Entry]]] = {}
         for key, entry in self._ledger.items():
             if not entry.pending and entry.tiers and not entry.tiers >> target:
@@ -296,8 +322,13 @@ class Placer:
             for i in range(0, len(blocks), MAX_DEMOTE_BATCH):
                 chunk = blocks[i:i + MAX_DEMOTE_BATCH]
                 datas = self._tiers[top].get_many([k for k, _ in chunk])
-                self._copy_batch(target, [
-                    (k, d, BlockMeta(e.layout_id, e.checksum, e.size))
-                    for (k, e), d in zip(chunk, datas, strict=True) if d is not None],
-                    settle=False)
-        self._tiers[target].flush()
+                items: list[Item] = [(k, d, BlockMeta(e.layout_id, e.checksum, e.size))
+                                     for (k, e), d in zip(chunk, datas, strict=True)
+                                     if d is not None]
+                lost += len(chunk) - len(items)
+                lost += len(self._copy_batch(target, items, settle=False))
+        try:
+            self._tiers[target].flush()
+        except Exception:  # the tier's close syncs again; the count above stays honest
+            log.exception("syncing the spill to the %s tier failed", self._tiers[target].name)
+        return lost

@@ -25,15 +25,18 @@ from), so reads and the remap are kept apart by :class:`RemapGate`.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import logging
 import os
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import lmdb
 
-from kvstore.errors import CapacityError, TierUnavailableError
+from kvstore.errors import CapacityError, DiskFullError, TierUnavailableError
 from kvstore.tiers.base import BlockMeta, Buffer, Tier
 from kvstore.tiers.disk_records import HEADER, MAGIC, VERSION, decode_key, encode_key, unpack_header
 from kvstore.tiers.remap_gate import RemapGate
@@ -43,6 +46,9 @@ log = logging.getLogger(__name__)
 
 _MAP_SLACK = 64 << 20  # bytes of map beyond 2x capacity: LMDB meta and branch pages
 _MAX_GROW = 8  # doublings tried for one commit before giving up
+# what LMDB reports when the file system is full: ENOSPC, or EIO from a short write
+_FULL = tuple(os.strerror(e) for e in (errno.ENOSPC, errno.EIO, errno.EDQUOT))
+_FULL_HOLD_S = 10.0  # a full disk reads as full until writes succeed this long after a failure
 
 
 class DiskTier(Tier):
@@ -68,6 +74,8 @@ class DiskTier(Tier):
         self._scratch = memoryview(bytearray(0))
         self._gate = RemapGate()
         self._closed = False
+        self._full: str | None = None  # why writes fail, while the file system is full
+        self._full_at = 0.0  # monotonic time of the last write that failed for it
         self._used = sum(meta.size for meta in self._metas.values())
         if self._used > self.capacity_bytes:
             log.warning(
@@ -79,8 +87,11 @@ class DiskTier(Tier):
 
     def _open(self, readahead: bool) -> lmdb.Environment:
         try:
-            os.makedirs(self.path, exist_ok=True)
-            return lmdb.open(
+            # Cached KV is private to the server's user whatever the umask: the folder 0700,
+            # LMDB's files 0600 (chmod too: a folder or files made by an older version).
+            os.makedirs(self.path, mode=0o700, exist_ok=True)
+            os.chmod(self.path, 0o700)
+            env = lmdb.open(
                 self.path,
                 map_size=self._map_bytes,
                 subdir=True,
@@ -90,7 +101,12 @@ class DiskTier(Tier):
                 writemap=False,
                 max_dbs=0,
                 max_readers=512,
+                mode=0o600,
             )
+            for name in ("data.mdb", "lock.mdb"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.chmod(os.path.join(self.path, name), 0o600)
+            return env
         except (OSError, lmdb.Error) as exc:
             msg = f"disk tier: cannot open LMDB at {self.path}: {exc}"
             raise TierUnavailableError(msg) from exc
@@ -156,12 +172,26 @@ class DiskTier(Tier):
             try:
                 with self._env.begin(write=True) as txn:
                     body(txn)
+                if self._full is not None and time.monotonic() - self._full_at > _FULL_HOLD_S:
+                    self._full = None  # a write near the limit may fit: not over until it holds
                 return
             except lmdb.MapFullError:
                 self._grow()
             except lmdb.Error as exc:
+                if any(text in str(exc) for text in _FULL):
+                    self._full = f"disk full at {self.path} ({self._free()} bytes free): {exc}"
+                    self._full_at = time.monotonic()
+                    raise DiskFullError(f"disk tier: {self._full}") from exc
                 raise TierUnavailableError(f"disk tier: write failed: {exc}") from exc
         raise TierUnavailableError(f"disk tier: map still full at {self.map_size()} bytes")
+
+    def _free(self) -> int | str:
+        """Bytes free for us on the file system of the file ("?" if it cannot be asked)."""
+        try:
+            st = os.statvfs(self.path)
+        except OSError:
+            return "?"
+        return st.f_bavail * st.f_frsize
 
     def _grow(self) -> None:
         new = 2 * self.map_size()
@@ -228,8 +258,12 @@ class DiskTier(Tier):
         return len(self._metas)
 
     def health(self) -> dict[str, Any]:
+        """Not ok once closed, or while the file system is full (until a write succeeds):
+        ``error`` then says why."""
+        full = self._full
         return {
-            "ok": not self._closed,
+            "ok": not self._closed and full is None,
+            **({"error": full, "disk_full": True} if full is not None else {}),
             "path": self.path,
             "blocks": len(self._metas),
             "map_size": None if self._closed else self.map_size(),

@@ -26,6 +26,8 @@ from kvstore.protocol import (
     Ack,
     Buffer,
     Delete,
+    DeleteNamespace,
+    DeleteNamespaceReply,
     DeleteReply,
     Flush,
     FrameError,
@@ -93,6 +95,7 @@ class Ops:
             Prefetch: self.prefetch, Pin: self.pin, Release: self.release,
             Delete: self.delete, Stats: self.stats, Health: self.health, Flush: self.flush,
             **self.shm_ops.table(),
+            DeleteNamespace: self.delete_namespace,
         }
 
     async def dispatch(self, session: Session, header: Header,
@@ -215,3 +218,7 @@ class Ops:
         await self.run(self.store.flush)
         return Ack(), []
 
+    async def delete_namespace(self, session: Session, req: DeleteNamespace,
+                               _: memoryview) -> Answer:
+        ns = self.ctx.ns(session, req.name)  # a tenant may delete only its own
+        return DeleteNamespaceReply(await self.run(self.store.delete_namespace, ns.name)), []

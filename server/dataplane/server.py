@@ -28,6 +28,7 @@ from server.dataplane.conn import Connection
 from server.dataplane.ops import Ops
 from server.dataplane.shm_ops import READ_SUFFIX
 from server.metrics import ServerMetrics
+from server.preflight import claim_socket_path
 from server.settings import ServerSettings
 
 __all__ = ["Connection", "DataPlane"]
@@ -71,8 +72,7 @@ class DataPlane:
                 lambda: Connection(self), s.host, s.data_port, reuse_address=True, backlog=512))
         path = s.socket_path
         if path:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)  # a stale socket from a crashed run (the data dir is locked)
+            claim_socket_path(path)  # a stale socket only; the runtime checked it already
             self._servers.append(await loop.create_unix_server(
                 lambda: Connection(self), path, backlog=512))
             os.chmod(path, 0o600)

@@ -40,7 +40,8 @@ _DESCRIPTIONS = {
     413: "request body over the configured limit",
     422: "request does not match the schema (bad hex, wrong types, out of range)",
     503: "the store cannot serve right now",
-    507: "no room: every evictable block is pinned",
+    507: "no room: every evictable block is pinned, the disk is full, or the namespace limit "
+         "is reached",
 }
 
 

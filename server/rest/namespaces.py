@@ -1,17 +1,25 @@
-"""``/v1/namespaces``: register and list namespaces (a thin adapter over the store)."""
+"""``/v1/namespaces``: register, list and delete namespaces (a thin adapter over the store)."""
 
 from __future__ import annotations
 
 import contextlib
+from typing import Annotated
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Path, Response
 
 from kvstore.errors import UnknownNamespaceError
 from server.errors import InvalidRequestError
 from server.rest.deps import PrincipalDep, StoreDep, errors
-from server.rest.schemas import NamespaceIn, NamespaceList, NamespaceOut
+from server.rest.schemas import (
+    NAME_PATTERN,
+    NamespaceDeleted,
+    NamespaceIn,
+    NamespaceList,
+    NamespaceOut,
+)
 
 router = APIRouter(prefix="/v1", tags=["namespaces"])
+NamePath = Annotated[str, Path(pattern=NAME_PATTERN, description="namespace name")]
 
 
 @router.post(
@@ -20,7 +28,7 @@ router = APIRouter(prefix="/v1", tags=["namespaces"])
     response_model=NamespaceOut,
     responses={
         200: {"model": NamespaceOut, "description": "an identical namespace already exists"},
-        **errors(400, 401, 403, 409, 413, 422),
+        **errors(400, 401, 403, 409, 413, 422, 507),
     },
 )
 def register_namespace(
@@ -50,3 +58,13 @@ def list_namespaces(
     """The namespaces this token may see."""
     visible = [ns for ns in store.namespaces() if principal.can_access(ns)]
     return NamespaceList(namespaces=[NamespaceOut.of(ns) for ns in visible])
+
+
+@router.delete("/namespaces/{name}", response_model=NamespaceDeleted,
+               responses=errors(401, 403, 404, 422, 503))
+def delete_namespace(name: NamePath, principal: PrincipalDep,
+                     store: StoreDep) -> NamespaceDeleted:
+    """Forget a namespace and remove its blocks from every tier. A tenant token may delete
+    only its own namespaces; the admin any."""
+    ns = principal.check(store.namespace(name))
+    return NamespaceDeleted(name=ns.name, blocks=store.delete_namespace(ns.name))

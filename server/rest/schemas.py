@@ -7,7 +7,15 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from kvstore.namespace import Layout, Namespace
+from kvstore.namespace import (
+    MAX_BLOCK_BYTES,
+    MAX_LAYOUT_INT,
+    MAX_LAYOUT_STR,
+    MAX_SEED_CHARS,
+    MAX_TENANT_CHARS,
+    Layout,
+    Namespace,
+)
 from kvstore.types import BlockHash
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@+=-]{0,127}$"
@@ -33,14 +41,16 @@ class LayoutModel(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    model_id: str = Field("", max_length=512)
-    num_layers: Int = Field(0, ge=0, le=1 << 20)
-    num_kv_heads: Int = Field(0, ge=0, le=1 << 20)
-    head_dim: Int = Field(0, ge=0, le=1 << 20)
-    block_size: Int = Field(0, ge=0, le=1 << 20)
-    dtype: str = Field("", max_length=64)
-    layout_name: str = Field("", max_length=128)
-    extra: dict[str, Any] = Field(default_factory=dict)
+    model_id: str = Field("", max_length=MAX_LAYOUT_STR["model_id"])
+    num_layers: Int = Field(0, ge=0, le=MAX_LAYOUT_INT)
+    num_kv_heads: Int = Field(0, ge=0, le=MAX_LAYOUT_INT)
+    head_dim: Int = Field(0, ge=0, le=MAX_LAYOUT_INT)
+    block_size: Int = Field(0, ge=0, le=MAX_LAYOUT_INT)
+    dtype: str = Field("", max_length=MAX_LAYOUT_STR["dtype"])
+    layout_name: str = Field("", max_length=MAX_LAYOUT_STR["layout_name"])
+    extra: dict[str, Any] = Field(
+        default_factory=dict,
+        description="JSON map, at most 8 levels deep and 4 KiB as JSON (checked on register)")
 
     def to_layout(self) -> Layout:
         return Layout(**self.model_dump())
@@ -50,11 +60,11 @@ class NamespaceIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: NamespaceName
-    block_bytes: Int = Field(gt=0, le=1 << 31, description="size of every block, bytes")
+    block_bytes: Int = Field(gt=0, le=MAX_BLOCK_BYTES, description="size of every block, bytes")
     layout: LayoutModel = Field(default_factory=lambda: LayoutModel.model_validate({}))
     hash_algo: Literal["sha256", "sha256_cbor", "xxhash_cbor"] = "sha256"
-    hash_seed: str | None = Field(None, max_length=1024)
-    tenant: str | None = Field(None, min_length=1, max_length=128,
+    hash_seed: str | None = Field(None, max_length=MAX_SEED_CHARS)
+    tenant: str | None = Field(None, min_length=1, max_length=MAX_TENANT_CHARS,
                                description="admin only: bind the namespace to this tenant")
 
     def to_namespace(self, tenant: str | None) -> Namespace:
@@ -79,6 +89,11 @@ class NamespaceOut(BaseModel):
 
 class NamespaceList(BaseModel):
     namespaces: list[NamespaceOut]
+
+
+class NamespaceDeleted(BaseModel):
+    name: str
+    blocks: Count = Field(description="blocks the namespace held, now removed from every tier")
 
 
 class HashesIn(BaseModel):

@@ -14,6 +14,8 @@ from kvstore.protocol import (
     AbortReply,
     Ack,
     Delete,
+    DeleteNamespace,
+    DeleteNamespaceReply,
     DeleteReply,
     ExtentsReply,
     FrameError,
@@ -68,6 +70,7 @@ SAMPLES: list[Request] = [
     ShmReserve("ns", H, 1.0), ShmReserve("ns", H), ShmCommit("ns", H), ShmAbort("ns", H),
     ShmAcquire("ns", H, 3.0), ShmRelease("ns", H, grant=True), ShmRelease("ns", H),
     ShmStage("ns", 10), ShmPut("ns", H, [0, 4096]), ShmLookup("ns", H, 6.0), ShmLookup("ns", []),
+    DeleteNamespace("ns"),
 ]
 
 REPLIES: list[Reply] = [
@@ -78,6 +81,7 @@ REPLIES: list[Reply] = [
     StatsReply({"tiers": {}}), HealthReply({"ok": True}),
     ExtentsReply([[[0, 4]], None]), AbortReply(1), StageReply([[[0, 4]], [[8, 4]]]),
     ShmPutReply(1, 1, 0, [0], [[[16, 4]]]), ShmLookupReply(1, ["host"], [[[0, 4]]]),
+    DeleteNamespaceReply(3),
 ]
 
 
