@@ -30,12 +30,12 @@ from typing import Any
 
 from kvstore.checksum import checksum
 from kvstore.config import StoreConfig
-from kvstore.errors import KVStoreError, UnknownNamespaceError, WouldBlock
+from kvstore.errors import KVStoreError, UnknownNamespaceError
 from kvstore.namespace import Namespace
 from kvstore.policy import make_policy
 from kvstore.store.counters import Tally
 from kvstore.store.host_path import HostPath
-from kvstore.store.index import check_hashes, make_keys
+from kvstore.store.index import make_keys
 from kvstore.store.leases import LeaseTable
 from kvstore.store.ledger import Ledger
 from kvstore.store.lock import StoreLock
@@ -170,21 +170,7 @@ class Store:
         No side effects on recency, leases or stats. With ``nowait``, raises
         :class:`~kvstore.errors.WouldBlock` rather than wait for the lock or ask S3."""
         self.namespace(namespace)
-        # Only bytes are ever indexed, so a hit proves its hash valid; the tail after the
-        # first miss is validated here.
-        with self._lock.hold(nowait):
-            tiers = self._ledger.prefix(namespace, hashes)
-        n = len(tiers)
-        if n < len(hashes):
-            if check_hashes(hashes[n:]):
-                return self.lookup(namespace, [BlockHash(bytes(h)) for h in hashes],
-                                   nowait=nowait)
-            if self._stack.shared:
-                if nowait:
-                    raise WouldBlock("the rest of the chain must be looked up in S3")
-                if self._reader.discover(make_keys(namespace, hashes[n:]), prefix=True):
-                    return self.lookup(namespace, hashes)
-        return LookupResult(n, tiers)
+        return self._reader.lookup(namespace, hashes, nowait=nowait)
 
     def delete(self, namespace: str, hashes: Sequence[BlockHash]) -> int:
         """Remove blocks from every tier, pinned or not. Returns how many existed. The host

@@ -12,8 +12,9 @@ import logging
 from collections.abc import Sequence
 
 from kvstore.checksum import checksum
+from kvstore.errors import WouldBlock
 from kvstore.store.counters import Tally
-from kvstore.store.index import Entry, fmt_key
+from kvstore.store.index import Entry, check_hashes, fmt_key, make_keys
 from kvstore.store.leases import LeaseTable
 from kvstore.store.ledger import Ledger
 from kvstore.store.lock import StoreLock
@@ -21,7 +22,7 @@ from kvstore.store.namespaces import NamespaceBook
 from kvstore.store.placer import Placer
 from kvstore.store.stack import TierStack
 from kvstore.tiers.base import BlockMeta
-from kvstore.types import BlockKey
+from kvstore.types import BlockHash, BlockKey, LookupResult
 
 log = logging.getLogger("kvstore.store")
 
@@ -130,6 +131,26 @@ class Reader:
             self._ledger.add_copy(to, key, entry)
             self._tally.promoted(to, key[0])
             self._placer.settle(to)
+
+    def lookup(self, namespace: str, hashes: Sequence[BlockHash], *,
+               nowait: bool = False) -> LookupResult:
+        """Longest stored prefix of ``hashes`` and the top tier of each of its blocks, asking
+        shared tiers about the rest of the chain; see ``Store.lookup``."""
+        # Only bytes are ever indexed, so a hit proves its hash valid; the tail after the
+        # first miss is validated here.
+        with self._lock.hold(nowait):
+            tiers = self._ledger.prefix(namespace, hashes)
+        n = len(tiers)
+        if n < len(hashes):
+            if check_hashes(hashes[n:]):
+                return self.lookup(namespace, [BlockHash(bytes(h)) for h in hashes],
+                                   nowait=nowait)
+            if self._stack.shared:
+                if nowait:
+                    raise WouldBlock("the rest of the chain must be looked up in S3")
+                if self.discover(make_keys(namespace, hashes[n:]), prefix=True):
+                    return self.lookup(namespace, hashes)
+        return LookupResult(n, tiers)
 
     def prefetch(self, keys: list[BlockKey]) -> int:
         """Promote blocks into the top tier; how many of ``keys`` it holds afterwards."""
