@@ -71,7 +71,9 @@ def open_store(settings: ServerSettings) -> StoreAPI:
 
 def build_info(settings: ServerSettings, store: StoreAPI) -> InfoOut:
     slab = store.host_slab() if settings.enable_shm else None
-    shm = ShmInfo(name=slab.shm_name, size=slab.size, slot_bytes=slab.slot_bytes) \
+    share = store.host_share() if slab is not None else None
+    shm = ShmInfo(name=slab.shm_name, size=slab.size, slot_bytes=slab.slot_bytes,
+                  gen_offset=share.gen_offset if share is not None else None) \
         if slab is not None and slab.shm_name else None
     return InfoOut(
         version=__version__, protocol=PROTOCOL_VERSION, instance=uuid.uuid4().hex,

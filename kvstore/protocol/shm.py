@@ -3,6 +3,11 @@ copied in and out of the server's host slab at the extents these replies hand ou
 
 An extent list locates one block: ``[[offset, length], ...]``; a staged place is the same,
 named in ``shm_put`` by its first offset. See ``docs/operations.md`` for the whole path.
+
+Fencing: every reply that hands out extents also gives each block's generation (``gens``,
+None where the extents are None); ``shm_commit`` and ``shm_put`` take them back and the server
+refuses a block whose slots were freed since. A client reads the slab's generation words
+itself to check a copy (see :mod:`kvstore.tiers.slots`).
 """
 
 from __future__ import annotations
@@ -15,6 +20,20 @@ from kvstore.protocol.frame import FrameError
 from kvstore.protocol.message import Header, Limits, NsRequest, Reply, Request, read_ns_hashes
 
 Extents = list[list[int]]  # [[offset, length], ...] of one block
+Gens = list[int | None]  # one generation per block (None where it has no extents)
+
+
+def arg_gens(header: Header, key: str, count: int) -> Gens | None:
+    """An optional list of ``count`` generations (non-negative integers or None)."""
+    value = header.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, list) or len(value) != count or not all(
+            g is None or (isinstance(g, int) and not isinstance(g, bool) and g >= 0)
+            for g in value):
+        raise FrameError("bad_request",
+                         f"field {key!r} must be a list of {count} generations (int or nil)")
+    return value
 
 
 class ShmRequest(NsRequest):
@@ -44,16 +63,25 @@ class ShmReserve(LeasedRequest):
 
 @dataclass(slots=True)
 class ExtentsReply(Reply):
-    """Per block its extents, or None (reply of ``shm_reserve`` and ``shm_acquire``)."""
+    """Per block its extents, or None, and its generation (reply of ``shm_reserve`` and
+    ``shm_acquire``)."""
 
     extents: list[Extents | None]
+    gens: Gens
 
 
 @dataclass(slots=True)
 class ShmCommit(ShmRequest):
-    """Publish reserved blocks once their bytes are in the slab (replies a ``PutReply``)."""
+    """Publish reserved blocks once their bytes are in the slab (replies a ``PutReply``);
+    with ``gens`` (as ``shm_reserve`` gave them) a block whose slots moved is refused."""
 
     op: ClassVar[str] = "shm_commit"
+    gens: Gens | None = None
+
+    @classmethod
+    def from_header(cls, header: Header, limits: Limits) -> Self:
+        ns, hashes = read_ns_hashes(header, limits)
+        return cls(ns, hashes, arg_gens(header, "gens", len(hashes)))
 
 
 @dataclass(slots=True)
@@ -107,6 +135,7 @@ class ShmStage(Request):
 @dataclass(slots=True)
 class StageReply(Reply):
     staged: list[Extents]
+    gens: Gens
 
 
 @dataclass(slots=True)
@@ -116,11 +145,13 @@ class ShmPut(ShmRequest):
 
     op: ClassVar[str] = "shm_put"
     places: list[int]
+    gens: Gens | None = None  # of the places, as staged
 
     @classmethod
     def from_header(cls, header: Header, limits: Limits) -> Self:
         ns, hashes = read_ns_hashes(header, limits)
-        return cls(ns, hashes, arg_ints(header, "places", len(hashes)))
+        return cls(ns, hashes, arg_ints(header, "places", len(hashes)),
+                   arg_gens(header, "gens", len(hashes)))
 
 
 @dataclass(slots=True)
@@ -132,6 +163,7 @@ class ShmPutReply(Reply):
     refused: int
     used: list[int]
     staged: list[Extents]
+    gens: Gens  # of the newly staged places
 
 
 @dataclass(slots=True)
@@ -147,6 +179,7 @@ class ShmLookupReply(Reply):
     prefix_blocks: int
     tiers: list[str]
     extents: list[Extents | None]
+    gens: Gens
 
 
 def first_offsets(places: list[Any]) -> list[int]:

@@ -70,12 +70,12 @@ class SharedMemoryOps:
         ns = self._ctx.ns(session, req.ns)
         extents = await self._ctx.now(self._store.reserve_write, ns.name, req.hashes,
                                       lease_s=req.lease_s, owner=session.owner)
-        return ExtentsReply(extents), []
+        return ExtentsReply(extents, self._store.slab_generations(extents)), []
 
     async def shm_commit(self, session: Session, req: ShmCommit, _: memoryview) -> Answer:
         ns = self._ctx.ns(session, req.ns)
         result = await self._ctx.now(self._store.commit_write, ns.name, req.hashes,
-                                     owner=session.owner)
+                                     owner=session.owner, gens=req.gens)
         return PutReply(*result), []
 
     async def shm_abort(self, session: Session, req: ShmAbort, _: memoryview) -> Answer:
@@ -87,7 +87,8 @@ class SharedMemoryOps:
     async def shm_stage(self, session: Session, req: ShmStage, _: memoryview) -> Answer:
         """Staged places for later ``shm_put`` frames (see :mod:`kvstore.store.staging`)."""
         ns = self._ctx.ns(session, req.ns)
-        return StageReply(await self._stage(ns.name, req.count, session.owner)), []
+        staged = await self._stage(ns.name, req.count, session.owner)
+        return StageReply(staged, self._store.slab_generations(staged)), []
 
     async def _stage(self, ns: str, count: int, owner: str) -> Any:
         return await self._ctx.now(self._store.stage_write, ns, count, owner=owner)
@@ -97,15 +98,16 @@ class SharedMemoryOps:
         (one round trip per local put)."""
         ns = self._ctx.ns(session, req.ns)
         result, used = await self._ctx.now(self._store.commit_staged, ns.name, req.hashes,
-                                           req.places, owner=session.owner)
+                                           req.places, owner=session.owner, gens=req.gens)
         staged = await self._stage(ns.name, len(used), session.owner) if used else []
-        return ShmPutReply(result.stored, result.existing, result.refused, used, staged), []
+        return ShmPutReply(result.stored, result.existing, result.refused, used, staged,
+                           self._store.slab_generations(staged)), []
 
     async def shm_acquire(self, session: Session, req: ShmAcquire, _: memoryview) -> Answer:
         ns = self._ctx.ns(session, req.ns)
         extents = await self._ctx.now(self._store.acquire_read, ns.name, req.hashes,
                                       lease_s=req.lease_s, owner=session.owner + READ_SUFFIX)
-        return ExtentsReply(extents), []
+        return ExtentsReply(extents, self._store.slab_generations(extents)), []
 
     async def shm_release(self, session: Session, req: ShmRelease, _: memoryview) -> Answer:
         ns = self._ctx.ns(session, req.ns)
@@ -121,7 +123,7 @@ class SharedMemoryOps:
         ns = self._ctx.ns(session, req.ns)
         n, tiers, extents = await self._ctx.now(self._lookup_acquire, ns.name, req.hashes,
                                                 req.lease_s, session.owner + GRANT_SUFFIX)
-        return ShmLookupReply(n, tiers, extents), []
+        return ShmLookupReply(n, tiers, extents, self._store.slab_generations(extents)), []
 
     def _lookup_acquire(self, ns: str, hashes: list[BlockHash], lease_s: float | None, owner: str,
                         nowait: bool = False) -> tuple[int, list[str], list[Any]]:

@@ -145,6 +145,7 @@ class ShmInfo(BaseModel):
     name: str
     size: Count
     slot_bytes: Count
+    gen_offset: Count | None = None  # the slots' generation words (uint64) start here
 
 
 class InfoOut(BaseModel):
