@@ -74,7 +74,7 @@ def build_info(settings: ServerSettings, store: StoreAPI) -> InfoOut:
     share = store.host_share() if slab is not None else None
     shm = ShmInfo(name=slab.shm_name, size=slab.size, slot_bytes=slab.slot_bytes,
                   gen_offset=share.gen_offset if share is not None else None) \
-        if slab is not None and slab.shm_name else None
+        if slab is not None and (slab.shm_name or share is not None) else None
     return InfoOut(
         version=__version__, protocol=PROTOCOL_VERSION, instance=uuid.uuid4().hex,
         host_id=host_id(), data_port=settings.data_port or None,
@@ -145,7 +145,7 @@ async def _serve_store(settings: ServerSettings, store: StoreAPI) -> int:
         loop.add_signal_handler(sig, stop, sig)
     print(f"kvstore serving REST http://{settings.host}:{settings.port} data tcp "
           f"{settings.data_port or 'off'} unix {settings.socket_path or 'off'} shm "
-          f"{info.shm.name if info.shm else 'off'}", file=sys.stderr, flush=True)
+          f"{(info.shm.name or 'memfd') if info.shm else 'off'}", file=sys.stderr, flush=True)
     try:
         await server.serve()
     finally:

@@ -33,6 +33,7 @@ class ServerInfo:
     max_batch: int
     shm_slot_bytes: int = 0
     shm_gen_offset: int | None = None  # where the slots' generations start in the segment
+    shm_offered: bool = False  # a slab to map (by name, or a memfd over the Unix socket)
 
 
 def info_url(url: str) -> str:
@@ -77,6 +78,7 @@ def parse_info(url: str, doc: dict[str, Any], transport: str = "auto") -> Server
             max_frame_bytes=int(doc["max_frame_bytes"]), max_batch=int(doc["max_batch"]),
             shm_slot_bytes=int(shm.get("slot_bytes") or 0),
             shm_gen_offset=None if shm.get("gen_offset") is None else int(shm["gen_offset"]),
+            shm_offered=bool(shm) and local,
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise ProtocolError(f"{url}: unexpected /v1/info answer: {exc}") from None

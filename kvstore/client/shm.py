@@ -14,6 +14,8 @@ another block now."""
 from __future__ import annotations
 
 import contextlib
+import mmap
+import os
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -32,22 +34,29 @@ class SlabMapping:
     """The server's host slab, mapped read-write into this process."""
 
     def __init__(self, name: str, size: int, slot_bytes: int = 0,
-                 gen_offset: int | None = None) -> None:
-        from kvstore.tiers.host import attach_slab  # untracked: exiting never unlinks it
-
-        self._shm: Any = attach_slab(name)
+                 gen_offset: int | None = None, fd: int | None = None) -> None:
         need = size if gen_offset is None else gen_offset + 8 * (size // max(slot_bytes, 1))
-        if self._shm.size < need:
-            self._shm.close()
-            raise OSError(f"shared memory {name} is {self._shm.size} bytes, expected {need}")
+        if fd is not None:  # a memfd received from the server (shm_fd): map it, no name
+            if os.fstat(fd).st_size < need:
+                raise OSError(f"the slab descriptor holds {os.fstat(fd).st_size} bytes, "
+                              f"expected {need}")
+            self._shm: Any = mmap.mmap(fd, need)
+            self.buf: memoryview = memoryview(self._shm)
+        else:
+            from kvstore.tiers.host import attach_slab  # untracked: exiting never unlinks it
+
+            self._shm = attach_slab(name)
+            if self._shm.size < need:
+                self._shm.close()
+                raise OSError(f"shared memory {name} is {self._shm.size} bytes, expected {need}")
+            buf = self._shm.buf
+            assert buf is not None
+            self.buf = buf
         self.name = name
-        buf = self._shm.buf
-        assert buf is not None
-        self.buf: memoryview = buf
         self.slot_bytes = slot_bytes
         # the server's generation word of each slot (read-only here); None: no fencing
         self.gens: np.ndarray | None = None if gen_offset is None or not slot_bytes else \
-            np.frombuffer(buf, np.uint64, size // slot_bytes, gen_offset)
+            np.frombuffer(self.buf, np.uint64, size // slot_bytes, gen_offset)
         self._refs = 1
         self._key: tuple[str, str] | None = None
 
@@ -112,6 +121,9 @@ class SlabMapping:
             if self._key is not None and _SHARED.get(self._key) is self:
                 del _SHARED[self._key]
         self.gens = None
+        if isinstance(self._shm, mmap.mmap):
+            with contextlib.suppress(BufferError):
+                self.buf.release()
         with contextlib.suppress(BufferError):  # a view still held: the OS unmaps at exit
             self._shm.close()
 
@@ -135,18 +147,47 @@ def try_map(name: str, size: int, instance: str = "", slot_bytes: int = 0,
         return mapping
 
 
-def remap(old: SlabMapping | None, info: Any, use_shm: bool | None, url: str) -> SlabMapping | None:
+def receive_map(path: str, token: str | None, timeout: float,
+                instance: str) -> SlabMapping:
+    """A reference to the mapping of server ``instance``'s memfd slab, which the server hands
+    over its Unix socket ``path`` to an authenticated, trusted client (raises its refusal).
+    Asked for even when this process maps the slab already: each client must be entitled."""
+    from kvstore.client.shm_fd import receive_slab
+
+    fd, layout = receive_slab(path, token, timeout)
+    key = ("", instance)
+    try:
+        with _LOCK:
+            shared = _SHARED.get(key)
+            if shared is not None:
+                shared._refs += 1
+                return shared
+            mapping = SlabMapping("", layout.size, layout.slot_bytes, layout.gen_offset, fd)
+            mapping._key = key
+            _SHARED[key] = mapping
+            return mapping
+    finally:
+        os.close(fd)  # the mapping keeps the memory; the descriptor is not needed
+
+
+def remap(old: SlabMapping | None, info: Any, use_shm: bool | None, url: str,
+          token: str | None = None, timeout: float = 10.0) -> SlabMapping | None:
     """The slab mapping for freshly discovered server ``info`` (both clients, after a
-    (re)connect): drop ``old``, map the new slab unless ``use_shm`` is False, and raise if
-    ``use_shm`` is True and the slab cannot be mapped from this process."""
+    (re)connect): drop ``old``, map the new slab unless ``use_shm`` is False (by name, or a
+    memfd received over the Unix socket), and raise if ``use_shm`` is True and the slab
+    cannot be mapped from this process (or the server refuses it to this client)."""
     if old is not None:
         old.close()
     slab = None
+    why = "cannot be mapped from this process"
     if use_shm is not False and info.shm_name:
         slab = try_map(info.shm_name, info.shm_size, info.instance, info.shm_slot_bytes,
                        info.shm_gen_offset)
+    elif use_shm is not False and info.shm_offered and isinstance(info.target, str):
+        try:
+            slab = receive_map(info.target, token, timeout, info.instance)
+        except (OSError, ValueError, KVStoreClientError) as exc:  # refused: use the socket
+            why = f"was refused: {exc}"
     if use_shm and slab is None:
-        raise KVStoreClientError(
-            f"use_shm=True but the slab of {url} cannot be mapped from this process", "shm"
-        )
+        raise KVStoreClientError(f"use_shm=True but the slab of {url} {why}", "shm")
     return slab

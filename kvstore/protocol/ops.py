@@ -14,6 +14,7 @@ from kvstore.protocol.shm import (
     ShmAcquire,
     ShmCommit,
     ShmLookup,
+    ShmMap,
     ShmPut,
     ShmRelease,
     ShmReserve,
@@ -24,6 +25,7 @@ REQUESTS: dict[str, type[Request]] = {kind.op: kind for kind in (
     Hello, Ping, Register, Namespaces, Put, Get, Lookup, Prefetch, Pin, Release, Delete,
     Stats, Health, Flush,
     ShmReserve, ShmCommit, ShmAbort, ShmAcquire, ShmRelease, ShmStage, ShmPut, ShmLookup,
+    ShmMap,
 )}
 
 

@@ -185,3 +185,23 @@ class ShmLookupReply(Reply):
 def first_offsets(places: list[Any]) -> list[int]:
     """How ``shm_put`` names staged places: by the first offset of each."""
     return [int(place[0][0]) for place in places]
+
+
+@dataclass(slots=True)
+class ShmMap(Request):
+    """Ask for the host slab itself: the reply comes with the slab's file descriptor attached
+    (``SCM_RIGHTS``), so it works only over the Unix socket, after ``hello``, and only for a
+    principal the server trusts with the whole slab (see ``docs/operations.md``, Security)."""
+
+    op: ClassVar[str] = "shm_map"
+    needs_shm: ClassVar[bool] = True
+
+
+@dataclass(slots=True)
+class ShmMapReply(Reply):
+    """How to map the descriptor that comes with this reply: the slab's size and slot size,
+    and where the slots' generation words start."""
+
+    size: int
+    slot_bytes: int
+    gen_offset: int

@@ -36,8 +36,10 @@ from kvstore.protocol import (
     ShmStage,
     StageReply,
 )
+from kvstore.protocol.shm import ShmMap, ShmMapReply
 from kvstore.types import BlockHash
 from server.dataplane.context import Answer, Handler, OpsContext, Session
+from server.errors import ForbiddenError
 
 READ_SUFFIX = "#read"
 # Grants (shm_lookup) pin under their own owner, which outlives the client's connections: the
@@ -53,18 +55,43 @@ class SharedMemoryOps:
         self._ctx = ctx
         self._store = ctx.store
         self.enabled = enabled
+        self._tenants = bool(ctx.settings.tenant_tokens)
 
     def table(self) -> dict[type[Request], Handler]:
         return {
             ShmReserve: self.shm_reserve, ShmCommit: self.shm_commit,
             ShmAbort: self.shm_abort, ShmAcquire: self.shm_acquire,
             ShmRelease: self.shm_release, ShmStage: self.shm_stage, ShmPut: self.shm_put,
-            ShmLookup: self.shm_lookup,
+            ShmLookup: self.shm_lookup, ShmMap: self.shm_map,
         }
 
-    def require(self) -> None:
+    def require(self, session: Session | None = None) -> None:
+        """Refuse the ``shm_*`` ops where the server offers no slab, or to a principal it
+        does not trust with the whole slab: with tenant tokens, only the admin token gets it
+        (a tenant's client falls back to the socket), since the slab holds every tenant's
+        blocks."""
         if not self.enabled:
             raise FrameError("unavailable", "the shared-memory path is off on this server")
+        if session is not None and not self.trusts(session):
+            raise ForbiddenError(
+                "the shared-memory path is offered only to the admin token on a server with "
+                "tenant tokens; move block bytes over the socket (use_shm=False)")
+
+    def trusts(self, session: Session) -> bool:
+        """Whether ``session`` may map the slab (all of it: every tenant's blocks)."""
+        principal = session.principal
+        return principal is not None and (principal.admin or not self._tenants)
+
+    async def shm_map(self, session: Session, req: ShmMap, _: memoryview) -> Answer:
+        """The slab itself: its descriptor goes with the reply (``SCM_RIGHTS``), so only
+        over the Unix socket, to an authenticated, trusted session."""
+        share = self._store.host_share()
+        if share is None:
+            raise FrameError("unavailable", "this server's host tier has no shareable slab")
+        if not session.unix:
+            raise FrameError("unavailable", "shm_map works only over the Unix socket")
+        session.send_fds = [share.fd]
+        return ShmMapReply(share.size, share.slot_bytes, share.gen_offset), []
 
     async def shm_reserve(self, session: Session, req: ShmReserve, _: memoryview) -> Answer:
         ns = self._ctx.ns(session, req.ns)
