@@ -128,6 +128,25 @@ class SlabMapping:
             self._shm.close()
 
 
+def write_fenced(slab: SlabMapping, extents: Extents, block: Buffer, gen: int | None) -> None:
+    """``slab.write``, fenced by ``gen`` when the server gave one (an older server gives
+    none: a plain copy, as before generations)."""
+    if gen is None:
+        slab.write(extents, block)
+    else:
+        slab.write(extents, block, gen)
+
+
+def read_fenced(slab: SlabMapping, extents: Extents, gen: int | None) -> bytes:
+    """``slab.read``, checked against ``gen`` when the server gave one."""
+    return slab.read(extents) if gen is None else slab.read(extents, gen)
+
+
+def read_into_fenced(slab: SlabMapping, extents: Extents, dest: Buffer, gen: int | None) -> int:
+    """``slab.read_into``, checked against ``gen`` when the server gave one."""
+    return slab.read_into(extents, dest) if gen is None else slab.read_into(extents, dest, gen)
+
+
 def try_map(name: str, size: int, instance: str = "", slot_bytes: int = 0,
             gen_offset: int | None = None) -> SlabMapping | None:
     """A reference to the mapping of ``name`` for server ``instance``, or None if this

@@ -14,6 +14,8 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from kvstore.client.shm import write_fenced
+
 if TYPE_CHECKING:
     from kvstore.client.shm import SlabMapping
     from kvstore.protocol.frame import Buffer
@@ -64,7 +66,7 @@ class StagedPlaces:
         server has not seen them) and the error is raised."""
         try:
             for ext, block in zip(places, blocks, strict=True):
-                slab.write(ext, block, self.gen(ext))
+                write_fenced(slab, ext, block, self.gen(ext))
         except BaseException:
             self.give_back(instance, ns, places)
             raise

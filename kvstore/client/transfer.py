@@ -17,7 +17,7 @@ from typing import Any
 from kvstore.client.errors import CapacityError, StaleExtentsError, StaleStagingError
 from kvstore.client.exchange import Call, Link, Steps
 from kvstore.client.plan import batches, get_batch, merge_put, slab_room
-from kvstore.client.shm import SlabMapping
+from kvstore.client.shm import SlabMapping, read_fenced, read_into_fenced, write_fenced
 from kvstore.client.staging import StagedPlaces
 from kvstore.protocol import (
     Buffer,
@@ -43,6 +43,12 @@ def check_put(hashes: Sequence[BlockHash], blocks: Sequence[Buffer]) -> None:
     """Refuse a put whose hashes and blocks do not pair up, before anything is sent."""
     if len(hashes) != len(blocks):
         raise ValueError(f"{len(hashes)} hashes but {len(blocks)} blocks")
+
+
+def fencing(gens: list[int | None]) -> list[int | None] | None:
+    """The generations to send back with a commit; None (no check, the frame of a client
+    before generations) when the server gave none."""
+    return gens if any(g is not None for g in gens) else None
 
 
 class Transfers:
@@ -99,7 +105,7 @@ class Transfers:
         except StaleExtentsError:  # the server dropped our places (and maybe reused them)
             self.staged.forget(ns)
             return None
-        gens = [self.staged.gen(p) for p in places]
+        gens = fencing([self.staged.gen(p) for p in places])
         try:
             header, _ = yield Call(ShmPut(ns, hs, first_offsets(places), gens))
         except StaleStagingError:  # the server dropped them: nothing was stored
@@ -119,11 +125,11 @@ class Transfers:
             for ext, gen, block in zip(reserved.extents, reserved.gens, bs, strict=False):
                 if ext is not None:  # None: stored already
                     with contextlib.suppress(StaleExtentsError):  # late: the commit refuses it
-                        slab.write(ext, block, gen)
+                        write_fenced(slab, ext, block, gen)
         except BaseException:
             yield Call(ShmAbort(ns, hs))
             raise
-        header, _ = yield Call(ShmCommit(ns, hs, reserved.gens))
+        header, _ = yield Call(ShmCommit(ns, hs, fencing(reserved.gens)))
         return PutReply.from_header(header)
 
     # -- gets -----------------------------------------------------------------------------
@@ -164,8 +170,8 @@ class Transfers:
                     continue
                 self.block_bytes[ns] = sum(n for _, n in ext)
                 try:
-                    out.append(slab.read(ext, gen) if dest is None
-                               else slab.read_into(ext, dest[i], gen) > 0)
+                    out.append(read_fenced(slab, ext, gen) if dest is None
+                               else read_into_fenced(slab, ext, dest[i], gen) > 0)
                 except StaleExtentsError:  # copied too late: another block's bytes, a miss
                     out.append(None if dest is None else False)
         finally:  # no reply needed: the pins go with the lease if this frame is lost

@@ -12,8 +12,8 @@ itself to check a copy (see :mod:`kvstore.tiers.slots`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, ClassVar, Self
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Self, cast
 
 from kvstore.protocol.fields import arg_bool, arg_float, arg_int, arg_ints, arg_str
 from kvstore.protocol.frame import FrameError
@@ -21,6 +21,31 @@ from kvstore.protocol.message import Header, Limits, NsRequest, Reply, Request, 
 
 Extents = list[list[int]]  # [[offset, length], ...] of one block
 Gens = list[int | None]  # one generation per block (None where it has no extents)
+
+
+def _without_none(header: Header, key: str) -> Header:
+    """``header`` without ``key`` when it is None: a header without fencing is byte for byte
+    what clients sent before generations existed."""
+    if header.get(key, 0) is None:
+        del header[key]
+    return header
+
+
+class FencedReply(Reply):
+    """A reply that hands out extents (in field ``_places``) with their generations
+    (``gens``); from a server that sends none, every generation is None (no fencing)."""
+
+    __slots__ = ()
+    _places: ClassVar[str]
+
+    @classmethod
+    def from_header(cls, header: Header) -> Self:
+        fields = {name: header[name] for name in cls.__match_args__ if name != "gens"}
+        gens = header.get("gens")
+        if gens is None:
+            gens = [None] * len(fields[cls._places])
+        made: Self = cast(Any, cls)(**fields, gens=gens)  # every subclass has a gens field
+        return made
 
 
 def arg_gens(header: Header, key: str, count: int) -> Gens | None:
@@ -62,12 +87,13 @@ class ShmReserve(LeasedRequest):
 
 
 @dataclass(slots=True)
-class ExtentsReply(Reply):
+class ExtentsReply(FencedReply):
     """Per block its extents, or None, and its generation (reply of ``shm_reserve`` and
     ``shm_acquire``)."""
 
     extents: list[Extents | None]
-    gens: Gens
+    gens: Gens = field(default_factory=list)
+    _places: ClassVar[str] = "extents"
 
 
 @dataclass(slots=True)
@@ -77,6 +103,9 @@ class ShmCommit(ShmRequest):
 
     op: ClassVar[str] = "shm_commit"
     gens: Gens | None = None
+
+    def to_header(self) -> Header:
+        return _without_none(Request.to_header(self), "gens")
 
     @classmethod
     def from_header(cls, header: Header, limits: Limits) -> Self:
@@ -133,9 +162,10 @@ class ShmStage(Request):
 
 
 @dataclass(slots=True)
-class StageReply(Reply):
+class StageReply(FencedReply):
     staged: list[Extents]
-    gens: Gens
+    gens: Gens = field(default_factory=list)
+    _places: ClassVar[str] = "staged"
 
 
 @dataclass(slots=True)
@@ -147,6 +177,9 @@ class ShmPut(ShmRequest):
     places: list[int]
     gens: Gens | None = None  # of the places, as staged
 
+    def to_header(self) -> Header:
+        return _without_none(Request.to_header(self), "gens")
+
     @classmethod
     def from_header(cls, header: Header, limits: Limits) -> Self:
         ns, hashes = read_ns_hashes(header, limits)
@@ -155,7 +188,7 @@ class ShmPut(ShmRequest):
 
 
 @dataclass(slots=True)
-class ShmPutReply(Reply):
+class ShmPutReply(FencedReply):
     """What the put did, the places it used (first offsets) and the newly staged ones."""
 
     stored: int
@@ -163,7 +196,8 @@ class ShmPutReply(Reply):
     refused: int
     used: list[int]
     staged: list[Extents]
-    gens: Gens  # of the newly staged places
+    gens: Gens = field(default_factory=list)  # of the newly staged places
+    _places: ClassVar[str] = "staged"
 
 
 @dataclass(slots=True)
@@ -175,11 +209,12 @@ class ShmLookup(LeasedRequest):
 
 
 @dataclass(slots=True)
-class ShmLookupReply(Reply):
+class ShmLookupReply(FencedReply):
     prefix_blocks: int
     tiers: list[str]
     extents: list[Extents | None]
-    gens: Gens
+    gens: Gens = field(default_factory=list)
+    _places: ClassVar[str] = "extents"
 
 
 def first_offsets(places: list[Any]) -> list[int]:
