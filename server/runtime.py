@@ -113,8 +113,10 @@ def open_store(settings: ServerSettings) -> StoreAPI:
 
 def build_info(settings: ServerSettings, store: StoreAPI) -> InfoOut:
     slab = store.host_slab() if settings.enable_shm else None
-    shm = ShmInfo(name=slab.shm_name, size=slab.size, slot_bytes=slab.slot_bytes) \
-        if slab is not None and slab.shm_name else None
+    share = store.host_share() if slab is not None else None
+    shm = ShmInfo(name=slab.shm_name, size=slab.size, slot_bytes=slab.slot_bytes,
+                  gen_offset=share.gen_offset if share is not None else None) \
+        if slab is not None and (slab.shm_name or share is not None) else None
     return InfoOut(
         version=__version__, protocol=PROTOCOL_VERSION, instance=uuid.uuid4().hex,
         host_id=host_id(), data_port=settings.data_port or None,
@@ -193,7 +195,7 @@ async def _serve_store(settings: ServerSettings, store: StoreAPI) -> int:
         loop.add_signal_handler(sig, stop, sig)
     print(f"kvstore serving REST http://{settings.host}:{settings.port} data tcp "
           f"{settings.data_port or 'off'} unix {settings.socket_path or 'off'} shm "
-          f"{info.shm.name if info.shm else 'off'}", file=sys.stderr, flush=True)
+          f"{(info.shm.name or 'memfd') if info.shm else 'off'}", file=sys.stderr, flush=True)
     try:
         await server.serve()
     finally:

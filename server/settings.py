@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
+import logging
 import os
 import re
 from contextvars import ContextVar
@@ -101,7 +102,9 @@ class ServerSettings(BaseSettings):
     data_dir: str = "./data"
     host_capacity: Size = DEFAULT_HOST_CAPACITY  # bytes of host RAM (shared memory); 0: none
     host_slot_bytes: Size = 0  # slot size of the host slab; 0: the tier's default
-    shm_name: str | None = None  # default: derived from the data dir (stable across restarts)
+    # deprecated, ignored: the host slab is an anonymous memfd, handed to trusted local
+    # clients over the Unix socket (no name in /dev/shm); a warning is logged when set
+    shm_name: str | None = None
     disk_capacity: Size = DEFAULT_DISK_CAPACITY  # bytes of LMDB; 0: no disk tier
     disk_write_through: bool = False  # every put also lands on disk before it is acknowledged
     device_capacity: Size = 0  # bytes of device memory; 0: no device tier
@@ -165,6 +168,10 @@ class ServerSettings(BaseSettings):
                 f"frame_budget_bytes ({self.frame_budget_bytes}) must hold one whole frame: "
                 f"at least max_frame_bytes + max_header_bytes "
                 f"({self.max_frame_bytes + self.max_header_bytes})")
+        if self.shm_name is not None:
+            logging.getLogger("kvstore.server").warning(
+                "shm_name is deprecated and ignored: the host slab is an anonymous memfd that "
+                "local clients receive over the authenticated Unix socket")
         if self.host_capacity == 0 and self.disk_capacity == 0 and self.device_capacity == 0 \
                 and self.s3_bucket is None:
             raise ValueError("configure at least one tier (host, disk, device or s3 capacity)")
@@ -215,7 +222,8 @@ class ServerSettings(BaseSettings):
             tiers.append(TierConfig("device", self.device_capacity, policy=self.policy,
                                     options={"device": self.device}))
         if self.host_capacity:
-            options: dict[str, Any] = {"shm_name": self.shm}
+            # memfd: no /dev/shm name; clients get the descriptor only from the data plane
+            options: dict[str, Any] = {"shm_name": self.shm, "memfd": True}
             if self.host_slot_bytes:
                 options["slot_bytes"] = self.host_slot_bytes
             tiers.append(TierConfig("host", self.host_capacity, policy=self.policy,

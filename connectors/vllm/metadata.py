@@ -32,6 +32,9 @@ class BlockTransfer:
     # each rank stores its own shard of a block under its own namespace.
     extents: list[list[list[int]] | None] | None = None
     instance: str = ""
+    # each granted block's slab generation, checked after the copy: a moved number means the
+    # grant's lease ran out and the slots hold another block now (the block is fetched again)
+    gens: list[int | None] | None = None
     granted_at: float = 0.0
     granted_ns: str = ""
 

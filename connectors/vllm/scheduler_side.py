@@ -157,6 +157,8 @@ class SchedulerSide:
             request.request_id, list(block_ids[start:end]), hashes, notify=self.load_async,
             extents=extents, instance=grant.instance if grant is not None and extents else "",
             granted_at=st.granted_at, granted_ns=self._link.namespace,
+            gens=None if grant is None or not extents or not grant.gens
+            else grant.gens[start:end],
         ))
         pins.plain = [h for i, h in enumerate(hashes) if extents is None or extents[i] is None]
         self._link.pin(pins.plain)

@@ -7,7 +7,10 @@ its pages is read by anyone until :meth:`WorkerSide.get_finished` reports it. Ei
 copy never races attention. A block the scheduler's lookup found in the store's host tier
 comes with its place in the store's shared slab, pinned (a grant, see
 :mod:`kvstore.client.grant`): the worker copies it from its own mapping of the slab straight
-into the pages, with no round trip. Any other block is fetched with ``get_into``. A block the
+into the pages, with no round trip, then checks the block's generation in the slab: a moved
+number (the grant outlived its lease, the slots hold another block) makes the copy a miss,
+fetched again or recomputed, never loaded as that block's KV. Any other block is fetched with
+``get_into``. A block the
 store cannot supply (down, evicted, failed checksum) fails that block and every later one of
 the request: vLLM learns them from :meth:`WorkerSide.take_load_errors` and recomputes from the
 first one.
@@ -182,8 +185,8 @@ class WorkerSide:
                     [t.block_ids[i] for i in part], src, [t.extents[i] or [] for i in part],
                     self._load_buffer(len(part)),
                 )
-                for i in part:
-                    ok[i] = True
+                for i in part:  # fenced: copied after the grant's slots were freed, refetch
+                    ok[i] = t.gens is None or slab.current(t.extents[i] or [], t.gens[i])
         except ValueError as exc:  # extents that cannot be a block of ours: fetch instead
             logger.warning("request %s: unusable grant from kvstore (%s)", t.req_id, exc)
         finally:

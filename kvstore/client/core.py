@@ -65,7 +65,7 @@ class ClientCore:
         info = parse_info(self.url, json(), self.transport)
         with self._lock:
             old, self.slab = self.slab, None
-            self.slab = remap(old, info, self.use_shm, self.url)
+            self.slab = remap(old, info, self.use_shm, self.url, self.token, self.timeout)
             self.info = info
         return info
 

@@ -31,6 +31,9 @@ class ServerInfo:
     shm_size: int
     max_frame_bytes: int
     max_batch: int
+    shm_slot_bytes: int = 0
+    shm_gen_offset: int | None = None  # where the slots' generations start in the segment
+    shm_offered: bool = False  # a slab to map (by name, or a memfd over the Unix socket)
 
 
 def info_url(url: str) -> str:
@@ -73,6 +76,9 @@ def parse_info(url: str, doc: dict[str, Any], transport: str = "auto") -> Server
             instance=str(doc["instance"]), local=local, target=target,
             shm_name=shm.get("name") if local else None, shm_size=int(shm.get("size", 0)),
             max_frame_bytes=int(doc["max_frame_bytes"]), max_batch=int(doc["max_batch"]),
+            shm_slot_bytes=int(shm.get("slot_bytes") or 0),
+            shm_gen_offset=None if shm.get("gen_offset") is None else int(shm["gen_offset"]),
+            shm_offered=bool(shm) and local,
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise ProtocolError(f"{url}: unexpected /v1/info answer: {exc}") from None

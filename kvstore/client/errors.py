@@ -65,6 +65,12 @@ class BadRequestError(KVStoreClientError, ValueError):
     """The request was malformed (bad hash, too large, unknown op)."""
 
 
+class StaleExtentsError(KVStoreClientError):
+    """Extents handed out earlier no longer belong to their block (its lease ran out and the
+    slots were freed, maybe reused): nothing was written, or what was read is not that
+    block's. A read treats it as a miss; a write as refused."""
+
+
 class StaleStagingError(KVStoreClientError):
     """A put named staged shared-memory places the server no longer holds for us (it dropped
     our leases). The client handles it: it forgets them and writes the batch again."""

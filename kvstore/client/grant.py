@@ -16,7 +16,7 @@ worker is copying): only a release or the end of the lease drops them.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kvstore.client.errors import ProtocolError
 from kvstore.client.exchange import Call, Link, Steps
@@ -39,12 +39,15 @@ class Grant:
     ``extents[i]`` locates block ``i`` of the hit in the slab of server ``instance`` (None
     where only a lower tier holds it, or without shared memory, in which case ``instance`` is
     empty). Release the hashes that have extents with :meth:`KVStoreClient.release_grant`.
+    ``gens[i]`` is block ``i``'s generation: a reader checks it after copying
+    (``SlabMapping.read(ext, gen)``), and a moved number means the copy is not that block.
     """
 
     prefix_blocks: int
     tiers: list[str]
     extents: list[Extents | None]
     instance: str
+    gens: list[int | None] = field(default_factory=list)
 
     def granted(self, hashes: Sequence[bytes]) -> list[BlockHash]:
         """The hashes of the hit that this grant pinned (``hashes`` as looked up)."""
@@ -66,7 +69,7 @@ def lookup_acquire(link: Link, ns: str, hashes: Sequence[BlockHash],
     extents, n = list(reply.extents), int(reply.prefix_blocks)
     if len(extents) != n:
         raise ProtocolError(f"shm_lookup returned {len(extents)} extents for a hit of {n} blocks")
-    return Grant(n, list(reply.tiers), extents, link.info.instance)
+    return Grant(n, list(reply.tiers), extents, link.info.instance, list(reply.gens))
 
 
 def release_grant(_: Link, ns: str, hashes: Sequence[BlockHash], wait: bool) -> Steps[int]:

@@ -3,16 +3,26 @@ and out at the extents the server hands out (one memcpy per extent, no socket).
 
 A process maps each server instance's slab once, however many clients it opens: mappings are
 shared and reference-counted (keyed by the server's instance id, since a restarted server
-reuses the segment name for a new segment)."""
+reuses the segment name for a new segment).
+
+Fencing: extents come with their block's generation. :meth:`SlabMapping.write` checks it
+before copying in and the reads check it after copying out, against the generation words the
+server keeps in the same segment (see :mod:`kvstore.tiers.slots`); a moved number raises
+:class:`~kvstore.client.errors.StaleExtentsError`: the copy was late, its slots belong to
+another block now."""
 
 from __future__ import annotations
 
 import contextlib
+import mmap
+import os
 import threading
 from collections.abc import Sequence
 from typing import Any
 
-from kvstore.client.errors import BlockSizeError, KVStoreClientError
+import numpy as np
+
+from kvstore.client.errors import BlockSizeError, KVStoreClientError, StaleExtentsError
 from kvstore.protocol.frame import Buffer
 
 Extents = Sequence[Sequence[int]]  # [(offset, length), ...] of one block
@@ -23,22 +33,53 @@ _LOCK = threading.Lock()
 class SlabMapping:
     """The server's host slab, mapped read-write into this process."""
 
-    def __init__(self, name: str, size: int) -> None:
-        from kvstore.tiers.host import attach_slab  # untracked: exiting never unlinks it
+    def __init__(self, name: str, size: int, slot_bytes: int = 0,
+                 gen_offset: int | None = None, fd: int | None = None) -> None:
+        need = size if gen_offset is None else gen_offset + 8 * (size // max(slot_bytes, 1))
+        if fd is not None:  # a memfd received from the server (shm_fd): map it, no name
+            if os.fstat(fd).st_size < need:
+                raise OSError(f"the slab descriptor holds {os.fstat(fd).st_size} bytes, "
+                              f"expected {need}")
+            self._shm: Any = mmap.mmap(fd, need)
+            self.buf: memoryview = memoryview(self._shm)
+        else:
+            from kvstore.tiers.host import attach_slab  # untracked: exiting never unlinks it
 
-        self._shm: Any = attach_slab(name)
-        if self._shm.size < size:
-            self._shm.close()
-            raise OSError(f"shared memory {name} is {self._shm.size} bytes, expected {size}")
+            self._shm = attach_slab(name)
+            if self._shm.size < need:
+                self._shm.close()
+                raise OSError(f"shared memory {name} is {self._shm.size} bytes, expected {need}")
+            buf = self._shm.buf
+            assert buf is not None
+            self.buf = buf
         self.name = name
-        buf = self._shm.buf
-        assert buf is not None
-        self.buf: memoryview = buf
+        self.slot_bytes = slot_bytes
+        # the server's generation word of each slot (read-only here); None: no fencing
+        self.gens: np.ndarray | None = None if gen_offset is None or not slot_bytes else \
+            np.frombuffer(self.buf, np.uint64, size // slot_bytes, gen_offset)
         self._refs = 1
         self._key: tuple[str, str] | None = None
 
-    def write(self, extents: Extents, block: Buffer) -> None:
-        """Copy ``block`` into the slab at ``extents`` (which must add up to its size)."""
+    def current(self, extents: Extents, gen: int | None) -> bool:
+        """Whether the block at ``extents`` still has generation ``gen`` (True when either
+        side knows no generation)."""
+        gens = self.gens
+        if gens is None or gen is None or not extents:
+            return True
+        return int(gens[int(extents[0][0]) // self.slot_bytes]) == gen
+
+    def verify(self, extents: Extents, gen: int | None) -> None:
+        """Raise :class:`StaleExtentsError` unless :meth:`current`."""
+        if not self.current(extents, gen):
+            raise StaleExtentsError(
+                f"extents at {extents[0][0]} were freed since generation {gen} was handed out "
+                "(the lease ran out)", "stale_extents")
+
+    def write(self, extents: Extents, block: Buffer, gen: int | None = None) -> None:
+        """Copy ``block`` into the slab at ``extents`` (which must add up to its size). With
+        ``gen``, first check the slots are still that generation (:class:`StaleExtentsError`
+        if not, nothing written)."""
+        self.verify(extents, gen)
         src = memoryview(block).cast("B")
         want = sum(length for _, length in extents)
         if want != src.nbytes:
@@ -49,20 +90,26 @@ class SlabMapping:
             self.buf[off:off + length] = src[pos:pos + length]
             pos += length
 
-    def read(self, extents: Extents) -> bytes:
-        """The block's bytes as a new ``bytes`` (one copy)."""
+    def read(self, extents: Extents, gen: int | None = None) -> bytes:
+        """The block's bytes as a new ``bytes`` (one copy); with ``gen``, checked after the
+        copy (:class:`StaleExtentsError`: they are not that block's)."""
         if len(extents) == 1:
             off, length = extents[0]
-            return bytes(self.buf[off:off + length])
-        return b"".join(self.buf[off:off + length] for off, length in extents)
+            out = bytes(self.buf[off:off + length])
+        else:
+            out = b"".join(self.buf[off:off + length] for off, length in extents)
+        self.verify(extents, gen)
+        return out
 
-    def read_into(self, extents: Extents, dest: Buffer) -> int:
-        """Copy the block into ``dest`` (writable, large enough); returns bytes copied."""
+    def read_into(self, extents: Extents, dest: Buffer, gen: int | None = None) -> int:
+        """Copy the block into ``dest`` (writable, large enough); returns bytes copied. With
+        ``gen``, checked after the copy (:class:`StaleExtentsError`)."""
         out = memoryview(dest).cast("B")
         pos = 0
         for off, length in extents:
             out[pos:pos + length] = self.buf[off:off + length]
             pos += length
+        self.verify(extents, gen)
         return pos
 
     def close(self) -> None:
@@ -73,11 +120,35 @@ class SlabMapping:
                 return
             if self._key is not None and _SHARED.get(self._key) is self:
                 del _SHARED[self._key]
+        self.gens = None
+        if isinstance(self._shm, mmap.mmap):
+            with contextlib.suppress(BufferError):
+                self.buf.release()
         with contextlib.suppress(BufferError):  # a view still held: the OS unmaps at exit
             self._shm.close()
 
 
-def try_map(name: str, size: int, instance: str = "") -> SlabMapping | None:
+def write_fenced(slab: SlabMapping, extents: Extents, block: Buffer, gen: int | None) -> None:
+    """``slab.write``, fenced by ``gen`` when the server gave one (an older server gives
+    none: a plain copy, as before generations)."""
+    if gen is None:
+        slab.write(extents, block)
+    else:
+        slab.write(extents, block, gen)
+
+
+def read_fenced(slab: SlabMapping, extents: Extents, gen: int | None) -> bytes:
+    """``slab.read``, checked against ``gen`` when the server gave one."""
+    return slab.read(extents) if gen is None else slab.read(extents, gen)
+
+
+def read_into_fenced(slab: SlabMapping, extents: Extents, dest: Buffer, gen: int | None) -> int:
+    """``slab.read_into``, checked against ``gen`` when the server gave one."""
+    return slab.read_into(extents, dest) if gen is None else slab.read_into(extents, dest, gen)
+
+
+def try_map(name: str, size: int, instance: str = "", slot_bytes: int = 0,
+            gen_offset: int | None = None) -> SlabMapping | None:
     """A reference to the mapping of ``name`` for server ``instance``, or None if this
     process cannot open it (other host, other container, other user)."""
     key = (name, instance)
@@ -87,7 +158,7 @@ def try_map(name: str, size: int, instance: str = "") -> SlabMapping | None:
             shared._refs += 1
             return shared
         try:
-            mapping = SlabMapping(name, size)
+            mapping = SlabMapping(name, size, slot_bytes, gen_offset)
         except (OSError, ValueError):
             return None
         mapping._key = key
@@ -95,17 +166,47 @@ def try_map(name: str, size: int, instance: str = "") -> SlabMapping | None:
         return mapping
 
 
-def remap(old: SlabMapping | None, info: Any, use_shm: bool | None, url: str) -> SlabMapping | None:
+def receive_map(path: str, token: str | None, timeout: float,
+                instance: str) -> SlabMapping:
+    """A reference to the mapping of server ``instance``'s memfd slab, which the server hands
+    over its Unix socket ``path`` to an authenticated, trusted client (raises its refusal).
+    Asked for even when this process maps the slab already: each client must be entitled."""
+    from kvstore.client.shm_fd import receive_slab
+
+    fd, layout = receive_slab(path, token, timeout)
+    key = ("", instance)
+    try:
+        with _LOCK:
+            shared = _SHARED.get(key)
+            if shared is not None:
+                shared._refs += 1
+                return shared
+            mapping = SlabMapping("", layout.size, layout.slot_bytes, layout.gen_offset, fd)
+            mapping._key = key
+            _SHARED[key] = mapping
+            return mapping
+    finally:
+        os.close(fd)  # the mapping keeps the memory; the descriptor is not needed
+
+
+def remap(old: SlabMapping | None, info: Any, use_shm: bool | None, url: str,
+          token: str | None = None, timeout: float = 10.0) -> SlabMapping | None:
     """The slab mapping for freshly discovered server ``info`` (both clients, after a
-    (re)connect): drop ``old``, map the new slab unless ``use_shm`` is False, and raise if
-    ``use_shm`` is True and the slab cannot be mapped from this process."""
+    (re)connect): drop ``old``, map the new slab unless ``use_shm`` is False (by name, or a
+    memfd received over the Unix socket), and raise if ``use_shm`` is True and the slab
+    cannot be mapped from this process (or the server refuses it to this client)."""
     if old is not None:
         old.close()
     slab = None
+    why = "cannot be mapped from this process"
     if use_shm is not False and info.shm_name:
-        slab = try_map(info.shm_name, info.shm_size, info.instance)
+        slab = try_map(info.shm_name, info.shm_size, info.instance, info.shm_slot_bytes,
+                       info.shm_gen_offset)
+    elif use_shm is not False and info.shm_offered and isinstance(info.target, str):
+        try:
+            slab = receive_map(info.target, token, timeout, info.instance)
+        except (OSError, ValueError, KVStoreClientError) as exc:  # refused: use the socket
+            why = f"was refused: {exc}"
     if use_shm and slab is None:
-        raise KVStoreClientError(
-            f"use_shm=True but the slab of {url} cannot be mapped from this process", "shm"
-        )
+        raise KVStoreClientError(f"use_shm=True but the slab of {url} {why}", "shm")
     return slab

@@ -14,6 +14,8 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from kvstore.client.shm import write_fenced
+
 if TYPE_CHECKING:
     from kvstore.client.shm import SlabMapping
     from kvstore.protocol.frame import Buffer
@@ -32,6 +34,7 @@ class StagedPlaces:
         self._pools: dict[str, list[Place]] = {}
         self._short: dict[str, tuple[int, float]] = {}  # ns -> (batch size, retry after)
         self._instance: str | None = None
+        self._gens: dict[int, int | None] = {}  # a place's first offset -> its generation
 
     def pooled(self, instance: str, ns: str, n: int) -> list[Place] | None:
         """Up to ``n`` pooled places (the caller stages the rest, then calls :meth:`enough`);
@@ -39,6 +42,7 @@ class StagedPlaces:
         with self._lock:
             if self._instance != instance:  # a restarted server: its places are new
                 self._pools, self._short, self._instance = {}, {}, instance
+                self._gens = {}
             short = self._short.get(ns)
             if short is not None and n >= short[0] and time.monotonic() < short[1]:
                 return None
@@ -62,29 +66,44 @@ class StagedPlaces:
         server has not seen them) and the error is raised."""
         try:
             for ext, block in zip(places, blocks, strict=True):
-                slab.write(ext, block)
+                write_fenced(slab, ext, block, self.gen(ext))
         except BaseException:
             self.give_back(instance, ns, places)
             raise
 
     def settle(self, instance: str, ns: str, places: list[Place], used: list[int],
-               staged: list[Place]) -> None:
+               staged: list[Place], gens: Sequence[int | None]) -> None:
         """After an ``shm_put`` of ``places``: the ones the server did not use (their blocks
         were stored already) and the freshly staged ones go back to the pool. A put that got
         no reply keeps none of its places: the server may have published them as blocks, and
         writing into them again would overwrite stored bytes."""
         kept = set(used)
-        self.give_back(instance, ns, [ext for ext in places if ext[0][0] not in kept] + staged)
+        self.give_back(instance, ns, [ext for ext in places if ext[0][0] not in kept])
+        self.give_back(instance, ns, staged, gens)
 
-    def give_back(self, instance: str, ns: str, places: list[Place]) -> None:
+    def give_back(self, instance: str, ns: str, places: list[Place],
+                  gens: Sequence[int | None] | None = None) -> None:
+        """Pool ``places``; ``gens``: the generations of newly staged ones."""
         with self._lock:
             if self._instance == instance:
                 self._pools.setdefault(ns, []).extend(places)
+        if gens is not None:
+            self.record(places, gens)
+
+    def record(self, places: list[Place], gens: Sequence[int | None]) -> None:
+        """Remember the generation each newly staged place was handed out with."""
+        with self._lock:
+            self._gens.update((p[0][0], g) for p, g in zip(places, gens, strict=True))
+
+    def gen(self, place: Place) -> int | None:
+        """The generation a place was staged with (None if the server gave none)."""
+        return self._gens.get(place[0][0])
 
     def forget(self, ns: str) -> None:
         """Drop the pool of ``ns`` (the server no longer holds those places)."""
         with self._lock:
-            self._pools.pop(ns, None)
+            for place in self._pools.pop(ns, []):
+                self._gens.pop(place[0][0], None)
 
     def held(self, ns: str) -> int:
         with self._lock:

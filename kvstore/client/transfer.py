@@ -10,13 +10,19 @@ the host tier is full of pinned blocks it falls back to ``get`` frames.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import Any
 
-from kvstore.client.errors import BadRequestError, CapacityError, StaleStagingError
+from kvstore.client.errors import (
+    BadRequestError,
+    CapacityError,
+    StaleExtentsError,
+    StaleStagingError,
+)
 from kvstore.client.exchange import Call, Link, Steps
 from kvstore.client.plan import batches, frame_batch, get_batch, merge_put, slab_room
-from kvstore.client.shm import SlabMapping
+from kvstore.client.shm import SlabMapping, read_fenced, read_into_fenced, write_fenced
 from kvstore.client.staging import StagedPlaces
 from kvstore.protocol import (
     Buffer,
@@ -42,6 +48,12 @@ def check_put(hashes: Sequence[BlockHash], blocks: Sequence[Buffer]) -> None:
     """Refuse a put whose hashes and blocks do not pair up, before anything is sent."""
     if len(hashes) != len(blocks):
         raise ValueError(f"{len(hashes)} hashes but {len(blocks)} blocks")
+
+
+def fencing(gens: list[int | None]) -> list[int | None] | None:
+    """The generations to send back with a commit; None (no check, the frame of a client
+    before generations) when the server gave none."""
+    return gens if any(g is not None for g in gens) else None
 
 
 class Transfers:
@@ -87,33 +99,42 @@ class Transfers:
             except BaseException:
                 self.staged.give_back(instance, ns, places)
                 raise
-            places += StageReply.from_header(header).staged
+            stage = StageReply.from_header(header)
+            self.staged.record(stage.staged, stage.gens)
+            places += stage.staged
         places = self.staged.enough(instance, ns, len(hs), places)
         if places is None:
             return None
-        self.staged.fill(slab, instance, ns, places, bs)
         try:
-            header, _ = yield Call(ShmPut(ns, hs, first_offsets(places)))
+            self.staged.fill(slab, instance, ns, places, bs)
+        except StaleExtentsError:  # the server dropped our places (and maybe reused them)
+            self.staged.forget(ns)
+            return None
+        gens = fencing([self.staged.gen(p) for p in places])
+        try:
+            header, _ = yield Call(ShmPut(ns, hs, first_offsets(places), gens))
         except StaleStagingError:  # the server dropped them: nothing was stored
             self.staged.forget(ns)
             return None
         # on any other failure (no reply, a cancelled task) the places are dropped (see
         # StagedPlaces.settle)
         reply = ShmPutReply.from_header(header)
-        self.staged.settle(instance, ns, places, reply.used, reply.staged)
+        self.staged.settle(instance, ns, places, reply.used, reply.staged, reply.gens)
         return reply
 
     def _put_reserved(self, slab: SlabMapping, ns: str, hs: list[BlockHash],
                       bs: Sequence[Buffer]) -> Steps[PutReply]:
         header, _ = yield Call(ShmReserve(ns, hs))
+        reserved = ExtentsReply.from_header(header)
         try:
-            for ext, block in zip(ExtentsReply.from_header(header).extents, bs, strict=False):
+            for ext, gen, block in zip(reserved.extents, reserved.gens, bs, strict=False):
                 if ext is not None:  # None: stored already
-                    slab.write(ext, block)
+                    with contextlib.suppress(StaleExtentsError):  # late: the commit refuses it
+                        write_fenced(slab, ext, block, gen)
         except BaseException:
             yield Call(ShmAbort(ns, hs))
             raise
-        header, _ = yield Call(ShmCommit(ns, hs))
+        header, _ = yield Call(ShmCommit(ns, hs, fencing(reserved.gens)))
         return PutReply.from_header(header)
 
     # -- gets -----------------------------------------------------------------------------
@@ -158,13 +179,18 @@ class Transfers:
         except CapacityError:
             return None
         out: list[Any] = []
+        acquired = ExtentsReply.from_header(header)
         try:
-            for i, ext in enumerate(ExtentsReply.from_header(header).extents):
+            for i, (ext, gen) in enumerate(zip(acquired.extents, acquired.gens, strict=True)):
                 if ext is None:
                     out.append(None if dest is None else False)
                     continue
                 self.block_bytes[ns] = sum(n for _, n in ext)
-                out.append(slab.read(ext) if dest is None else slab.read_into(ext, dest[i]) > 0)
+                try:
+                    out.append(read_fenced(slab, ext, gen) if dest is None
+                               else read_into_fenced(slab, ext, dest[i], gen) > 0)
+                except StaleExtentsError:  # copied too late: another block's bytes, a miss
+                    out.append(None if dest is None else False)
         finally:  # no reply needed: the pins go with the lease if this frame is lost
             yield Call(ShmRelease(ns, hs), noreply=True)
         return out

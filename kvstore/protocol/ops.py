@@ -23,6 +23,7 @@ from kvstore.protocol.shm import (
     ShmAcquire,
     ShmCommit,
     ShmLookup,
+    ShmMap,
     ShmPut,
     ShmRelease,
     ShmReserve,
@@ -34,6 +35,7 @@ REQUESTS: dict[str, type[Request]] = {kind.op: kind for kind in (
     Stats, Health, Flush,
     ShmReserve, ShmCommit, ShmAbort, ShmAcquire, ShmRelease, ShmStage, ShmPut, ShmLookup,
     DeleteNamespace,
+    ShmMap,
 )}
 
 

@@ -3,18 +3,62 @@ copied in and out of the server's host slab at the extents these replies hand ou
 
 An extent list locates one block: ``[[offset, length], ...]``; a staged place is the same,
 named in ``shm_put`` by its first offset. See ``docs/operations.md`` for the whole path.
+
+Fencing: every reply that hands out extents also gives each block's generation (``gens``,
+None where the extents are None); ``shm_commit`` and ``shm_put`` take them back and the server
+refuses a block whose slots were freed since. A client reads the slab's generation words
+itself to check a copy (see :mod:`kvstore.tiers.slots`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, ClassVar, Self
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Self, cast
 
 from kvstore.protocol.fields import arg_bool, arg_float, arg_int, arg_ints, arg_str
 from kvstore.protocol.frame import FrameError
 from kvstore.protocol.message import Header, Limits, NsRequest, Reply, Request, read_ns_hashes
 
 Extents = list[list[int]]  # [[offset, length], ...] of one block
+Gens = list[int | None]  # one generation per block (None where it has no extents)
+
+
+def _without_none(header: Header, key: str) -> Header:
+    """``header`` without ``key`` when it is None: a header without fencing is byte for byte
+    what clients sent before generations existed."""
+    if header.get(key, 0) is None:
+        del header[key]
+    return header
+
+
+class FencedReply(Reply):
+    """A reply that hands out extents (in field ``_places``) with their generations
+    (``gens``); from a server that sends none, every generation is None (no fencing)."""
+
+    __slots__ = ()
+    _places: ClassVar[str]
+
+    @classmethod
+    def from_header(cls, header: Header) -> Self:
+        fields = {name: header[name] for name in cls.__match_args__ if name != "gens"}
+        gens = header.get("gens")
+        if gens is None:
+            gens = [None] * len(fields[cls._places])
+        made: Self = cast(Any, cls)(**fields, gens=gens)  # every subclass has a gens field
+        return made
+
+
+def arg_gens(header: Header, key: str, count: int) -> Gens | None:
+    """An optional list of ``count`` generations (non-negative integers or None)."""
+    value = header.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, list) or len(value) != count or not all(
+            g is None or (isinstance(g, int) and not isinstance(g, bool) and g >= 0)
+            for g in value):
+        raise FrameError("bad_request",
+                         f"field {key!r} must be a list of {count} generations (int or nil)")
+    return value
 
 
 def refuse_durable(header: Header) -> None:
@@ -56,22 +100,31 @@ class ShmReserve(LeasedRequest):
 
 
 @dataclass(slots=True)
-class ExtentsReply(Reply):
-    """Per block its extents, or None (reply of ``shm_reserve`` and ``shm_acquire``)."""
+class ExtentsReply(FencedReply):
+    """Per block its extents, or None, and its generation (reply of ``shm_reserve`` and
+    ``shm_acquire``)."""
 
     extents: list[Extents | None]
+    gens: Gens = field(default_factory=list)
+    _places: ClassVar[str] = "extents"
 
 
 @dataclass(slots=True)
 class ShmCommit(ShmRequest):
-    """Publish reserved blocks once their bytes are in the slab (replies a ``PutReply``)."""
+    """Publish reserved blocks once their bytes are in the slab (replies a ``PutReply``);
+    with ``gens`` (as ``shm_reserve`` gave them) a block whose slots moved is refused."""
 
     op: ClassVar[str] = "shm_commit"
+    gens: Gens | None = None
+
+    def to_header(self) -> Header:
+        return _without_none(Request.to_header(self), "gens")
 
     @classmethod
     def from_header(cls, header: Header, limits: Limits) -> Self:
         refuse_durable(header)
-        return cls(*read_ns_hashes(header, limits))
+        ns, hashes = read_ns_hashes(header, limits)
+        return cls(ns, hashes, arg_gens(header, "gens", len(hashes)))
 
 
 @dataclass(slots=True)
@@ -124,8 +177,10 @@ class ShmStage(Request):
 
 
 @dataclass(slots=True)
-class StageReply(Reply):
+class StageReply(FencedReply):
     staged: list[Extents]
+    gens: Gens = field(default_factory=list)
+    _places: ClassVar[str] = "staged"
 
 
 @dataclass(slots=True)
@@ -135,16 +190,21 @@ class ShmPut(ShmRequest):
 
     op: ClassVar[str] = "shm_put"
     places: list[int]
+    gens: Gens | None = None  # of the places, as staged
+
+    def to_header(self) -> Header:
+        return _without_none(Request.to_header(self), "gens")
 
     @classmethod
     def from_header(cls, header: Header, limits: Limits) -> Self:
         refuse_durable(header)
         ns, hashes = read_ns_hashes(header, limits)
-        return cls(ns, hashes, arg_ints(header, "places", len(hashes)))
+        return cls(ns, hashes, arg_ints(header, "places", len(hashes)),
+                   arg_gens(header, "gens", len(hashes)))
 
 
 @dataclass(slots=True)
-class ShmPutReply(Reply):
+class ShmPutReply(FencedReply):
     """What the put did, the places it used (first offsets) and the newly staged ones."""
 
     stored: int
@@ -152,6 +212,8 @@ class ShmPutReply(Reply):
     refused: int
     used: list[int]
     staged: list[Extents]
+    gens: Gens = field(default_factory=list)  # of the newly staged places
+    _places: ClassVar[str] = "staged"
 
 
 @dataclass(slots=True)
@@ -163,12 +225,34 @@ class ShmLookup(LeasedRequest):
 
 
 @dataclass(slots=True)
-class ShmLookupReply(Reply):
+class ShmLookupReply(FencedReply):
     prefix_blocks: int
     tiers: list[str]
     extents: list[Extents | None]
+    gens: Gens = field(default_factory=list)
+    _places: ClassVar[str] = "extents"
 
 
 def first_offsets(places: list[Any]) -> list[int]:
     """How ``shm_put`` names staged places: by the first offset of each."""
     return [int(place[0][0]) for place in places]
+
+
+@dataclass(slots=True)
+class ShmMap(Request):
+    """Ask for the host slab itself: the reply comes with the slab's file descriptor attached
+    (``SCM_RIGHTS``), so it works only over the Unix socket, after ``hello``, and only for a
+    principal the server trusts with the whole slab (see ``docs/operations.md``, Security)."""
+
+    op: ClassVar[str] = "shm_map"
+    needs_shm: ClassVar[bool] = True
+
+
+@dataclass(slots=True)
+class ShmMapReply(Reply):
+    """How to map the descriptor that comes with this reply: the slab's size and slot size,
+    and where the slots' generation words start."""
+
+    size: int
+    slot_bytes: int
+    gen_offset: int

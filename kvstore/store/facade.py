@@ -46,7 +46,7 @@ from kvstore.store.report import Report
 from kvstore.store.stack import TierStack
 from kvstore.tiers import Tier
 from kvstore.tiers.base import BlockMeta, Buffer
-from kvstore.tiers.slab import SlabInfo
+from kvstore.tiers.slab import SlabInfo, SlabShare
 from kvstore.tiers.slots import Extents
 from kvstore.types import BlockHash, BlockKey, LookupResult, PutResult
 
@@ -248,10 +248,12 @@ class Store:
         return self._host.reserve_write(ns, keys, expiry=expiry, owner=owner, nowait=nowait)
 
     def commit_write(self, namespace: str, hashes: Sequence[BlockHash], *, owner: str = "",
-                     nowait: bool = False) -> PutResult:
-        """Publish blocks this owner reserved and wrote; see HostPath."""
+                     nowait: bool = False, gens: Sequence[int | None] | None = None) -> PutResult:
+        """Publish blocks this owner reserved and wrote; with ``gens`` (as
+        :meth:`slab_generations` gave them), refuse those whose slots moved; see HostPath."""
         self._stack.slab()
-        return self._host.commit_write(make_keys(namespace, hashes), owner=owner, nowait=nowait)
+        return self._host.commit_write(make_keys(namespace, hashes), owner=owner, nowait=nowait,
+                                       gens=gens)
 
     def abort_write(self, namespace: str, hashes: Sequence[BlockHash], *,
                     owner: str = "") -> int:
@@ -268,12 +270,29 @@ class Store:
         return self._host.stage_write(ns, count, owner=owner, nowait=nowait)
 
     def commit_staged(self, namespace: str, hashes: Sequence[BlockHash], places: Sequence[int],
-                      *, owner: str = "", nowait: bool = False) -> tuple[PutResult, list[int]]:
-        """Publish ``hashes[i]``, written at the staged place ``places[i]``; see HostPath."""
+                      *, owner: str = "", nowait: bool = False,
+                      gens: Sequence[int | None] | None = None) -> tuple[PutResult, list[int]]:
+        """Publish ``hashes[i]``, written at the staged place ``places[i]`` (whose generation
+        must still be ``gens[i]`` when given); see HostPath."""
         self._stack.slab()
         ns = self.namespace(namespace)
         keys = make_keys(namespace, hashes)
-        return self._host.commit_staged(ns, keys, places, owner=owner, nowait=nowait)
+        return self._host.commit_staged(ns, keys, places, owner=owner, nowait=nowait,
+                                        gens=gens)
+
+    def slab_generations(self, extents: Sequence[Extents | None]) -> list[int | None]:
+        """The host slab generation of each block at ``extents`` (None for None): hand it out
+        with extents just acquired, reserved or staged; the client checks it after a copy out
+        and before a copy in (see :mod:`kvstore.tiers.slots`)."""
+        return self._stack.slab().generations(extents)
+
+    def host_share(self) -> SlabShare | None:
+        """The host slab's file descriptor and layout (for ``SCM_RIGHTS``), or None without a
+        host tier that can share one."""
+        if self._stack.host is None:
+            return None
+        share = getattr(self._stack.slab(), "share", None)
+        return share() if share is not None else None
 
     # -- reports and lifecycle ---------------------------------------------------------------
     def stats(self) -> dict[str, Any]:

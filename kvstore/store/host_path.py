@@ -14,9 +14,15 @@ inside it and copies block bytes itself, so only control messages cross a socket
   (unreadable, "retired") until that pin would have expired, so the reader copies the bytes it
   asked for, never those of a block stored there after the delete.
 
+Fencing: every extent list goes out with its generation (``slab_generations``, see
+:mod:`kvstore.tiers.slots`). A commit that names generations refuses a block whose slots were
+freed since (its lease ran out, its owner's places were dropped): the bytes such a late writer
+copied never become a block. Honest clients also check the number before copying in and after
+copying out, so a late copy is a miss, never another block's bytes.
+
 Commit does not checksum: like every block that only memory tiers hold, a committed block is
 hashed when it first goes to disk or S3. Local clients are trusted with the host tier's
-memory (they could overwrite any slot).
+memory (they could overwrite any slot); only authenticated, trusted principals get it.
 """
 
 from __future__ import annotations
@@ -132,19 +138,25 @@ class HostPath:
             where = dict(zip(fresh, extents, strict=True))
         return [where.pop(k, None) for k in keys]  # a key asked twice is written once
 
-    def commit_write(self, keys: list[BlockKey], *, owner: str, nowait: bool) -> PutResult:
-        """Publish blocks ``owner`` reserved and wrote. Keys it did not reserve count as
+    def commit_write(self, keys: list[BlockKey], *, owner: str, nowait: bool,
+                     gens: Sequence[int | None] | None = None) -> PutResult:
+        """Publish blocks ``owner`` reserved and wrote. Keys it did not reserve, or (with
+        ``gens``) whose reservation is not the generation the writer was given, count as
         ``existing`` if stored, else ``refused``. With ``nowait``, raises
         :class:`~kvstore.errors.WouldBlock` (publishing nothing) rather than wait for the lock,
         copy to a write-through tier or evict past the high watermark."""
-        host, _ = self._host()
+        host, slab = self._host()
+        if gens is not None and len(gens) != len(keys):
+            raise ValueError(f"{len(keys)} hashes but {len(gens)} generations")
+        wanted = dict(zip(keys, gens, strict=True)) if gens is not None else None
         existing = refused = 0
         with self._lock.hold(nowait):
             self._check_commit(host, nowait)
             mine: list[BlockKey] = []
             for key in dict.fromkeys(keys):
                 held = self._reservations.get(key)
-                if held is not None and held[0] == owner:
+                if held is not None and held[0] == owner and (
+                        wanted is None or slab.generations([held[2]])[0] == wanted[key]):
                     mine.append(key)
                 elif self._ledger.visible(key) is not None:
                     existing += 1
@@ -176,11 +188,13 @@ class HostPath:
             return self.staging.stage(ns, count, owner=owner, nowait=nowait)
 
     def commit_staged(self, ns: Namespace, keys: list[BlockKey], places: Sequence[int], *,
-                      owner: str, nowait: bool) -> tuple[PutResult, list[int]]:
+                      owner: str, nowait: bool,
+                      gens: Sequence[int | None] | None = None) -> tuple[PutResult, list[int]]:
         """Publish ``keys[i]``, written into the staged place that starts at ``places[i]``.
         Returns the result and the places used; the places of blocks the store already had
         stay staged. Raises :class:`~kvstore.errors.StaleStagingError`, changing nothing, if a
-        place is not one of this owner's for this namespace; with ``nowait``,
+        place is not one of this owner's for this namespace (or, with ``gens``, not of that
+        generation: it was dropped and staged again since); with ``nowait``,
         :class:`~kvstore.errors.WouldBlock` rather than wait, copy down or evict."""
         host, _ = self._host()
         staging = self.staging
@@ -188,9 +202,11 @@ class HostPath:
             raise ValueError(f"{len(keys)} hashes but {len(places)} staged places")
         if len(set(places)) != len(places):
             raise ValueError("a staged place is named twice")
+        if gens is not None and len(gens) != len(places):
+            raise ValueError(f"{len(places)} staged places but {len(gens)} generations")
         with self._lock.hold(nowait):
             self._check_commit(host, nowait)
-            staging.check(ns.name, places, owner=owner)
+            staging.check(ns.name, places, owner=owner, gens=gens)
             fresh: list[tuple[BlockKey, int]] = []
             seen: set[BlockKey] = set()
             existing = refused = 0

@@ -76,13 +76,17 @@ class Staging:
         self._bytes += need
         return extents
 
-    def check(self, namespace: str, places: Sequence[int], *, owner: str) -> None:
+    def check(self, namespace: str, places: Sequence[int], *, owner: str,
+              gens: Sequence[int | None] | None = None) -> None:
         """Raise :class:`~kvstore.errors.StaleStagingError` unless every place is one of
-        ``owner``'s for ``namespace``."""
+        ``owner``'s for ``namespace`` (and, with ``gens``, still of generation ``gens[i]``:
+        a place dropped and staged again at the same offset is another place)."""
         mine = self._owners.get(owner) or Staged()
-        for place in places:
+        generations = self._stack.slab().generations
+        for i, place in enumerate(places):
             held = mine.places.get(place)
-            if held is None or held[0] != namespace:
+            if held is None or held[0] != namespace or (
+                    gens is not None and generations([held[2]])[0] != gens[i]):
                 raise StaleStagingError(
                     f"staged place {place} is not held by this client for {namespace!r}; "
                     "reserve again (the server restarted or dropped this client's leases)")

@@ -1,72 +1,40 @@
-"""Host RAM tier: a slot slab in named POSIX shared memory.
+"""Host RAM tier: a slot slab in shared memory (an anonymous memfd, or a named segment).
 
-The slab is a ``multiprocessing.shared_memory.SharedMemory`` segment so that a client on the
-same machine maps it by name (:func:`attach_slab`) and reads or writes blocks at the extents
-the store hands out, with no copy through a socket. When CUDA is present the mapping is
-page-locked (``cudaHostRegister``) so host-to-device copies from it run at full DMA speed.
+The slab is a shared segment (:mod:`kvstore.tiers.segment`) so that a client on the same
+machine maps it and reads or writes blocks at the extents the store hands out, with no copy
+through a socket. With ``memfd=True`` (what ``kvstore serve`` uses) the segment has no name:
+a client gets its file descriptor only from the server, after authenticating
+(:meth:`HostTier.share`). Without it the segment is named and any process of the same user
+maps it by name (:func:`attach_slab`). When CUDA is present the mapping is page-locked
+(``cudaHostRegister``) so host-to-device copies from it run at full DMA speed.
+
+After the slab the segment holds one ``uint64`` generation per slot (at
+:attr:`HostTier.gen_offset`), bumped each time the slot is freed (see
+:mod:`kvstore.tiers.slots`): a client checks a block's number after copying it out (or before
+copying in) and so never takes another block's bytes for the one it asked for.
 
 Lifetime: the tier creates the segment and unlinks it on :meth:`HostTier.close` (or, if never
-closed, when the tier is collected or the interpreter exits). Python 3.11's resource tracker
-registers every segment a process creates *or attaches* and unlinks it when that process exits,
-which would let an exiting client destroy the server's slab, and it warns about "leaked"
-segments the tier unlinks on its own schedule; so both sides unregister right after opening
-and the tier alone unlinks.
+closed, when the tier is collected or the interpreter exits).
 """
 
 from __future__ import annotations
 
-import _posixshmem
-import contextlib
 import logging
-import mmap
 import os
 import secrets
 import sys
 import weakref
-from multiprocessing import resource_tracker
-from multiprocessing.shared_memory import SharedMemory
 
 import numpy as np
 
 from kvstore.config import DEFAULT_SLOT_BYTES
-from kvstore.errors import CapacityError
 from kvstore.tiers.base import Buffer
-from kvstore.tiers.slab import Extents, SlabInfo, SlabTier
+from kvstore.tiers.segment import Segment, attach_slab
+from kvstore.tiers.slab import Extents, SlabInfo, SlabShare, SlabTier
+
+__all__ = ["HostTier", "attach_slab"]
 
 log = logging.getLogger(__name__)
-
-
-def _open_untracked(name: str, create: bool, size: int = 0) -> SharedMemory:
-    shm = SharedMemory(name=name, create=create, size=size)
-    # SharedMemory prefixes a "/" on POSIX; the tracker knows the segment by that name.
-    resource_tracker.unregister(shm._name, "shared_memory")  # type: ignore[attr-defined]
-    return shm
-
-
-def _commit_memory(shm: SharedMemory) -> None:
-    """Back the whole segment with memory now. A tmpfs segment is sparse: without this, a
-    /dev/shm too small for the capacity surfaces as SIGBUS on some later write (a crash, not
-    an error), and every first write to a page pays a page fault on the hot path."""
-    try:
-        os.posix_fallocate(shm._fd, 0, shm.size)  # type: ignore[attr-defined]
-    except OSError as exc:
-        name = shm.name
-        _release(shm, None)
-        raise CapacityError(
-            f"host tier: cannot reserve {shm.size} bytes of shared memory for {name} "
-            f"({exc.strerror}); lower the host capacity or enlarge /dev/shm"
-        ) from exc
-    pages = np.frombuffer(shm.buf, np.uint8)  # type: ignore[arg-type]
-    pages[:: mmap.PAGESIZE] = 0  # fault every page in once, at start
-    del pages
-
-
-def attach_slab(shm_name: str) -> SharedMemory:
-    """Map a host tier's slab from another process (name from ``SlabInfo.shm_name``).
-
-    Read and write ``shm.buf`` at the extents the store returns; call ``shm.close()`` when
-    done and never ``unlink()``: the segment belongs to the tier."""
-    return _open_untracked(shm_name, create=False)
 
 
 def _cuda_register(arr: np.ndarray) -> int | None:
@@ -88,29 +56,17 @@ def _cuda_register(arr: np.ndarray) -> int | None:
     return ptr
 
 
-def _release(shm: SharedMemory, pinned: int | None) -> None:
+def _release(seg: Segment, pinned: int | None) -> None:
     if pinned is not None:
         import torch
 
         torch.cuda.cudart().cudaHostUnregister(pinned)
-    try:
-        shm.close()
-    except BufferError:
-        # A caller still holds a view(); the mapping goes when the last view does (mmap
-        # unmaps on dealloc). Drop SharedMemory's handle on it, or its __del__ would try to
-        # close it again and print the same BufferError at collection. The name goes now.
-        log.debug("host tier: slab %s still has exported views at close", shm.name)
-        shm._mmap = None  # type: ignore[attr-defined]
-        os.close(shm._fd)  # type: ignore[attr-defined]
-        shm._fd = -1  # type: ignore[attr-defined]
-    # Not shm.unlink(): it would unregister from the tracker a second time, and the tracker
-    # process prints a traceback for a name it does not know.
-    with contextlib.suppress(FileNotFoundError):
-        _posixshmem.shm_unlink(shm._name)  # type: ignore[attr-defined]
+    seg.close()
 
 
 class HostTier(SlabTier):
-    """Host RAM slot slab in shared memory (options: ``slot_bytes``, ``shm_name``, ``pin``)."""
+    """Host RAM slot slab in shared memory (options: ``slot_bytes``, ``shm_name``, ``pin``,
+    ``memfd``: no name at all, ``shm_name`` is then ignored)."""
 
     name = "host"
 
@@ -120,27 +76,32 @@ class HostTier(SlabTier):
         slot_bytes: int = DEFAULT_SLOT_BYTES,
         shm_name: str | None = None,
         pin: bool = True,
+        memfd: bool = False,
     ) -> None:
         super().__init__(capacity_bytes, slot_bytes)
-        self._shm = _open_untracked(
-            shm_name or f"kvstore-{os.getpid()}-{secrets.token_hex(4)}",
-            create=True,
-            size=self.slab_bytes,
-        )
-        _commit_memory(self._shm)
-        buf = self._shm.buf
-        if buf is None:  # typeshed allows it; a segment just created and mapped has a buffer
-            raise RuntimeError(f"host tier: shared memory {self._shm.name} is not mapped")
+        self.gen_offset = -(-self.slab_bytes // 64) * 64
+        name = None if memfd else shm_name or f"kvstore-{os.getpid()}-{secrets.token_hex(4)}"
+        self._seg = Segment(self.gen_offset + 8 * self.num_slots, name)
+        self._seg.fault_in()
+        buf = self._seg.buf
         self._buf: memoryview | None = buf
+        # a fresh allocator has freed nothing: its generations (all 0) move into the segment
+        self._slots.gens = np.frombuffer(buf, np.uint64, self.num_slots, self.gen_offset)
         self.pinned = _cuda_register(np.frombuffer(buf, np.uint8)) if pin else None
-        self._finalizer = weakref.finalize(self, _release, self._shm, self.pinned)
+        self._finalizer = weakref.finalize(self, _release, self._seg, self.pinned)
 
     @property
-    def shm_name(self) -> str:
-        return self._shm.name
+    def shm_name(self) -> str | None:
+        """The segment's name, or None for a memfd."""
+        return self._seg.name
 
     def slab_info(self) -> SlabInfo:
-        return SlabInfo(self._shm.name, self.slab_bytes, self.slot_bytes)
+        return SlabInfo(self._seg.name, self.slab_bytes, self.slot_bytes)
+
+    def share(self) -> SlabShare:
+        """The segment's file descriptor (owned by the tier: send it, do not close it), and
+        where the slab and the generations lie in it."""
+        return SlabShare(self._seg.fd, self.slab_bytes, self.slot_bytes, self.gen_offset)
 
     def view(self, offset: int, length: int) -> memoryview:
         """A writable view of the slab (no copy); valid until :meth:`close`."""
@@ -189,6 +150,7 @@ class HostTier(SlabTier):
             self._closed = True
             self._index.clear()
             self._reserved.clear()
-            # Our own export of the mapping must go before SharedMemory.close() can unmap it.
+            # Our own export of the mapping must go before the segment can unmap it.
             self._buf = None
+            self._slots.gens = self._slots.gens.copy()
         self._finalizer()

@@ -31,6 +31,17 @@ from kvstore.tiers.slots import Entry, Extents, SlotAllocator
 from kvstore.types import BlockKey
 
 
+class SlabShare(NamedTuple):
+    """How a local client maps a slab without a name: ``fd`` (an open file descriptor of the
+    segment, for ``SCM_RIGHTS``), the slab's size and slot size, and where the slots'
+    generations (``uint64[size // slot_bytes]``) start in the segment."""
+
+    fd: int
+    size: int
+    slot_bytes: int
+    gen_offset: int
+
+
 class SlabInfo(NamedTuple):
     """Where a slab lives: the shared-memory name a local client maps (None when the slab is
     not shareable, e.g. device memory), its size in bytes and its slot size."""
@@ -83,6 +94,14 @@ class SlabTier(Tier):
     @abstractmethod
     def slab_info(self) -> SlabInfo:
         """Where the slab lives, for zero-copy clients."""
+
+    # -- fencing --------------------------------------------------------------------------
+    def generations(self, extents: Sequence[Extents | None]) -> list[int | None]:
+        """The generation of each block at ``extents`` (see :mod:`kvstore.tiers.slots`): read
+        it while the block is pinned or reserved and hand it out with the extents; a changed
+        number later means the slots went to another block."""
+        gen = self._slots.generation
+        return [gen(e) for e in extents]
 
     # -- accounting ---------------------------------------------------------------------
     def used_bytes(self) -> int:

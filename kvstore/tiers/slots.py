@@ -10,6 +10,14 @@ slot. The stack starts as ``num_slots-1 .. 0``, so a fresh slab hands out ascend
 runs, and a block of n slots freed and followed by an allocation of n slots gets the same run
 back. This is a stack, not a best-fit allocator: after churn of mixed sizes a block may span
 several runs, which costs one extent each and nothing else.
+
+Generations (fencing): every slot has a generation number (``gens``, uint64) that
+:meth:`SlotAllocator.release` bumps each time the slot is freed. A block's generation is that
+of its first slot while the block holds it; a client handed extents and a generation can tell,
+by reading the number again, whether the slots still belong to that block (the host tier keeps
+``gens`` in its shared segment so that clients read it themselves). All slots of a block are
+freed together, so the first slot's number moves exactly when the block's slots may have gone
+to another block.
 """
 
 from __future__ import annotations
@@ -38,10 +46,13 @@ class SlotAllocator:
     free list. ``nfree`` (free slots) is for reading only; a read without the lock (stats) is
     one int, possibly stale."""
 
-    def __init__(self, num_slots: int, slot_bytes: int, name: str) -> None:
+    def __init__(self, num_slots: int, slot_bytes: int, name: str,
+                 gens: np.ndarray | None = None) -> None:
         self.num_slots = num_slots
         self.slot_bytes = slot_bytes
         self.name = name
+        # generation of each slot, bumped on every release (see the module docstring)
+        self.gens = np.zeros(num_slots, dtype=np.uint64) if gens is None else gens
         self._desc = np.arange(num_slots - 1, -1, -1, dtype=np.int64)
         self._free = self._desc.copy()
         self.nfree = num_slots
@@ -99,16 +110,26 @@ class SlotAllocator:
             return
         ns = [-(-length // sb) for _, length in runs]
         top = self.nfree
+        gens = self.gens
         if max(ns) == 1:  # one slot per run (64 KiB blocks): all back in one assignment
             singles = [off // sb for off, _ in reversed(runs)]
+            gens[singles] += 1  # fence first: a stale holder of these extents must see it
             free[top : top + len(singles)] = singles
             self.nfree = top + len(singles)
             return
         for (off, _length), n in zip(runs, ns, strict=True):
             first = off // sb  # desc[last - first - n + 1 : last - first + 1] is first+n-1..first
+            gens[first : first + n] += 1
             free[top : top + n] = desc[last - first - n + 1 : last - first + 1]
             top += n
         self.nfree = top
+
+    def generation(self, extents: Extents | None) -> int | None:
+        """The generation of the block at ``extents`` (that of its first slot); None for
+        None or an empty block. Stable while the block holds its slots."""
+        if not extents:
+            return None
+        return int(self.gens[extents[0][0] // self.slot_bytes])
 
     def check(self, entries: Iterable[Entry]) -> None:
         """Raise ``RuntimeError`` unless the free slots and the slots of ``entries`` (every

@@ -43,6 +43,7 @@ from server.dataplane.buffers import SMALL
 from server.dataplane.context import Session
 from server.dataplane.direct_put import DirectPut
 from server.dataplane.direct_put import begin as begin_direct
+from server.dataplane.fd_pass import is_unix, send_with_fds
 from server.errors import map_error
 
 if TYPE_CHECKING:
@@ -85,6 +86,7 @@ class Connection(asyncio.BufferedProtocol):
             for opt in (socket.SO_RCVBUF, socket.SO_SNDBUF):
                 with contextlib.suppress(OSError):
                     sock.setsockopt(socket.SOL_SOCKET, opt, 4 << 20)
+        self.session.unix = is_unix(transport)
         self.plane.opened(self)
         self._arm(self.settings.idle_timeout_s)
         self._hello_timer = asyncio.get_running_loop().call_later(
@@ -261,6 +263,9 @@ class Connection(asyncio.BufferedProtocol):
         finally:
             self.plane.inflight -= 1
         self.plane.metrics.observe("data", op, status, time.perf_counter() - start)
+        if self.session.send_fds:  # shm_map: the slab's descriptor goes with the reply
+            unsent = self._send_fds(reply, rid)
+            noreply, reply = noreply or unsent is None, unsent or reply
         if not noreply:
             await self._send(encode_frame(reply, blobs))
         if self._close_after:
@@ -280,6 +285,18 @@ class Connection(asyncio.BufferedProtocol):
                 await asyncio.wait_for(self._writable.wait(), self.settings.frame_timeout_s)
             except TimeoutError:
                 self._abort()
+
+    def _send_fds(self, reply: dict[str, Any], rid: Any) -> dict[str, Any] | None:
+        """Send ``reply`` with the session's pending descriptors; None once sent, else the
+        error reply to send the usual way."""
+        fds, self.session.send_fds = self.session.send_fds, []
+        if self.closed or self.transport is None or not reply.get("ok"):
+            return reply
+        try:
+            send_with_fds(self.transport, encode_frame(reply), fds)
+        except FrameError as exc:
+            return error_reply(rid, exc.code, exc.message)
+        return None
 
     def _fail(self, exc: FrameError) -> None:
         assert self.transport is not None

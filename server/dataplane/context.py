@@ -28,6 +28,8 @@ class Session:
     principal: Principal | None
     owner: str = field(default_factory=lambda: uuid.uuid4().hex)
     reply_bytes: int = 0  # budget bytes the reply being built holds (given back once sent)
+    unix: bool = False  # a Unix-socket connection: descriptors can travel with replies
+    send_fds: list[int] = field(default_factory=list)  # to attach to the next reply
 
 
 class OpsContext:

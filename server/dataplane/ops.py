@@ -107,7 +107,7 @@ class Ops:
         if payload.nbytes and not kind.takes_payload:
             raise FrameError("bad_request", f"op {kind.op!r} takes no payload")
         if kind.needs_shm:
-            self.shm_ops.require()
+            self.shm_ops.require(session)
         request = kind.from_header(header, Limits(self.settings.max_batch, payload.nbytes))
         reply, blobs = await self.table[kind](session, request, payload)
         return reply.to_header(), blobs

@@ -36,8 +36,10 @@ from kvstore.protocol import (
     ShmStage,
     StageReply,
 )
+from kvstore.protocol.shm import ShmMap, ShmMapReply
 from kvstore.types import BlockHash
 from server.dataplane.context import Answer, Handler, OpsContext, Session
+from server.errors import ForbiddenError
 
 READ_SUFFIX = "#read"
 # Grants (shm_lookup) pin under their own owner, which outlives the client's connections: the
@@ -53,29 +55,54 @@ class SharedMemoryOps:
         self._ctx = ctx
         self._store = ctx.store
         self.enabled = enabled
+        self._tenants = bool(ctx.settings.tenant_tokens)
 
     def table(self) -> dict[type[Request], Handler]:
         return {
             ShmReserve: self.shm_reserve, ShmCommit: self.shm_commit,
             ShmAbort: self.shm_abort, ShmAcquire: self.shm_acquire,
             ShmRelease: self.shm_release, ShmStage: self.shm_stage, ShmPut: self.shm_put,
-            ShmLookup: self.shm_lookup,
+            ShmLookup: self.shm_lookup, ShmMap: self.shm_map,
         }
 
-    def require(self) -> None:
+    def require(self, session: Session | None = None) -> None:
+        """Refuse the ``shm_*`` ops where the server offers no slab, or to a principal it
+        does not trust with the whole slab: with tenant tokens, only the admin token gets it
+        (a tenant's client falls back to the socket), since the slab holds every tenant's
+        blocks."""
         if not self.enabled:
             raise FrameError("unavailable", "the shared-memory path is off on this server")
+        if session is not None and not self.trusts(session):
+            raise ForbiddenError(
+                "the shared-memory path is offered only to the admin token on a server with "
+                "tenant tokens; move block bytes over the socket (use_shm=False)")
+
+    def trusts(self, session: Session) -> bool:
+        """Whether ``session`` may map the slab (all of it: every tenant's blocks)."""
+        principal = session.principal
+        return principal is not None and (principal.admin or not self._tenants)
+
+    async def shm_map(self, session: Session, req: ShmMap, _: memoryview) -> Answer:
+        """The slab itself: its descriptor goes with the reply (``SCM_RIGHTS``), so only
+        over the Unix socket, to an authenticated, trusted session."""
+        share = self._store.host_share()
+        if share is None:
+            raise FrameError("unavailable", "this server's host tier has no shareable slab")
+        if not session.unix:
+            raise FrameError("unavailable", "shm_map works only over the Unix socket")
+        session.send_fds = [share.fd]
+        return ShmMapReply(share.size, share.slot_bytes, share.gen_offset), []
 
     async def shm_reserve(self, session: Session, req: ShmReserve, _: memoryview) -> Answer:
         ns = self._ctx.ns(session, req.ns)
         extents = await self._ctx.now(self._store.reserve_write, ns.name, req.hashes,
                                       lease_s=req.lease_s, owner=session.owner)
-        return ExtentsReply(extents), []
+        return ExtentsReply(extents, self._store.slab_generations(extents)), []
 
     async def shm_commit(self, session: Session, req: ShmCommit, _: memoryview) -> Answer:
         ns = self._ctx.ns(session, req.ns)
         result = await self._ctx.now(self._store.commit_write, ns.name, req.hashes,
-                                     owner=session.owner)
+                                     owner=session.owner, gens=req.gens)
         return PutReply(*result), []
 
     async def shm_abort(self, session: Session, req: ShmAbort, _: memoryview) -> Answer:
@@ -87,7 +114,8 @@ class SharedMemoryOps:
     async def shm_stage(self, session: Session, req: ShmStage, _: memoryview) -> Answer:
         """Staged places for later ``shm_put`` frames (see :mod:`kvstore.store.staging`)."""
         ns = self._ctx.ns(session, req.ns)
-        return StageReply(await self._stage(ns.name, req.count, session.owner)), []
+        staged = await self._stage(ns.name, req.count, session.owner)
+        return StageReply(staged, self._store.slab_generations(staged)), []
 
     async def _stage(self, ns: str, count: int, owner: str) -> Any:
         return await self._ctx.now(self._store.stage_write, ns, count, owner=owner)
@@ -97,15 +125,16 @@ class SharedMemoryOps:
         (one round trip per local put)."""
         ns = self._ctx.ns(session, req.ns)
         result, used = await self._ctx.now(self._store.commit_staged, ns.name, req.hashes,
-                                           req.places, owner=session.owner)
+                                           req.places, owner=session.owner, gens=req.gens)
         staged = await self._stage(ns.name, len(used), session.owner) if used else []
-        return ShmPutReply(result.stored, result.existing, result.refused, used, staged), []
+        return ShmPutReply(result.stored, result.existing, result.refused, used, staged,
+                           self._store.slab_generations(staged)), []
 
     async def shm_acquire(self, session: Session, req: ShmAcquire, _: memoryview) -> Answer:
         ns = self._ctx.ns(session, req.ns)
         extents = await self._ctx.now(self._store.acquire_read, ns.name, req.hashes,
                                       lease_s=req.lease_s, owner=session.owner + READ_SUFFIX)
-        return ExtentsReply(extents), []
+        return ExtentsReply(extents, self._store.slab_generations(extents)), []
 
     async def shm_release(self, session: Session, req: ShmRelease, _: memoryview) -> Answer:
         ns = self._ctx.ns(session, req.ns)
@@ -121,7 +150,7 @@ class SharedMemoryOps:
         ns = self._ctx.ns(session, req.ns)
         n, tiers, extents = await self._ctx.now(self._lookup_acquire, ns.name, req.hashes,
                                                 req.lease_s, session.owner + GRANT_SUFFIX)
-        return ShmLookupReply(n, tiers, extents), []
+        return ShmLookupReply(n, tiers, extents, self._store.slab_generations(extents)), []
 
     def _lookup_acquire(self, ns: str, hashes: list[BlockHash], lease_s: float | None, owner: str,
                         nowait: bool = False) -> tuple[int, list[str], list[Any]]:

@@ -157,9 +157,11 @@ class HealthOut(BaseModel):
 
 
 class ShmInfo(BaseModel):
-    name: str
+    # None: an anonymous memfd, mapped only through the data plane's ``shm_map`` (Unix socket)
+    name: str | None = None
     size: Count
     slot_bytes: Count
+    gen_offset: Count | None = None  # the slots' generation words (uint64) start here
 
 
 class InfoOut(BaseModel):

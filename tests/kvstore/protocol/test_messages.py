@@ -56,6 +56,7 @@ from kvstore.protocol import (
 )
 from kvstore.protocol.frame import decode_header, pack_header
 from kvstore.protocol.session import Flush, Health, Namespaces, Ping, Stats
+from kvstore.protocol.shm import ShmMap, ShmMapReply
 from kvstore.types import BlockHash
 
 H = [BlockHash(b"a" * 32), BlockHash(b"b" * 8)]
@@ -71,6 +72,7 @@ SAMPLES: list[Request] = [
     ShmAcquire("ns", H, 3.0), ShmRelease("ns", H, grant=True), ShmRelease("ns", H),
     ShmStage("ns", 10), ShmPut("ns", H, [0, 4096]), ShmLookup("ns", H, 6.0), ShmLookup("ns", []),
     DeleteNamespace("ns"),
+    ShmMap(), ShmCommit("ns", H, [3, None]), ShmPut("ns", H, [0, 4096], [1, 2]),
 ]
 
 REPLIES: list[Reply] = [
@@ -82,6 +84,9 @@ REPLIES: list[Reply] = [
     ExtentsReply([[[0, 4]], None]), AbortReply(1), StageReply([[[0, 4]], [[8, 4]]]),
     ShmPutReply(1, 1, 0, [0], [[[16, 4]]]), ShmLookupReply(1, ["host"], [[[0, 4]]]),
     DeleteNamespaceReply(3),
+    ExtentsReply([[[0, 4]], None], [7, None]), StageReply([[[0, 4]]], [2]),
+    ShmPutReply(1, 1, 0, [0], [[[16, 4]]], [5]), ShmLookupReply(1, ["host"], [[[0, 4]]], [9]),
+    ShmMapReply(4096, 1024, 4096),
 ]
 
 
