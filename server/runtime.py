@@ -19,7 +19,6 @@ import signal
 import sys
 import uuid
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import uvicorn
 
@@ -30,14 +29,13 @@ from kvstore.store import StoreAPI
 from server.auth import Authenticator
 from server.dataplane.server import DataPlane
 from server.metrics import ServerMetrics
-from server.preflight import StartupError, claim_socket_path
+from server.preflight import claim_socket_path
 from server.rest.app import create_app
 from server.rest.conn_guard import guarded_http
 from server.rest.schemas import InfoOut, ShmInfo
 from server.settings import ServerSettings
 
 log = logging.getLogger("kvstore.server")
-SHM_DIR = Path("/dev/shm")  # where Linux keeps named shared-memory segments
 
 
 @contextlib.contextmanager
@@ -57,57 +55,9 @@ def data_dir_lock(settings: ServerSettings) -> Iterator[None]:
         os.close(fd)
 
 
-def reclaim_shm(name: str) -> None:
-    """Unlink a segment of our name left by a killed predecessor. A segment that a live server
-    holds (:func:`hold_shm`; a second server with another data dir and the same
-    ``--shm-name``) is never taken: :class:`StartupError`, since its clients would then read
-    our bytes."""
-    import _posixshmem
-
-    with _shm_locked(name) as found:
-        if found:
-            with contextlib.suppress(FileNotFoundError):
-                _posixshmem.shm_unlink("/" + name)
-                log.info("reclaimed stale shared memory %s", name)
-
-
-@contextlib.contextmanager
-def hold_shm(name: str) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on our segment for the server's life: the kernel drops it
-    when the process dies (even by ``kill -9``), so a segment whose lock can be taken was
-    left by a dead server."""
-    with _shm_locked(name):
-        yield
-
-
-@contextlib.contextmanager
-def _shm_locked(name: str) -> Iterator[bool]:
-    """Whether segment ``name`` may be ours (True: it exists and its lock is now held, or the
-    OS has no ``/dev/shm`` to ask); False if there is no such segment."""
-    if not SHM_DIR.is_dir():
-        yield True  # nothing to ask: reclaim as before
-        return
-    try:
-        fd = os.open(SHM_DIR / name, os.O_RDONLY)
-    except FileNotFoundError:
-        yield False
-        return
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise StartupError(f"shared memory {name} belongs to a live kvstore server; stop "
-                               "it or choose another --shm-name") from None
-        yield True
-    finally:
-        os.close(fd)
-
-
 def open_store(settings: ServerSettings) -> StoreAPI:
     from kvstore.store import Store
 
-    if settings.host_capacity:
-        reclaim_shm(settings.shm)
     return Store.open(settings.store_config())
 
 
@@ -160,8 +110,7 @@ async def serve(settings: ServerSettings) -> int:
             claim_socket_path(settings.socket_path)  # before anything is opened
         store = open_store(settings)
         try:
-            with hold_shm(settings.shm) if settings.host_capacity else contextlib.nullcontext():
-                return await _serve_store(settings, store)
+            return await _serve_store(settings, store)
         finally:
             lost = store.close()
             if lost:
