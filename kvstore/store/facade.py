@@ -1,23 +1,13 @@
-"""The store: one facade over the parts that each own a piece of its state.
-
-- :class:`~kvstore.store.stack.TierStack`: the tiers, their configs and admission rules;
-- :class:`~kvstore.store.ledger.Ledger`: the index, every tier's policy, namespace usage;
-- :class:`~kvstore.store.counters.Tally`: the counters;
-- :class:`~kvstore.store.leases.LeaseTable`: pins and their leases;
-- :class:`~kvstore.store.placer.Placer`: writes, eviction, batched demotion, spill;
-- :class:`~kvstore.store.reader.Reader`: reads, verification, promotion, prefetch, discovery;
-- :class:`~kvstore.store.host_path.HostPath`: the zero-copy shared-memory path;
-- :class:`~kvstore.store.namespaces.NamespaceBook`: registered namespaces and their file.
+"""The store: one facade over parts that each own a piece of its state (the table is in
+``docs/store_api.md``, "Inside the store").
 
 Invariants (checked by :meth:`Store.check_integrity`): a key is in tier ``t``'s policy
 exactly when its index entry has bit ``t`` set; every tier's ``used_bytes() <=
 capacity_bytes``; pinned blocks and blocks being read are never evicted; a block is returned
-only if its bytes match the checksum recorded when it first left memory (tiers with
-``verify_reads``; memory tiers are trusted).
-
-Concurrency: one lock (:class:`~kvstore.store.lock.StoreLock`) guards every part's records
-and the memory tiers' copies; the facade takes it, except where a part must leave it while a
-persistent tier answers (reads, the host path), which then takes it itself.
+only if its bytes match the checksum recorded when it first left memory. One lock
+(:class:`~kvstore.store.lock.StoreLock`) guards every part's records and the memory tiers'
+copies; the facade takes it, except where a part must leave it while a persistent tier
+answers (reads, the host path), which then takes it itself.
 """
 
 from __future__ import annotations
@@ -48,7 +38,7 @@ from kvstore.tiers import Tier
 from kvstore.tiers.base import BlockMeta, Buffer
 from kvstore.tiers.slab import SlabInfo, SlabShare
 from kvstore.tiers.slots import Extents
-from kvstore.types import BlockHash, BlockKey, LookupResult, PutResult
+from kvstore.types import BlockHash, LookupResult, PutResult
 
 log = logging.getLogger("kvstore.store")
 
@@ -105,7 +95,7 @@ class Store:
         try:
             with self._lock:
                 self._host.unreserve_namespace(name)
-                dropped = self._drop(self._ledger.keys_of(name))
+                dropped = self._host.delete_blocks(self._ledger.keys_of(name))
                 self._tally.namespaces.pop(name, None)
                 self._ledger.forget_usage(name)
         except BaseException:
@@ -180,7 +170,7 @@ class Store:
         self.namespace(namespace)
         keys = make_keys(namespace, hashes)
         with self._lock:
-            return self._drop(keys)
+            return self._host.delete_blocks(keys)
 
     def prefetch(self, namespace: str, hashes: Sequence[BlockHash]) -> Future[int]:
         """Start onboarding the blocks toward the top tier. The future resolves to the number
@@ -353,23 +343,6 @@ class Store:
         """Give a registered namespace its (zero) rows in the stats."""
         self._tally.ns(name)
         self._ledger.usage(name)
-
-    def _drop(self, keys: Sequence[BlockKey]) -> int:
-        """Remove published blocks from every tier, one tier call per tier (lock held); how
-        many existed. A pinned block's host slots are retired, not freed (see :meth:`delete`)."""
-        host = self._stack.host
-        live: list[BlockKey] = []
-        for key in dict.fromkeys(keys):
-            entry = self._ledger.get(key)
-            if entry is None or entry.pending:
-                continue
-            if host is not None and entry.holds(host) and self._leases.is_pinned(key):
-                self._host.retire(key, entry)
-            live.append(key)
-        self._placer.drop_many(live)
-        for key in live:
-            self._stack.forget(key)
-        return len(live)
 
     def _lease(self, lease_s: float | None) -> float:
         lease = self.config.default_lease_s if lease_s is None else float(lease_s)
