@@ -3,7 +3,8 @@ use, and a budget of body bytes in flight over all requests together.
 
 A body whose Content-Length is over its route's limit is answered 413 before it is read; a
 chunked body is answered 413 as soon as it crosses the limit. A request whose body would take
-the server past its budget is answered 503 (``Retry-After: 1``). Both answers name the limit.
+the server past its budget is answered 503 (``Retry-After: 1``), unless it is larger than the
+whole budget, which no retry can help: that is a 413 too. Both answers name the limit.
 """
 
 from __future__ import annotations
@@ -112,6 +113,8 @@ class BodyLimitMiddleware:
             await self.app(scope, receive, send)
             return
         limit, what = self.limits(scope["method"], scope["path"])
+        if self.budget.total < limit:  # larger than every body in flight may be together:
+            limit, what = self.budget.total, f"{what}, capped by rest_body_budget_bytes"
         declared = declared_length(scope)
         if declared is not None and declared > limit:
             await self._refuse(send, too_large(limit, what))
