@@ -7,12 +7,15 @@ named for every engine of a host without editing each engine's config.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import os
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 TIMEOUT_S = 5.0  # seconds per store call
 LEASE_S = 60.0  # seconds a load's pins outlive a crashed engine
@@ -20,30 +23,10 @@ RETRY_AFTER_S = 1.0  # seconds of silence after the store was unreachable
 
 
 
-class ExtraConfig(BaseModel):
-    """``kv_connector_extra_config`` as typed keys: strict (``"false"`` is not a boolean, a
-    number is not a string) and closed (an unknown key is an error, not ignored)."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-    kvstore_url: str | None = None
-    token: str | None = None
-    namespace: str | None = None
-    timeout_s: float = TIMEOUT_S
-    lease_s: float = LEASE_S
-    retry_after_s: float = RETRY_AFTER_S
-    on_load_error: str = "recompute"
-    prefetch: bool = True
-    load_mode: str = "sync"
-
-
-_KNOWN_KEYS = frozenset(ExtraConfig.model_fields)
-
-
-def _parse_extra(extra: Mapping[str, Any]) -> ExtraConfig:
+def _parse_extra(extra: Mapping[str, Any]) -> BaseModel:
     """Raises ``ValueError`` naming every bad key (never echoing a value: one may be a token)."""
     try:
-        return ExtraConfig.model_validate(dict(extra))
+        return _extra_model().model_validate(dict(extra))
     except ValidationError as exc:
         problems = []
         for err in exc.errors():
@@ -53,7 +36,7 @@ def _parse_extra(extra: Mapping[str, Any]) -> ExtraConfig:
             else:
                 problems.append(f"{key!r}: {err['msg']} (got a {type(err['input']).__name__})")
         raise ValueError(f"bad kv_connector_extra_config: {'; '.join(problems)}; known keys: "
-                         f"{sorted(_KNOWN_KEYS)}") from None
+                         f"{sorted(_extra_model().model_fields)}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,21 +91,26 @@ class ConnectorConfig:
         ignored silently), a missing URL, or a bad value.
         """
         env = os.environ if env is None else env
-        parsed = _parse_extra(extra)
-        url = parsed.kvstore_url or env.get("KVSTORE_URL")
+        parsed = _parse_extra(extra).model_dump()
+        url = parsed.pop("kvstore_url") or env.get("KVSTORE_URL")
         if not url:
             raise ValueError(
                 "KVStoreConnector needs the kvstore server: set kv_connector_extra_config"
                 "['kvstore_url'] (e.g. 'http://127.0.0.1:8000') or KVSTORE_URL"
             )
-        return cls(
-            url=url.rstrip("/"),
-            token=parsed.token or env.get("KVSTORE_TOKEN") or None,
-            namespace=parsed.namespace or None,
-            timeout_s=parsed.timeout_s,
-            lease_s=parsed.lease_s,
-            retry_after_s=parsed.retry_after_s,
-            on_load_error=parsed.on_load_error,
-            prefetch=parsed.prefetch,
-            load_mode=parsed.load_mode,
-        )
+        parsed.update(token=parsed["token"] or env.get("KVSTORE_TOKEN") or None,
+                      namespace=parsed["namespace"] or None)
+        return cls(url=url.rstrip("/"), **parsed)
+
+
+@functools.cache
+def _extra_model() -> type[BaseModel]:
+    """``kv_connector_extra_config`` as typed keys, made from :class:`ConnectorConfig`'s fields
+    (``url`` is ``kvstore_url`` there and optional): strict (``"false"`` is not a boolean, a
+    number is not a string) and closed (an unknown key is an error, not ignored)."""
+    hints = typing.get_type_hints(ConnectorConfig)
+    keys: dict[str, Any] = {"kvstore_url": (str | None, None)}
+    keys.update((f.name, (hints[f.name], f.default)) for f in dataclasses.fields(ConnectorConfig)
+                if f.name != "url")
+    return create_model("ExtraConfig", __config__=ConfigDict(extra="forbid", strict=True),
+                        **keys)

@@ -187,14 +187,11 @@ class Store:
         self.namespace(namespace)
         keys = make_keys(namespace, hashes)
         lease = self._lease(lease_s)
-        out: list[bool] = []
         with self._lock:
-            for key in keys:
-                ok = self._ledger.visible(key) is not None
-                if ok:
-                    self._leases.pin(key, owner, lease)
-                out.append(ok)
-        return out
+            live = [self._ledger.visible(key) is not None for key in keys]
+            for key in (k for k, ok in zip(keys, live, strict=True) if ok):
+                self._leases.pin(key, owner, lease)
+        return live
 
     def release(self, namespace: str, hashes: Sequence[BlockHash], *, owner: str = "",
                 nowait: bool = False) -> int:
@@ -208,8 +205,7 @@ class Store:
         """Drop expired pins and reservations, or all of ``owner``'s (staged places too) when
         given."""
         with self._lock:
-            dropped = self._leases.expire(owner)
-            return dropped + self._host.expire(owner, time.monotonic())
+            return self._leases.expire(owner) + self._host.expire(owner, time.monotonic())
 
     # -- the shared-memory path: contracts on kvstore.store.host_path.HostPath --------------
     def host_slab(self) -> SlabInfo | None:
@@ -338,7 +334,6 @@ class Store:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # -- internals ---------------------------------------------------------------------------
     def _count_namespace(self, name: str) -> None:
         """Give a registered namespace its (zero) rows in the stats."""
         self._tally.ns(name)
