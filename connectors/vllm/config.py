@@ -56,7 +56,10 @@ class ConnectorConfig:
     ``load_mode`` is ``"sync"`` (stored blocks are copied in before the forward pass of the
     step that schedules the request: the lowest time to first token) or ``"async"`` (the
     request waits out of the batch while its blocks load, so a slow store never stalls the
-    requests running beside it, at the cost of a scheduler step or two per hit).
+    requests running beside it, at the cost of a scheduler step or two per hit);
+    ``window_stride`` (hybrid models) spaces the sliding windows stored: a window is kept
+    before every boundary this many windows apart and before each prompt's end, so a hit in
+    between is cut back to the last kept one (0 keeps every block).
     """
 
     url: str
@@ -68,6 +71,7 @@ class ConnectorConfig:
     on_load_error: str = "recompute"
     prefetch: bool = True
     load_mode: str = "sync"
+    window_stride: int = 2
 
     def __post_init__(self) -> None:
         if self.on_load_error not in ("recompute", "fail"):
@@ -76,6 +80,10 @@ class ConnectorConfig:
             raise ValueError(f"load_mode must be sync or async, got {self.load_mode!r}")
         if not self.url.startswith(("http://", "https://")):
             raise ValueError(f"kvstore_url must be an http(s) URL, got {self.url!r}")
+        if not isinstance(self.window_stride, int) or isinstance(self.window_stride, bool) \
+                or self.window_stride < 0:
+            raise ValueError(f"window_stride must be a whole number >= 0, got "
+                             f"{self.window_stride!r}")
         for name in ("timeout_s", "lease_s", "retry_after_s"):
             value = getattr(self, name)
             if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:

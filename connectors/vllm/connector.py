@@ -26,6 +26,7 @@ it bytes it did not verify came whole from the store.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from typing import TYPE_CHECKING, Any
@@ -34,13 +35,16 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorBase_V1,
     KVConnectorMetadata,
     KVConnectorRole,
+    KVConnectorTransferResults,
+    SupportsHMA,
 )
 from vllm.v1.metrics.cache_hit_source import CacheHitSource
 
 from connectors.vllm.config import ConnectorConfig
-from connectors.vllm.layout import KVLayout, hash_recipe, layout_from_vllm
+from connectors.vllm.layout import hash_recipe
 from connectors.vllm.metadata import KVStoreConnectorMetadata
 from connectors.vllm.scheduler_side import SchedulerSide
+from connectors.vllm.segments import Segment, cannot_resume, segments_from_vllm
 from connectors.vllm.stats import KVStoreConnectorStats, KVStorePromMetrics
 from connectors.vllm.store_link import StoreLink
 from connectors.vllm.worker_side import WorkerSide
@@ -70,8 +74,10 @@ logger = logging.getLogger(f"vllm.{__name__}")
 _TIER_SOURCE = {"device": CacheHitSource.HOST, "host": CacheHitSource.HOST}
 
 
-class KVStoreConnector(KVConnectorBase_V1):
-    """vLLM ``KVConnectorBase_V1`` backed by a kvstore server (see the module docstring)."""
+class KVStoreConnector(KVConnectorBase_V1, SupportsHMA):
+    """vLLM ``KVConnectorBase_V1`` backed by a kvstore server (see the module docstring).
+    ``SupportsHMA``: hybrid models keep vLLM's hybrid KV cache manager (each sliding-window
+    layer holds only its window), and each kind of attention is a segment of its own."""
 
     def __init__(
         self,
@@ -83,19 +89,16 @@ class KVStoreConnector(KVConnectorBase_V1):
         ktc = self._kv_transfer_config
         cfg = ConnectorConfig.from_extra(ktc.kv_connector_extra_config or {})
         algo, seed = hash_recipe(vllm_config.cache_config.prefix_caching_hash_algo, os.environ)
-        if len(kv_cache_config.kv_cache_groups) != 1:
-            raise NotImplementedError(
-                "KVStoreConnector supports models with one KV cache group (no hybrid "
-                f"attention); this one has {len(kv_cache_config.kv_cache_groups)}"
-            )
         rank = _tp_rank() if role == KVConnectorRole.WORKER else 0
-        layout = layout_from_vllm(vllm_config, rank)
+        segments = segments_from_vllm(vllm_config, kv_cache_config, rank, cfg.window_stride)
         self._cfg = cfg
         self._num_blocks = int(kv_cache_config.num_blocks)
+        self._hybrid = len(segments) > 1
         self._scheduler: SchedulerSide | None = None
-        self._worker: WorkerSide | None = None
+        self._workers: list[WorkerSide] = []
 
-        def make_link(lay: KVLayout = layout) -> StoreLink:
+        def make_link(seg: Segment) -> StoreLink:
+            lay = seg.layout
             return StoreLink(
                 cfg, lay.namespace(cfg.namespace), lay.block_bytes,
                 lay.to_store_layout(), algo, seed,
@@ -106,24 +109,37 @@ class KVStoreConnector(KVConnectorBase_V1):
                 # vLLM's default fails a request whose load broke; for a cache, a lost block
                 # is a miss, so recompute it unless the user asked for "fail" here too.
                 ktc.kv_load_failure_policy = "recompute"
-            link = make_link()
-            if not link.register():
-                logger.warning("kvstore at %s unreachable at start; will retry", cfg.url)
+            links = [(seg, make_link(seg)) for seg in segments]
+            no_loads = cannot_resume(vllm_config)
+            if no_loads and ktc.is_kv_consumer:
+                logger.warning("KVStoreConnector: loads are off for this engine: %s; it only "
+                               "stores its KV", no_loads)
+            for _, link in links:
+                if not link.register():
+                    logger.warning("kvstore at %s unreachable at start; will retry", cfg.url)
             self._scheduler = SchedulerSide(
-                link,
-                layout.block_size,
-                BlockHasher(algo, seed, layout.block_size),
-                load=ktc.is_kv_consumer,
+                links if self._hybrid or segments[0].sliding else links[0][1],
+                segments[0].layout.block_size,
+                BlockHasher(algo, seed, segments[0].layout.block_size),
+                load=ktc.is_kv_consumer and not no_loads,
                 save=ktc.is_kv_producer,
                 prefetch=cfg.prefetch,
                 load_async=cfg.load_mode == "async",
             )
             logger.info(
-                "KVStoreConnector: kvstore %s, namespace %s (%s, seed %s)",
-                cfg.url, link.namespace, algo, "PYTHONHASHSEED" if seed else "default",
+                "KVStoreConnector: kvstore %s, namespace%s %s (%s, seed %s)",
+                cfg.url, "s" if len(links) > 1 else "",
+                ", ".join(link.namespace for _, link in links),
+                algo, "PYTHONHASHSEED" if seed else "default",
             )
         else:
-            self._worker = WorkerSide(layout, make_link, cfg.timeout_s)
+            self._workers = [
+                WorkerSide(seg.layout, functools.partial(make_link, seg), cfg.timeout_s,
+                           groups=seg.layer_groups(),
+                           save=rank == 0 or not seg.layout.shared_ranks)
+                for seg in segments
+            ]
+            self._layers = [set(seg.layer_groups()) for seg in segments]
 
     # -- properties vLLM reads ---------------------------------------------------------------
 
@@ -192,20 +208,28 @@ class KVStoreConnector(KVConnectorBase_V1):
     ) -> tuple[bool, dict[str, Any] | None]:
         return self._sched.request_finished(request)
 
+    def request_finished_all_groups(
+        self, request: Request, block_ids: tuple[list[int], ...]
+    ) -> tuple[bool, dict[str, Any] | None]:
+        return self._sched.request_finished(request)
+
     # -- worker side -------------------------------------------------------------------------
 
     @property
-    def _work(self) -> WorkerSide:
-        assert self._worker is not None, "worker-side hook called on the scheduler"
-        return self._worker
+    def _work(self) -> list[WorkerSide]:
+        assert self._workers, "worker-side hook called on the scheduler"
+        return self._workers
 
     def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]) -> None:
-        self._work.register_kv_caches(kv_caches, self._num_blocks)
+        for worker, layers in zip(self._work, self._layers, strict=True):
+            worker.register_kv_caches(
+                {name: t for name, t in kv_caches.items() if name in layers}, self._num_blocks)
 
     def start_load_kv(self, forward_context: ForwardContext, **kwargs: Any) -> None:
         meta = self._connector_metadata
         if isinstance(meta, KVStoreConnectorMetadata) and meta.loads:
-            self._work.start_load(meta)
+            for i, worker in enumerate(self._work):
+                worker.start_load(meta.of_segment(i))
 
     def wait_for_layer_load(self, layer_name: str) -> None:
         # Loads are asynchronous: their requests run only after the copy finished.
@@ -224,27 +248,46 @@ class KVStoreConnector(KVConnectorBase_V1):
     def wait_for_save(self) -> None:
         meta = self._connector_metadata
         if isinstance(meta, KVStoreConnectorMetadata) and meta.saves:
-            self._work.save(meta)
+            for i, worker in enumerate(self._work):
+                worker.save(meta.of_segment(i))
 
     def get_finished(
         self, finished_req_ids: set[str]
     ) -> tuple[set[str] | None, set[str] | None]:
-        done = self._work.get_finished()
+        done = set().union(*(w.get_finished() for w in self._work))
         return None, (done or None)
 
+    def get_transfer_results(self, finished_req_ids: set[str]) -> KVConnectorTransferResults:
+        """Finished loads; for a hybrid model also the requests whose load failed (vLLM can
+        map failed pages back to requests only for one KV cache group)."""
+        results = super().get_transfer_results(finished_req_ids)
+        if self._hybrid:
+            failed = set().union(*(w.take_failed_requests() for w in self._work))
+            results.failed_recving = failed
+            results.finished_recving |= failed
+        return results
+
     def get_block_ids_with_load_errors(self) -> set[int]:
-        return self._work.take_load_errors()
+        errors = set().union(*(w.take_load_errors() for w in self._work))
+        if self._hybrid:
+            return set()  # reported per request by get_transfer_results
+        for w in self._work:
+            w.take_failed_requests()
+        return errors
 
     def get_kv_connector_stats(self) -> KVConnectorStats | None:
-        if self._worker is not None:
-            return self._worker.take_stats()
+        if self._workers:
+            stats = [st for w in self._workers if (st := w.take_stats()) is not None]
+            for more in stats[1:]:
+                stats[0].aggregate(more)
+            return stats[0] if stats else None
         if self._scheduler is not None:
             return self._scheduler.take_stats()
         return None
 
     def shutdown(self) -> None:
-        if self._worker is not None:
-            self._worker.shutdown(self._cfg.timeout_s)
+        for worker in self._workers:
+            worker.shutdown(self._cfg.timeout_s)
         if self._scheduler is not None:
             self._scheduler.close()
 

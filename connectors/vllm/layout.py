@@ -1,9 +1,9 @@
 """What one engine's KV block is, and the namespace and hash recipe that follow from it.
 
-Both sides of the connector derive the same :class:`KVLayout` from vLLM's config, so the
-scheduler (which only looks blocks up) and every worker (which moves their bytes) name the same
-namespace without talking to each other. The worker then checks the layout against the real
-KV tensors before it moves a byte.
+Both sides of the connector derive the same :class:`KVLayout` per segment from vLLM's config
+(:mod:`connectors.vllm.segments`), so the scheduler (which only looks blocks up) and every
+worker (which moves their bytes) name the same namespace without talking to each other. The
+worker then checks the layout against the real KV tensors before it moves a byte.
 
 A block's bytes are the engine's own pages, copied whole, layer after layer: nothing here
 reinterprets them, so the packing inside a page (CPU: K transposed then V for float32, AMX
@@ -28,10 +28,23 @@ from kvstore.namespace import HASH_ALGOS
 _SLUG_RE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
+# Fields a plain one-group model leaves at their defaults; they enter the namespace digest only
+# when set, so the namespaces of models stored before they existed keep their names.
+_OPTIONAL = ("kind", "window", "page", "model_kv", "shared_ranks")
+
+
 @dataclass(frozen=True, slots=True)
 class KVLayout:
-    """One rank's KV block: ``num_layers`` pages of ``2 * num_kv_heads * block_size *
-    head_dim`` elements of ``dtype``, packed as ``layout_name`` says."""
+    """One rank's KV block of one kind of attention: ``num_layers`` pages of ``dtype``
+    (``2 * num_kv_heads * block_size * head_dim`` elements unless ``page`` gives the bytes),
+    packed as ``layout_name`` says.
+
+    ``kind`` is ``full``, ``sliding`` (``window`` tokens) or ``mla`` (one latent per token);
+    ``page`` is the page's bytes where the formula above does not give them (MLA, fp8);
+    ``model_kv`` is a digest of every kind of the model's KV (a layer's KV depends on every
+    layer below it, so a hybrid model's full-attention blocks change with its window);
+    ``shared_ranks``: every tensor-parallel rank holds the same block (MLA's latent), so
+    the namespace carries no rank."""
 
     model_id: str
     num_layers: int
@@ -42,6 +55,11 @@ class KVLayout:
     layout_name: str
     tp_rank: int = 0
     tp_size: int = 1
+    kind: str = "full"
+    window: int = 0
+    page: int = 0
+    model_kv: str = ""
+    shared_ranks: bool = False
 
     @property
     def itemsize(self) -> int:
@@ -50,6 +68,8 @@ class KVLayout:
     @property
     def page_bytes(self) -> int:
         """Bytes of one block in one layer."""
+        if self.page:
+            return self.page
         return 2 * self.num_kv_heads * self.block_size * self.head_dim * self.itemsize
 
     @property
@@ -67,7 +87,9 @@ class KVLayout:
             "block_size": self.block_size,
             "dtype": self.dtype,
             "layout_name": self.layout_name,
-            "extra": {"tp_rank": self.tp_rank, "tp_size": self.tp_size, "engine": "vllm"},
+            "extra": {"tp_rank": self.tp_rank, "tp_size": self.tp_size, "engine": "vllm",
+                      **{k: getattr(self, k) for k in _OPTIONAL
+                         if getattr(self, k) != _DEFAULTS[k]}},
         }
 
     def namespace(self, override: str | None = None) -> str:
@@ -75,14 +97,23 @@ class KVLayout:
         digest of everything that makes two blocks interchangeable. The hash algorithm and seed
         are deliberately not in the name: an engine that hashes differently must be refused by
         the store (loudly), not given a fresh namespace with a silent zero hit rate."""
-        rank = f".tp{self.tp_rank}of{self.tp_size}" if self.tp_size > 1 else ""
+        rank = f".tp{self.tp_rank}of{self.tp_size}" \
+            if self.tp_size > 1 and not self.shared_ranks else ""
         if override:
-            return f"{override}{rank}"
+            kind = f".{self.kind}" if self.model_kv else ""
+            return f"{override}{kind}{rank}"
         doc = asdict(self)
         doc.pop("tp_rank")
+        for k in _OPTIONAL:
+            if doc[k] == _DEFAULTS[k]:
+                doc.pop(k)
         digest = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
         model = _SLUG_RE.sub("-", self.model_id.rstrip("/").rsplit("/", 1)[-1])[:64] or "model"
-        return f"vllm.{model.strip('-.') or 'model'}.{digest}{rank}"
+        kind = f".{self.kind}" if self.kind != "full" or self.model_kv else ""
+        return f"vllm.{model.strip('-.') or 'model'}{kind}.{digest}{rank}"
+
+
+_DEFAULTS = {k: KVLayout.__dataclass_fields__[k].default for k in _OPTIONAL}
 
 
 def hash_recipe(algo: str, env: Mapping[str, str]) -> tuple[str, str | None]:
@@ -115,42 +146,16 @@ def dtype_name(dtype: torch.dtype | str) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def layout_from_vllm(vllm_config: Any, tp_rank: int = 0) -> KVLayout:
-    """The KV layout this vLLM config produces on rank ``tp_rank``.
-
-    Raises ``NotImplementedError`` for what the connector does not move yet: quantized
-    (fp8) KV caches, MLA, and hybrid models with more than one KV cache group.
-    """
-    model = vllm_config.model_config
-    parallel = vllm_config.parallel_config
-    cache = vllm_config.cache_config
-    if model.use_mla:
-        raise NotImplementedError("KVStoreConnector does not support MLA models yet")
-    if cache.cache_dtype not in ("auto", None):
-        raise NotImplementedError(
-            f"KVStoreConnector moves unquantized KV only; cache_dtype={cache.cache_dtype!r}"
-        )
-    dtype = model.dtype
-    block_size = int(cache.block_size)
-    head_dim = int(model.get_head_size())
-    return KVLayout(
-        model_id=str(model.model),
-        num_layers=int(model.get_num_layers(parallel)),
-        num_kv_heads=int(model.get_num_kv_heads(parallel)),
-        head_dim=head_dim,
-        block_size=block_size,
-        dtype=dtype_name(dtype),
-        layout_name=_packing(vllm_config, dtype, block_size, head_dim),
-        tp_rank=tp_rank,
-        tp_size=int(parallel.tensor_parallel_size),
-    )
-
-
-def _packing(vllm_config: Any, dtype: torch.dtype, block_size: int, head_dim: int) -> str:
+def packing(vllm_config: Any, dtype: torch.dtype, block_size: int, head_dim: int,
+            kind: str = "full") -> str:
     """The attention backend's page layout. On CPU the page interior depends on the kernel
     family vLLM picks for dtype, block size and head size (``amx``, ``vec``, ``vec16``,
     ``neon``...), the same choice its CPU attention backend makes."""
     device = str(vllm_config.device_config.device_type)
+    if kind == "mla":
+        # MLA pages hold one latent per token, [block_size, kv_lora_rank + rope dims], on
+        # every backend that stores them (the CPU one included)
+        return f"{device}:mla"
     if device != "cpu":
         # CUDA backends keep K and V as plain [block_size, heads, head_dim] pages.
         return f"{device}:NHD"

@@ -37,6 +37,11 @@ class BlockTransfer:
     gens: list[int | None] | None = None
     granted_at: float = 0.0
     granted_ns: str = ""
+    # the segment (connectors.vllm.segments) the blocks belong to, and for a segment of
+    # several KV cache groups the pages of its other groups: extra_ids[k][i] is block i's
+    # page in the segment's group k + 1
+    segment: int = 0
+    extra_ids: list[list[int]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if len(self.block_ids) != len(self.hashes):
@@ -44,6 +49,8 @@ class BlockTransfer:
                 f"request {self.req_id}: {len(self.block_ids)} pages for "
                 f"{len(self.hashes)} hashes"
             )
+        if any(len(ids) != len(self.hashes) for ids in self.extra_ids):
+            raise ValueError(f"request {self.req_id}: a group's pages do not match the hashes")
         if self.extents is not None and len(self.extents) != len(self.hashes):
             raise ValueError(
                 f"request {self.req_id}: {len(self.extents)} extents for "
@@ -60,3 +67,10 @@ class KVStoreConnectorMetadata(KVConnectorMetadata):
 
     loads: list[BlockTransfer] = field(default_factory=list)
     saves: list[BlockTransfer] = field(default_factory=list)
+
+    def of_segment(self, segment: int) -> KVStoreConnectorMetadata:
+        """The loads and saves of one segment."""
+        return KVStoreConnectorMetadata(
+            loads=[t for t in self.loads if t.segment == segment],
+            saves=[t for t in self.saves if t.segment == segment],
+        )

@@ -6,6 +6,12 @@ uses inside a page (CPU: ``[num_kv_heads, block_size, 2 * head_size]`` with ISA-
 tiling; CUDA: K and V planes) round-trips exactly. The only thing this module needs to know
 about a layer's tensor is which dimension indexes blocks, found as the one whose size is the
 engine's block count.
+
+A segment of a hybrid model (:mod:`connectors.vllm.segments`) spans several KV cache groups,
+each with its own block table: a stored block is then the page of every layer at one position,
+each layer's page taken from its own group's block. ``groups`` names each layer's group, and
+the copies take one block id list per group (``block_ids`` for the first, ``extra_ids`` for
+the others).
 """
 
 from __future__ import annotations
@@ -23,6 +29,15 @@ class _Layer:
     tensor: torch.Tensor
     block_dim: int
     page_bytes: int
+    group: int = 0
+
+
+def _per_group(block_ids: Sequence[int], extra_ids: Sequence[Sequence[int]]) \
+        -> list[Sequence[int]]:
+    groups = [block_ids, *extra_ids]
+    if any(len(g) != len(block_ids) for g in groups):
+        raise ValueError(f"block id lists of lengths {[len(g) for g in groups]} differ")
+    return groups
 
 
 class PagedKV:
@@ -32,9 +47,11 @@ class PagedKV:
     copies of them. ``gather`` and ``scatter`` are the only paths that touch page bytes.
     """
 
-    def __init__(self, kv_caches: dict[str, torch.Tensor], num_blocks: int) -> None:
-        """Raises ``ValueError`` when a layer has no dimension of size ``num_blocks`` or the
-        layers disagree on page size (a hybrid model this connector cannot move)."""
+    def __init__(self, kv_caches: dict[str, torch.Tensor], num_blocks: int,
+                 groups: dict[str, int] | None = None) -> None:
+        """``groups`` maps each layer to its group's position (all 0 when None). Raises
+        ``ValueError`` when a layer has no dimension of size ``num_blocks`` or the layers
+        disagree on page size."""
         if not kv_caches:
             raise ValueError("no KV cache tensors to register")
         layers: list[_Layer] = []
@@ -49,11 +66,12 @@ class PagedKV:
             kv_planes = tensor.dim() > 1 and tensor.shape[0] == 2 and tensor.shape[1] == num_blocks
             dim = 1 if kv_planes and tensor.shape[0] != num_blocks else dims[0]
             page_bytes = tensor.numel() // num_blocks * tensor.element_size()
-            layers.append(_Layer(name, tensor, dim, page_bytes))
+            layers.append(_Layer(name, tensor, dim, page_bytes, (groups or {}).get(name, 0)))
         sizes = {layer.page_bytes for layer in layers}
         if len(sizes) != 1:
             raise ValueError(f"layers have different page sizes {sorted(sizes)}")
         self._layers = layers
+        self.num_groups = 1 + max(layer.group for layer in layers)
         self.num_blocks = num_blocks
         self.page_bytes = layers[0].page_bytes
         self.block_bytes = self.page_bytes * len(layers)
@@ -80,11 +98,13 @@ class PagedKV:
         del shape[first.block_dim]
         return tuple(shape)
 
-    def gather(self, block_ids: Sequence[int], out: torch.Tensor | None = None) -> torch.Tensor:
+    def gather(self, block_ids: Sequence[int], out: torch.Tensor | None = None,
+               extra_ids: Sequence[Sequence[int]] = ()) -> torch.Tensor:
         """A ``uint8`` CPU tensor ``[len(block_ids), block_bytes]`` (``out`` if given, else a
-        new one): row ``i`` is block ``block_ids[i]``. The copy is a snapshot: the pages may be
-        reused right after."""
+        new one): row ``i`` is block ``block_ids[i]`` (of the other groups:
+        ``extra_ids[k][i]``). The copy is a snapshot: the pages may be reused right after."""
         n = len(block_ids)
+        ids = _per_group(block_ids, extra_ids)
         if out is None:
             out = torch.empty((n, self.block_bytes), dtype=torch.uint8)
         elif tuple(out.shape) != (n, self.block_bytes) or out.dtype != torch.uint8 \
@@ -99,26 +119,30 @@ class PagedKV:
             # what a save costs the engine thread).
             rows = out.numpy()
             for i, src in enumerate(self._flat):
-                for j, b in enumerate(block_ids):
+                for j, b in enumerate(ids[self._layers[i].group]):
                     rows[j, i * pb : (i + 1) * pb] = src[b]
             return out
-        idx = torch.tensor(block_ids, dtype=torch.long, device=self.device)
+        idx = [torch.tensor(g, dtype=torch.long, device=self.device) for g in ids]
         for i, layer in enumerate(self._layers):
-            pages = layer.tensor.index_select(layer.block_dim, idx).movedim(layer.block_dim, 0)
+            pages = layer.tensor.index_select(layer.block_dim, idx[layer.group]) \
+                .movedim(layer.block_dim, 0)
             out[:, i * pb : (i + 1) * pb] = pages.reshape(n, -1).view(torch.uint8).cpu()
         return out
 
-    def scatter(self, block_ids: Sequence[int], data: torch.Tensor) -> None:
+    def scatter(self, block_ids: Sequence[int], data: torch.Tensor,
+                extra_ids: Sequence[Sequence[int]] = ()) -> None:
         """Write row ``i`` of ``data`` (``uint8 [len(block_ids), block_bytes]``) into block
-        ``block_ids[i]`` of every layer. Raises ``ValueError`` on a shape mismatch."""
+        ``block_ids[i]`` of every layer (of the other groups: ``extra_ids[k][i]``). Raises
+        ``ValueError`` on a shape mismatch."""
         n = len(block_ids)
+        ids = _per_group(block_ids, extra_ids)
         if tuple(data.shape) != (n, self.block_bytes) or data.dtype != torch.uint8:
             raise ValueError(
                 f"expected uint8 [{n}, {self.block_bytes}], got {data.dtype} {tuple(data.shape)}"
             )
         if n == 0:
             return
-        idx = torch.tensor(block_ids, dtype=torch.long, device=self.device)
+        idx = [torch.tensor(g, dtype=torch.long, device=self.device) for g in ids]
         data = data.to(self.device)
         pb = self.page_bytes
         for i, layer in enumerate(self._layers):
@@ -132,7 +156,7 @@ class PagedKV:
             except RuntimeError:  # rows not aligned to the element size
                 pages = cols.contiguous().view(layer.tensor.dtype)
             src = pages.reshape(n, *shape).movedim(0, layer.block_dim)
-            layer.tensor.index_copy_(layer.block_dim, idx, src)
+            layer.tensor.index_copy_(layer.block_dim, idx[layer.group], src)
 
     def scatter_extents(
         self,
@@ -140,6 +164,7 @@ class PagedKV:
         src: np.ndarray,
         extents: Sequence[Sequence[Sequence[int]]],
         buf: torch.Tensor,
+        extra_ids: Sequence[Sequence[int]] = (),
     ) -> None:
         """Write block ``block_ids[i]``, whose bytes lie at ``extents[i]`` (``[(offset,
         length), ...]``) in the flat ``uint8`` array ``src`` (the store's shared slab), into
@@ -148,6 +173,7 @@ class PagedKV:
         :meth:`scatter`. Raises ``ValueError`` for extents that do not add up to a block or
         fall outside ``src``, before copying anything."""
         n = len(block_ids)
+        ids = _per_group(block_ids, extra_ids)
         if len(extents) != n:
             raise ValueError(f"{n} pages for {len(extents)} blocks")
         for ext in extents:
@@ -163,17 +189,18 @@ class PagedKV:
                 for off, length in ext:
                     rows[i, pos : pos + length] = src[off : off + length]
                     pos += length
-            self.scatter(block_ids, buf[:n])
+            self.scatter(block_ids, buf[:n], extra_ids)
             return
         pb = self.page_bytes
         flat = self._flat
-        for b, ext in zip(block_ids, extents, strict=True):
+        group = [layer.group for layer in self._layers]
+        for j, ext in enumerate(extents):
             pos = 0  # byte of the block: layer pos // pb, at pos % pb in its page
             for off, length in ext:
                 while length:
                     layer, at = divmod(pos, pb)
                     take = min(length, pb - at)
-                    flat[layer][b, at : at + take] = src[off : off + take]
+                    flat[layer][ids[group[layer]][j], at : at + take] = src[off : off + take]
                     pos, off, length = pos + take, off + take, length - take
 
     def stack(self, blocks: Sequence[bytes | bytearray | memoryview]) -> torch.Tensor:

@@ -7,6 +7,12 @@ blocks the store already has or will have once queued saves land. Each step
 prefix cache, copied asynchronously into freshly allocated pages) and saves (blocks that this
 step's forward pass completes). Nothing here touches KV bytes.
 
+A hybrid model's KV is several segments (:mod:`connectors.vllm.segments`), each its own
+namespace behind its own link: a hit is the longest prefix that every full-attention segment
+holds whole and every sliding-window segment holds the window before its end, and loads and
+saves name each segment's pages. vLLM can only recompute a hybrid request whole when a load
+fails, so hybrid loads are always asynchronous (the worker reports the request as failed).
+
 The lookup is a grant (:mod:`kvstore.client.grant`): the store pins the hit's blocks that its
 host tier holds and says where they lie in its shared slab. A load carries those places, so a
 worker on the store's host copies them into its pages without asking the store again.
@@ -21,13 +27,16 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from connectors.vllm.metadata import BlockTransfer, KVStoreConnectorMetadata
+from connectors.vllm.seg_links import Pins, SegLink, release_all, window_hit
+from connectors.vllm.segments import Segment
 from connectors.vllm.stats import KVStoreConnectorStats
 from connectors.vllm.store_link import StoreLink
 from kvstore.client import Grant
 from kvstore.keys import BlockHasher
-from kvstore.types import BlockHash
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from vllm.v1.core.kv_cache_manager import KVCacheBlocks
     from vllm.v1.core.sched.output import SchedulerOutput
     from vllm.v1.outputs import KVConnectorOutput
@@ -38,32 +47,17 @@ logger = logging.getLogger(f"vllm.{__name__}")
 
 
 @dataclass(slots=True)
-class _Pins:
-    """Pins the scheduler holds in the store: ``plain`` from ``pin``, ``granted`` by a lookup.
-    Pins are counted, so each is released exactly once: :meth:`release` empties the object,
-    and whoever still holds it afterwards releases nothing."""
-
-    plain: list[bytes] = field(default_factory=list)
-    granted: list[BlockHash] = field(default_factory=list)
-
-    def release(self, link: StoreLink) -> None:
-        plain, granted = self.plain, self.granted
-        self.plain, self.granted = [], []
-        link.release(plain)
-        link.release_grant(granted)
-
-
-@dataclass(slots=True)
 class _Req:
     request: Request
-    block_ids: list[int] = field(default_factory=list)
+    block_ids: list[list[int]] = field(default_factory=list)  # per KV cache group
     stored_blocks: int = 0  # leading blocks the store holds or a queued save will hold
     hit_blocks: int = 0  # leading blocks the last lookup found
     hit_tiers: list[str] = field(default_factory=list)
-    grant: Grant | None = None  # the last lookup's, until a load takes it
+    # the last lookup's grant per segment (and where it starts), until a load takes them
+    grants: list[tuple[int, Grant] | None] = field(default_factory=list)
     granted_at: float = 0.0
-    grant_pins: _Pins = field(default_factory=_Pins)  # the grant's, while no load holds them
-    load_pins: _Pins = field(default_factory=_Pins)  # held for the in-flight load
+    grant_pins: list[Pins] = field(default_factory=list)  # the grants', while no load holds them
+    load_pins: list[Pins] = field(default_factory=list)  # held for the in-flight load
 
 
 class SchedulerSide:
@@ -76,7 +70,7 @@ class SchedulerSide:
 
     def __init__(
         self,
-        link: StoreLink,
+        link: StoreLink | Sequence[tuple[Segment, StoreLink]],
         block_size: int,
         hasher: BlockHasher,
         *,
@@ -85,20 +79,25 @@ class SchedulerSide:
         prefetch: bool = True,
         load_async: bool = False,
     ) -> None:
-        self._link = link
+        if isinstance(link, StoreLink):
+            self._segs = [SegLink(link)]
+        else:
+            self._segs = [SegLink(lnk, seg.groups, seg) for seg, lnk in link]
+        self._hybrid = len(self._segs) > 1 or any(s.window for s in self._segs)
+        self._link = self._segs[0].link
         self._bs = block_size
         self._hasher: BlockHasher | None = hasher
         self._load = load
         self._save = save
         self._prefetch = prefetch
-        self.load_async = load_async
+        self.load_async = load_async or self._hybrid
         self._reqs: dict[str, _Req] = {}
         self._loads: list[BlockTransfer] = []
         # requests with synchronous loads, by the step that planned them: their pins go two
         # steps later, when the load has run even under vLLM's async scheduling (which plans
         # one step ahead of the one executing)
-        self._sync_now: list[_Pins] = []
-        self._sync_steps: deque[list[_Pins]] = deque()
+        self._sync_now: list[Pins] = []
+        self._sync_steps: deque[list[Pins]] = deque()
         self.stats = KVStoreConnectorStats()
 
     # -- request arrives ---------------------------------------------------------------------
@@ -110,7 +109,8 @@ class SchedulerSide:
         if self._hasher is not None:
             self._check_hashes(request)
         if self._load and self._prefetch and request.block_hashes:
-            self._link.prefetch(request.block_hashes)
+            for seg in self._segs:
+                seg.link.prefetch(request.block_hashes)
 
     def get_num_new_matched_tokens(self, request: Request, num_computed_tokens: int) -> int:
         """Tokens the store can supply beyond vLLM's ``num_computed_tokens`` (a whole number
@@ -120,16 +120,34 @@ class SchedulerSide:
         if not self._load or not request.block_hashes:
             return 0
         self.stats.add("lookups")
-        st.grant_pins.release(self._link)  # an earlier lookup's, never loaded
+        release_all(st.grant_pins)  # an earlier lookup's, never loaded
         st.granted_at = time.monotonic()
-        grant = self._link.lookup_grant(request.block_hashes)
-        st.grant = grant
-        st.grant_pins.granted = grant.granted(request.block_hashes)
-        n, tiers = grant.prefix_blocks, grant.tiers
-        st.stored_blocks = max(st.stored_blocks, n)
-        if not self.load_async:
+        hashes = request.block_hashes
+        limit = len(hashes)
+        if not self.load_async or self._hybrid:
             # the step that loads must compute at least one token: never the whole prompt
-            n = min(n, (request.num_tokens - 1) // self._bs)
+            # (and a sliding window's last token gives the logits of the first new one)
+            limit = min(limit, (request.num_tokens - 1) // self._bs)
+        st.grants = [None] * len(self._segs)
+        st.grant_pins = [Pins(seg.link) for seg in self._segs]
+        n, tiers = len(hashes), list[str]()
+        for i, seg in enumerate(self._segs):  # full attention: the whole prefix
+            if not seg.window:
+                grant = seg.link.lookup_grant(hashes)
+                st.grants[i] = (0, grant)
+                st.grant_pins[i].granted = grant.granted(hashes)
+                if grant.prefix_blocks < n or not tiers:
+                    n, tiers = min(n, grant.prefix_blocks), grant.tiers
+        st.stored_blocks = max(st.stored_blocks, n)
+        n = window_hit(self._segs, hashes, min(n, limit), num_computed_tokens // self._bs)
+        for i, seg in enumerate(self._segs):  # sliding windows: the blocks before the end
+            if seg.window and n:
+                start = max(0, n - seg.window)
+                grant = seg.link.lookup_grant(hashes[start:n])
+                st.grants[i] = (start, grant)
+                st.grant_pins[i].granted = grant.granted(hashes[start:n])
+                if not tiers:
+                    tiers = [""] * start + grant.tiers
         st.hit_blocks, st.hit_tiers = n, tiers[:n]
         return max(0, n * self._bs - num_computed_tokens)
 
@@ -141,31 +159,55 @@ class SchedulerSide:
         by it; the others are pinned now. Either way they stay pinned until the worker has
         copied them."""
         st = self._state(request)
-        grant, pins = st.grant, st.grant_pins
-        st.grant, st.grant_pins = None, _Pins()
-        if num_external_tokens <= 0:
-            pins.release(self._link)
+        grants, pins = st.grants, st.grant_pins
+        st.grants, st.grant_pins = [], []
+        if num_external_tokens <= 0 or not grants:
+            release_all(pins)
             return
         end = st.hit_blocks
         start = end - (num_external_tokens + self._bs - 1) // self._bs
-        block_ids = blocks.get_block_ids()[0]
-        hashes = [bytes(h) for h in request.block_hashes[start:end]]
-        extents = None if grant is None or not grant.instance else grant.extents[start:end]
+        ids = blocks.get_block_ids()
+        st.load_pins = pins
+        for i, seg in enumerate(self._segs):
+            self._plan_load(request, st, i, seg, [ids[g] for g in seg.groups], start, end,
+                            grants[i], pins[i])
+        if not self.load_async:
+            self._sync_now.extend(pins)
+        self.stats.add("hit_tokens", num_external_tokens)
+
+    def _plan_load(self, request: Request, st: _Req, i: int, seg: SegLink,
+                   ids: list[list[int]], start: int, end: int,
+                   grant: tuple[int, Grant] | None, pins: Pins) -> None:
+        """Load segment ``i``'s blocks ``start..end`` that vLLM gave pages to (a sliding
+        window gets them only for its window before ``end``; null page 0 elsewhere)."""
+        where = [b for b in range(start, end) if all(g[b] for g in ids)]
+        if not where:
+            return
+        hashes = [bytes(request.block_hashes[b]) for b in where]
+        extents: list[Any] | None = None
+        gens: list[int | None] | None = None
+        instance = ""
+        if grant is not None and grant[1].instance:
+            first, g = grant
+            extents = [g.extents[b - first] if 0 <= b - first < len(g.extents) else None
+                       for b in where]
+            if g.gens:
+                gens = [g.gens[b - first] if 0 <= b - first < len(g.gens) else None
+                        for b in where]
+            if any(e is not None for e in extents):
+                instance = g.instance
+            else:
+                extents, gens = None, None
         # The grant's pins on blocks vLLM already has go with the load's: released now, they
         # would wake the store during this step's forward pass for nothing.
         self._loads.append(BlockTransfer(
-            request.request_id, list(block_ids[start:end]), hashes, notify=self.load_async,
-            extents=extents, instance=grant.instance if grant is not None and extents else "",
-            granted_at=st.granted_at, granted_ns=self._link.namespace,
-            gens=None if grant is None or not extents or not grant.gens
-            else grant.gens[start:end],
+            request.request_id, [ids[0][b] for b in where], hashes, notify=self.load_async,
+            extents=extents, instance=instance, granted_at=st.granted_at,
+            granted_ns=seg.link.namespace, gens=gens, segment=i,
+            extra_ids=[[g[b] for b in where] for g in ids[1:]],
         ))
-        pins.plain = [h for i, h in enumerate(hashes) if extents is None or extents[i] is None]
-        self._link.pin(pins.plain)
-        st.load_pins = pins
-        if not self.load_async:
-            self._sync_now.append(pins)
-        self.stats.add("hit_tokens", num_external_tokens)
+        pins.plain = [h for j, h in enumerate(hashes) if extents is None or extents[j] is None]
+        seg.link.pin(pins.plain)
 
     def hit_tiers(self, request: Request, num_external_tokens: int) -> list[str]:
         """The store tier of each block of the accepted hit, for vLLM's hit-source stats."""
@@ -184,15 +226,14 @@ class SchedulerSide:
         self._sync_steps.append(self._sync_now)
         self._sync_now = []
         if len(self._sync_steps) > 2:
-            for pins in self._sync_steps.popleft():
-                pins.release(self._link)
+            release_all(self._sync_steps.popleft())
         if not self._save:
             return meta
-        seen: set[bytes] = set()  # two requests sharing a prefix save it once
+        seen: set[tuple[int, bytes]] = set()  # two requests sharing a prefix save it once
         for new in so.scheduled_new_reqs:
             st = self._reqs.get(new.req_id)
             if st is not None:
-                st.block_ids = list(new.block_ids[0])
+                st.block_ids = [list(g) for g in new.block_ids]
                 self._plan_save(st, new.num_computed_tokens, so, meta, seen)
         cached = so.scheduled_cached_reqs
         for i, req_id in enumerate(cached.req_ids):
@@ -202,9 +243,12 @@ class SchedulerSide:
             new_ids = cached.new_block_ids[i]
             if req_id in cached.resumed_req_ids:
                 # A resumed request was preempted: its pages are all new.
-                st.block_ids = list(new_ids[0]) if new_ids else []
+                st.block_ids = [list(g) for g in new_ids] if new_ids else []
             elif new_ids:
-                st.block_ids.extend(new_ids[0])
+                if not st.block_ids:
+                    st.block_ids = [[] for _ in new_ids]
+                for mine, more in zip(st.block_ids, new_ids, strict=True):
+                    mine.extend(more)
             self._plan_save(st, cached.num_computed_tokens[i], so, meta, seen)
         return meta
 
@@ -214,47 +258,62 @@ class SchedulerSide:
         num_computed: int,
         so: SchedulerOutput,
         meta: KVStoreConnectorMetadata,
-        seen: set[bytes],
+        seen: set[tuple[int, bytes]],
     ) -> None:
         req_id = st.request.request_id
         # Tokens whose KV exists after this step; speculative tokens may yet be rejected.
         done = num_computed + so.num_scheduled_tokens.get(req_id, 0)
         done -= len(so.scheduled_spec_decode_tokens.get(req_id, ()))
-        full = min(done // self._bs, len(st.request.block_hashes), len(st.block_ids))
+        groups = st.block_ids
+        full = min(done // self._bs, len(st.request.block_hashes),
+                   *(len(g) for g in groups)) if groups else 0
         if full <= st.stored_blocks:
             return
-        ids, hashes = [], []
-        for i in range(st.stored_blocks, full):
-            h = bytes(st.request.block_hashes[i])
-            if h not in seen:
-                seen.add(h)
-                ids.append(st.block_ids[i])
+        # where the prompt ends: a later turn, or the prompt sent again, hits there
+        prompt = st.request.num_prompt_tokens
+        ends = (prompt // self._bs, (prompt - 1) // self._bs)
+        for i, seg in enumerate(self._segs):
+            ids = [groups[g] for g in seg.groups]
+            where, hashes = [], []
+            for b in range(st.stored_blocks, full):
+                h = bytes(st.request.block_hashes[b])
+                if (i, h) in seen or not all(g[b] for g in ids):
+                    continue
+                if not seg.keeps(b, ends):
+                    self.stats.add("window_skipped_bytes", seg.block_bytes)
+                    continue
+                seen.add((i, h))
+                where.append(b)
                 hashes.append(h)
+            if where:
+                meta.saves.append(BlockTransfer(
+                    req_id, [ids[0][b] for b in where], hashes, segment=i,
+                    extra_ids=[[g[b] for b in where] for g in ids[1:]],
+                ))
         st.stored_blocks = full
-        if ids:
-            meta.saves.append(BlockTransfer(req_id, ids, hashes))
 
     def update_connector_output(self, output: KVConnectorOutput) -> None:
         """Unpin the blocks of loads the workers finished (or gave up on)."""
         for req_id in output.finished_recving or ():
             st = self._reqs.get(req_id)
             if st is not None:
-                st.load_pins.release(self._link)
+                release_all(st.load_pins)
 
     def request_finished(self, request: Request) -> tuple[bool, dict[str, Any] | None]:
         """Forget ``request``. Its pages can be freed at once: every save was copied out of
         them in ``wait_for_save`` of the step that computed it, before vLLM calls this."""
         st = self._reqs.pop(request.request_id, None)
         if st is not None:
-            st.grant_pins.release(self._link)
-            st.load_pins.release(self._link)
+            release_all(st.grant_pins)
+            release_all(st.load_pins)
         return False, None
 
     def take_stats(self) -> KVStoreConnectorStats | None:
         return self.stats.take()
 
     def close(self) -> None:
-        self._link.close()
+        for seg in self._segs:
+            seg.link.close()
 
     # -- helpers -----------------------------------------------------------------------------
 

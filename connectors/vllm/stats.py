@@ -29,6 +29,8 @@ _DOCS: dict[str, str] = {
     "saved_bytes": "bytes stored",
     "load_s": "seconds spent fetching and copying loads",
     "save_s": "seconds spent copying out and storing saves",
+    "window_skipped_bytes": "bytes of sliding-window blocks not stored because no later hit "
+    "can use them (what storing every block of every layer would have added)",
 }
 COUNTERS: tuple[str, ...] = tuple(_DOCS)
 

@@ -50,17 +50,23 @@ SAVE_POOL_BYTES = 128 << 20  # snapshot buffers of finished saves kept for the n
 
 
 class WorkerSide:
-    """Worker-process state of the connector; one per worker (tensor-parallel rank).
+    """Worker-process state of the connector for one segment of the KV cache (all of it for a
+    plain model); one per segment and worker (tensor-parallel rank).
 
     ``make_link`` builds a :class:`StoreLink` for this rank's namespace; the worker opens two,
     one for loads on the engine thread and one for the save thread, so a slow save never holds
-    up a load.
+    up a load. ``groups`` maps each layer to its group's position in the segment; ``save``
+    is False on ranks that only read what rank 0 stores (MLA's latent is the same on all).
     """
 
     def __init__(
-        self, layout: KVLayout, make_link: Callable[[], StoreLink], flush_timeout_s: float
+        self, layout: KVLayout, make_link: Callable[[], StoreLink], flush_timeout_s: float,
+        *, groups: dict[str, int] | None = None, save: bool = True,
     ) -> None:
         self.layout = layout
+        self._groups = groups
+        self._save_enabled = save
+        self._failed_reqs: set[str] = set()
         self._flush_timeout_s = flush_timeout_s
         self._make_link = make_link
         self._pages: PagedKV | None = None
@@ -86,7 +92,7 @@ class WorkerSide:
         namespace with another identity. An unreachable store is only logged: the connector
         registers once it comes back.
         """
-        pages = PagedKV(kv_caches, num_blocks)
+        pages = PagedKV(kv_caches, num_blocks, self._groups)
         lay = self.layout
         if pages.num_layers != lay.num_layers or pages.block_bytes != lay.block_bytes:
             raise ValueError(
@@ -139,7 +145,8 @@ class WorkerSide:
             while run < len(idx) and run < len(found) and found[run]:
                 run += 1
             if run:
-                pages.scatter([t.block_ids[i] for i in idx[:run]], data[:run])
+                pages.scatter([t.block_ids[i] for i in idx[:run]], data[:run],
+                              [[ids[i] for i in idx[:run]] for ids in t.extra_ids])
             for i in idx[:run]:
                 ok[i] = True
             pos += run
@@ -151,6 +158,7 @@ class WorkerSide:
         failed = t.block_ids[good:]
         if failed:
             self._load_errors.update(failed)
+            self._failed_reqs.add(t.req_id)
             logger.warning(
                 "request %s: %d of %d stored blocks could not be loaded; vLLM recomputes them",
                 t.req_id, len(failed), len(t.block_ids),
@@ -183,7 +191,7 @@ class WorkerSide:
                 part = idx[lo : lo + step]
                 self._pages.scatter_extents(
                     [t.block_ids[i] for i in part], src, [t.extents[i] or [] for i in part],
-                    self._load_buffer(len(part)),
+                    self._load_buffer(len(part)), [[ids[i] for i in part] for ids in t.extra_ids],
                 )
                 for i in part:  # fenced: copied after the grant's slots were freed, refetch
                     ok[i] = t.gens is None or slab.current(t.extents[i] or [], t.gens[i])
@@ -214,14 +222,22 @@ class WorkerSide:
         errors, self._load_errors = self._load_errors, set()
         return errors
 
+    def take_failed_requests(self) -> set[str]:
+        """Requests with a load that failed since the last call (for hybrid models, whose
+        page ids vLLM cannot map back to requests: it recomputes the whole request)."""
+        failed, self._failed_reqs = self._failed_reqs, set()
+        return failed
+
     # -- saves -------------------------------------------------------------------------------
 
     def save(self, meta: KVStoreConnectorMetadata) -> None:
         """Snapshot the pages named by this step's saves and queue them for storing."""
-        if not meta.saves or self._pages is None:
+        if not meta.saves or self._pages is None or not self._save_enabled:
             return
         start = time.perf_counter()
         ids = [b for t in meta.saves for b in t.block_ids]
+        extra = [[b for t in meta.saves for b in t.extra_ids[k]]
+                 for k in range(self._pages.num_groups - 1)]
         hashes = [h for t in meta.saves for h in t.hashes]
         size = len(ids) * self._pages.block_bytes
         if self._pending_save_bytes + size > MAX_PENDING_SAVE_BYTES:
@@ -230,7 +246,7 @@ class WorkerSide:
                 self._stats.add("save_errors", len(ids))
             return
         buf = self._save_buffer(len(ids))
-        data = self._pages.gather(ids, out=buf[: len(ids)])
+        data = self._pages.gather(ids, out=buf[: len(ids)], extra_ids=extra)
         with self._stats_lock:
             self._pending_save_bytes += size
             self._stats.add("save_s", time.perf_counter() - start)

@@ -176,6 +176,36 @@ def engine() -> Iterator[Any]:
         proc.close()
 
 
+def corrupt_stored_block(server: KVStoreServer, namespace: str, h: bytes) -> None:
+    """Flip bytes of stored block ``h`` of ``namespace`` inside kvstore's LMDB file while the
+    server is stopped, so that its index still lists the block but its checksum fails on
+    read; the server runs again afterwards."""
+    client = server.client()
+    try:
+        (data,) = client.get(namespace, [h])
+    finally:
+        client.close()
+    assert data is not None, "no engine stored the block to corrupt"
+    server.stop()  # memory tiers spill to disk on a clean stop
+    path = Path(server.data_dir) / "lmdb" / "data.mdb"
+    raw = bytearray(path.read_bytes())
+    probe = bytes(data[1024:1088])
+    # every copy: LMDB may keep an old version of a page it rewrote (a freed page)
+    at = raw.find(probe)
+    assert at >= 0, "block bytes not found on disk"
+    while at >= 0:
+        raw[at : at + 64] = bytes(b ^ 0xFF for b in raw[at : at + 64])
+        at = raw.find(probe, at + 64)
+    path.write_bytes(bytes(raw))
+    server.start()
+
+
+@pytest.fixture(scope="session")
+def corrupt_block() -> Any:
+    """:func:`corrupt_stored_block`, for test modules."""
+    return corrupt_stored_block
+
+
 @pytest.fixture(scope="session")
 def make_spec() -> Any:
     """:func:`engine_spec`, for test modules (which cannot import this conftest)."""

@@ -6,9 +6,11 @@ keeps global state per process). Protocol: the engine prints ``@@READY`` once lo
 stdin line is a JSON command, answered by one ``@@RESULT <json>`` line (vLLM logs to stdout
 too, so answers carry a marker).
 
-Spec keys beyond vLLM's: ``tp`` (tensor-parallel size: each rank gets its share of the
-cores), ``executor`` (vLLM's ``distributed_executor_backend``), ``prefix_caching``,
-``connector`` (the ``kv_transfer_config``).
+Spec keys beyond vLLM's: ``engine_args`` (more ``LLM`` keyword arguments, e.g.
+``kv_cache_dtype`` or ``disable_hybrid_kv_cache_manager``), ``tp`` (tensor-parallel size:
+each rank gets its share of the cores), ``executor`` (vLLM's
+``distributed_executor_backend``), ``prefix_caching``, ``connector`` (the
+``kv_transfer_config``).
 
 Commands: ``{"op": "generate", "prompts": [[ids...]], "max_tokens": n}`` returns each output's
 token ids and ``num_cached_tokens`` plus vLLM's prefix-cache counters (local and external);
@@ -40,6 +42,7 @@ def build_engine(spec: dict[str, Any]) -> Any:
         "disable_log_stats": False,
         "seed": 0,
     }
+    kwargs.update(spec.get("engine_args", {}))
     if spec.get("connector"):
         kwargs["kv_transfer_config"] = spec["connector"]
     if spec.get("tp"):

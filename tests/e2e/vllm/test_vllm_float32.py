@@ -19,7 +19,6 @@ import os
 import random
 import time
 import urllib.request
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -62,7 +61,7 @@ H_ASKED = H + SUF
 
 @pytest.fixture(scope="module")
 def story(
-    tiny_llama: str, kvstore_server: Any, engine: Any, make_spec: Any
+    tiny_llama: str, kvstore_server: Any, engine: Any, make_spec: Any, corrupt_block: Any
 ) -> dict[str, Any]:
     every = [*STORED, *ASKED, E_ASKED, *DOWN_ASKED, AFTER_RESTART, H_ASKED]
     base = engine(make_spec(tiny_llama, "float32", None))
@@ -76,7 +75,8 @@ def story(
     stored = [p + o[:-1] for p, o in zip(STORED, out_a, strict=True)]
     assert out_a == [baseline[tuple(p)] for p in STORED]
 
-    _corrupt_block(kvstore_server, E, block_index=1)
+    h = block_hashes(E, BLOCK, seed=os.environ.get("PYTHONHASHSEED"))[1]
+    corrupt_block(kvstore_server, _namespace(kvstore_server.url), h)
 
     # prefetch off: a prefetch would read (and drop) the corrupt block before the lookup,
     # turning the load error this module checks into a plain shorter hit.
@@ -93,27 +93,6 @@ def _namespace(url: str) -> str:
         names = [ns["name"] for ns in json.load(resp)["namespaces"]]
     (name,) = [n for n in names if n.startswith("vllm.")]
     return name
-
-
-def _corrupt_block(server: Any, prompt: list[int], block_index: int) -> None:
-    """Flip bytes of one stored block inside kvstore's LMDB file while it is stopped, so that
-    its index still lists the block but its checksum fails on read."""
-    h = block_hashes(prompt, BLOCK, seed=os.environ.get("PYTHONHASHSEED"))[block_index]
-    client = server.client()
-    try:
-        (data,) = client.get(_namespace(server.url), [h])
-    finally:
-        client.close()
-    assert data is not None, "engine A did not store the block to corrupt"
-    server.stop()  # memory tiers spill to disk on a clean stop
-    path = Path(server.data_dir) / "lmdb" / "data.mdb"
-    raw = bytearray(path.read_bytes())
-    probe = bytes(data[1024:1088])
-    at = raw.find(probe)
-    assert at >= 0 and raw.find(probe, at + 1) < 0, "block bytes not found once on disk"
-    raw[at : at + 64] = bytes(b ^ 0xFF for b in raw[at : at + 64])
-    path.write_bytes(bytes(raw))
-    server.start()
 
 
 def test_fresh_engine_loads_stored_prefixes_and_matches_baseline(

