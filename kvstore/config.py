@@ -7,6 +7,7 @@ directly.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +17,7 @@ DEFAULT_HOST_CAPACITY = 1 << 30  # bytes: 1 GiB of host RAM
 DEFAULT_DISK_CAPACITY = 16 << 30  # bytes: 16 GiB of LMDB
 DEFAULT_SLOT_BYTES = 64 << 10  # bytes: slot size of memory slab tiers
 DEFAULT_LEASE_S = 30.0  # seconds a pin lives unless renewed
+DEFAULT_MAX_LEASE_S = 300.0  # seconds: every lease asked for longer is cut to this
 DEFAULT_HIGH_WATERMARK = 0.95  # fraction of capacity that triggers eviction
 DEFAULT_LOW_WATERMARK = 0.85  # fraction of capacity eviction brings usage down to
 DEFAULT_MAX_NAMESPACES = 1024  # namespaces a store holds at most, all tenants together
@@ -56,6 +58,9 @@ class StoreConfig:
     tiers: tuple[TierConfig, ...]
     promote_on_hit: bool = True  # a get from a lower tier copies the block to the top tier
     default_lease_s: float = DEFAULT_LEASE_S
+    max_lease_s: float = DEFAULT_MAX_LEASE_S  # longer leases are cut to this many seconds
+    # bytes of blocks one tenant may hold pinned at once (pins taken for a tenant); None: no cap
+    max_pinned_bytes_per_tenant: int | None = None
     prefetch_workers: int = 2  # threads that onboard prefetched blocks
     namespaces_path: str | None = None  # JSON file that persists registered namespaces
     spill_on_close: bool = True  # close() copies memory-only blocks to the disk tier
@@ -70,8 +75,14 @@ class StoreConfig:
             raise ValueError(f"each tier kind may appear once, got {kinds}")
         if kinds != sorted(kinds, key=TIER_ORDER.index):
             raise ValueError(f"tiers must be ordered {' > '.join(TIER_ORDER)}, got {kinds}")
-        if self.default_lease_s <= 0:
-            raise ValueError("default_lease_s must be positive")
+        if not (math.isfinite(self.max_lease_s) and 0 < self.default_lease_s <= self.max_lease_s):
+            raise ValueError(f"leases must satisfy 0 < default_lease_s <= max_lease_s < inf, got "
+                             f"default_lease_s={self.default_lease_s} "
+                             f"max_lease_s={self.max_lease_s}")
+        quota = self.max_pinned_bytes_per_tenant
+        if quota is not None and quota < 1:
+            raise ValueError(f"max_pinned_bytes_per_tenant must be positive (or None), "
+                             f"got {quota}")
         if self.prefetch_workers < 1:
             raise ValueError("prefetch_workers must be at least 1")
         if self.max_namespaces < 1 or self.max_namespaces_per_tenant < 1:

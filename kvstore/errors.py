@@ -36,6 +36,15 @@ class CapacityError(KVStoreError):
     every tier."""
 
 
+class InvalidLeaseError(KVStoreError, ValueError):
+    """A lease that is not a finite, positive number of seconds."""
+
+
+class PinQuotaError(KVStoreError):
+    """A pin would take its tenant past its quota of pinned bytes. Nothing was pinned; release
+    pins (or pin fewer blocks at once) and try again."""
+
+
 class StaleStagingError(KVStoreError):
     """A write named a staged host-slab place that its owner no longer holds (the server
     restarted or dropped the owner's leases). Nothing was written; reserve afresh."""

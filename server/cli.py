@@ -30,6 +30,14 @@ _HELP = {
                              "close ",
     "rest_max_pending_connections": "REST connections still sending headers; over it the "
                                     "oldest is closed ",
+    "lease_s": "seconds a pin or reservation lasts when the client names no lease ",
+    "max_lease_s": "longest lease, seconds: every pin, grant (shm_lookup), read or "
+                   "reservation asking for longer gets this ",
+    "max_pinned_bytes_per_tenant": "bytes one tenant (--tenant-tokens) may hold pinned at "
+                                   "once; past it pins fail with pin_quota. 0: a quarter of "
+                                   "the top tier ",
+    "grant_grace_s": "seconds a client's grants (shm_lookup pins) outlive its last "
+                     "connection, for workers still copying them ",
 }
 
 

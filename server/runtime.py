@@ -72,7 +72,7 @@ def build_info(settings: ServerSettings, store: StoreAPI) -> InfoOut:
         host_id=host_id(), data_port=settings.data_port or None,
         unix_socket=settings.socket_path, shm=shm, auth_required=settings.auth_enabled(),
         max_frame_bytes=settings.max_frame_bytes, max_header_bytes=settings.max_header_bytes,
-        max_batch=settings.max_batch,
+        max_batch=settings.max_batch, max_lease_s=settings.max_lease_s,
     )
 
 

@@ -30,6 +30,7 @@ from kvstore.config import (
     DEFAULT_DISK_CAPACITY,
     DEFAULT_HOST_CAPACITY,
     DEFAULT_LEASE_S,
+    DEFAULT_MAX_LEASE_S,
     DEFAULT_MAX_NAMESPACES,
     DEFAULT_MAX_NAMESPACES_PER_TENANT,
     StoreConfig,
@@ -115,7 +116,7 @@ class ServerSettings(BaseSettings):
     s3_region: str | None = None
     s3_capacity: Size = 1 << 40  # bytes the s3 tier may hold
     policy: str = "lru"  # eviction policy of every tier
-    lease_s: float = Field(DEFAULT_LEASE_S, gt=0)  # default pin lease
+    lease_s: float = Field(DEFAULT_LEASE_S, gt=0, allow_inf_nan=False)  # default pin lease
     # -- security and limits --------------------------------------------------------------
     token: SecretStr | None = None  # admin bearer token (sees every namespace)
     tenant_tokens: dict[str, SecretStr] = Field(default_factory=dict)  # tenant -> token
@@ -146,6 +147,11 @@ class ServerSettings(BaseSettings):
     max_unauth_frame_bytes: Size = 64 << 10  # header + payload of a frame before hello
     frame_budget_bytes: Size = 1 << 30  # frames being received + get replies, all connections
     frame_budget_wait_s: float = Field(5.0, gt=0)  # a frame waits this long for budget room
+
+    # -- pins: how long, how much, and after a client is gone -----------------------------
+    max_lease_s: float = Field(DEFAULT_MAX_LEASE_S, gt=0, allow_inf_nan=False)  # longer: cut
+    max_pinned_bytes_per_tenant: Size = 0  # with tenant tokens; 0: a quarter of the top tier
+    grant_grace_s: float = Field(5.0, ge=0, allow_inf_nan=False)  # grants after a disconnect
 
     @model_validator(mode="before")
     @classmethod
@@ -215,6 +221,13 @@ class ServerSettings(BaseSettings):
     def auth_enabled(self) -> bool:
         return self.token is not None or bool(self.tenant_tokens)
 
+    def pin_quota(self, top: TierConfig) -> int:
+        """Bytes one tenant may hold pinned: ``max_pinned_bytes_per_tenant``, or by default a
+        quarter of the top tier, so that no one tenant's pins can hold more than a quarter of
+        the tier that every put and promotion lands in. Only pins taken for a tenant (a tenant
+        token) are charged; the admin's are not."""
+        return self.max_pinned_bytes_per_tenant or max(1, top.capacity_bytes // 4)
+
     def store_config(self) -> StoreConfig:
         """Tiers top to bottom as configured; namespaces persist under the data dir."""
         tiers: list[TierConfig] = []
@@ -241,7 +254,9 @@ class ServerSettings(BaseSettings):
             tiers.append(TierConfig("s3", self.s3_capacity, policy=self.policy, options=s3))
         return StoreConfig(
             tiers=tuple(tiers),
-            default_lease_s=self.lease_s,
+            default_lease_s=min(self.lease_s, self.max_lease_s),  # cut like every lease
+            max_lease_s=self.max_lease_s,
+            max_pinned_bytes_per_tenant=self.pin_quota(tiers[0]),
             namespaces_path=str(self.data_path / "namespaces.json"),
             max_namespaces=self.max_namespaces,
             max_namespaces_per_tenant=self.max_namespaces_per_tenant,

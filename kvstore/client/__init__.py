@@ -16,6 +16,7 @@ from kvstore.client.errors import (
     KVStoreUnavailableError,
     NamespaceConflictError,
     PermissionDeniedError,
+    PinQuotaError,
     ProtocolError,
     StaleStagingError,
     StoreUnavailableError,
@@ -28,6 +29,6 @@ from kvstore.client.sync_client import KVStoreClient
 __all__ = [
     "AsyncKVStoreClient", "AuthenticationError", "BadRequestError", "BlockSizeError",
     "CapacityError", "Grant", "KVStoreClient", "KVStoreClientError", "KVStoreUnavailableError",
-    "NamespaceConflictError", "PermissionDeniedError", "ProtocolError", "SlabMapping",
-    "StaleStagingError", "StoreUnavailableError", "UnknownNamespaceError",
+    "NamespaceConflictError", "PermissionDeniedError", "PinQuotaError", "ProtocolError",
+    "SlabMapping", "StaleStagingError", "StoreUnavailableError", "UnknownNamespaceError",
 ]

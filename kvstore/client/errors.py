@@ -57,6 +57,11 @@ class CapacityError(KVStoreClientError):
     """No room: every evictable block is pinned."""
 
 
+class PinQuotaError(KVStoreClientError):
+    """The token's tenant holds as many pinned bytes as the server allows
+    (``max_pinned_bytes_per_tenant``): nothing was pinned; release pins first."""
+
+
 class StoreUnavailableError(KVStoreClientError):
     """The server answered, but a tier it needs cannot serve right now."""
 
@@ -83,6 +88,7 @@ _BY_CODE: dict[str, type[KVStoreClientError]] = {
     "namespace_conflict": NamespaceConflictError,
     "block_size": BlockSizeError,
     "capacity": CapacityError,
+    "pin_quota": PinQuotaError,
     "stale_staging": StaleStagingError,
     "unavailable": StoreUnavailableError,
     "namespace_limit": CapacityError,

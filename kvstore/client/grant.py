@@ -9,8 +9,9 @@ round trip, and then :meth:`KVStoreClient.release_grant` drops the pins.
 
 A grant is only good while its pins hold: for ``lease_s`` seconds, and only in the server
 instance that made it (a restarted server's slab is a new segment). Readers check both. The
-pins do not go with the granting client's connections (a reconnect must not free slots a
-worker is copying): only a release or the end of the lease drops them.
+pins do not go the moment the granting client's last connection closes (a worker may be
+copying them): a release, the end of the lease (at most the server's ``max_lease_s``) or the
+server's ``grant_grace_s`` after that last connection closed drops them.
 """
 
 from __future__ import annotations

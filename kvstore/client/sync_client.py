@@ -123,8 +123,8 @@ class KVStoreClient:
                       wait: bool = True) -> int:
         """Drop the pins of a :class:`Grant` on ``hashes``; how many were held (0 with
         ``wait=False``, which does not wait for the answer). Grant pins outlive this client's
-        connections (another process may be copying them): release them, or they stay until
-        their lease runs out."""
+        last connection by the server's ``grant_grace_s`` (another process may be copying
+        them): release them, or they stay until their lease runs out or that grace ends."""
         return self._run(grant.release_grant, namespace, hashes, wait)
 
     def mapped_slab(self, instance: str) -> SlabMapping | None:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from kvstore.protocol.frame import MAX_HASH_BYTES, FrameError
@@ -26,11 +27,15 @@ def arg_int(header: dict[str, Any], key: str, default: int | None = None) -> int
 
 
 def arg_float(header: dict[str, Any], key: str) -> float | None:
+    """An optional number of seconds: finite and positive (how long the server grants is its
+    own business: it cuts leases to its ``max_lease_s``)."""
     value = header.get(key)
     if value is None:
         return None
-    if not isinstance(value, int | float) or isinstance(value, bool) or not 0 < value < 1e7:
-        raise FrameError("bad_request", f"field {key!r} must be a positive number of seconds")
+    if not isinstance(value, int | float) or isinstance(value, bool) \
+            or not (value > 0 and math.isfinite(value)):
+        raise FrameError("bad_request",
+                         f"field {key!r} must be a finite, positive number of seconds")
     return float(value)
 
 

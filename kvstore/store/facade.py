@@ -13,6 +13,7 @@ answers (reads, the host path), which then takes it itself.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -20,7 +21,7 @@ from typing import Any
 
 from kvstore.checksum import checksum
 from kvstore.config import StoreConfig
-from kvstore.errors import KVStoreError, UnknownNamespaceError
+from kvstore.errors import InvalidLeaseError, KVStoreError, UnknownNamespaceError
 from kvstore.namespace import Namespace
 from kvstore.policy import make_policy
 from kvstore.store.counters import Tally
@@ -53,7 +54,7 @@ class Store:
         self._ledger = Ledger([make_policy(c.policy) for c in config.tiers],
                               self._stack.top_name_by_mask)
         self._tally = Tally(len(self._stack))
-        self._leases = LeaseTable()
+        self._leases = LeaseTable(quota=config.max_pinned_bytes_per_tenant)
         self._book = NamespaceBook(config.namespaces_path, NamespaceLimits(
             config.max_namespaces, config.max_namespaces_per_tenant))
         self._placer = Placer(self._stack, self._ledger, self._tally, self._leases)
@@ -181,16 +182,18 @@ class Store:
 
     # -- pins --------------------------------------------------------------------------------
     def pin(self, namespace: str, hashes: Sequence[BlockHash], *, lease_s: float | None = None,
-            owner: str = "") -> list[bool]:
-        """Pin existing blocks for ``lease_s`` seconds (renewed by pinning again). True where
-        the block exists and is now pinned."""
-        self.namespace(namespace)
+            owner: str = "", tenant: str | None = None) -> list[bool]:
+        """Pin existing blocks for ``lease_s`` seconds (renewed by pinning again; see
+        :meth:`_lease`). True where the block exists and is now pinned. With ``tenant`` the
+        blocks are charged to it: :class:`~kvstore.errors.PinQuotaError`, pinning nothing,
+        past its ``max_pinned_bytes_per_tenant``."""
+        ns = self.namespace(namespace)
         keys = make_keys(namespace, hashes)
         lease = self._lease(lease_s)
         with self._lock:
             live = [self._ledger.visible(key) is not None for key in keys]
-            for key in (k for k, ok in zip(keys, live, strict=True) if ok):
-                self._leases.pin(key, owner, lease)
+            self._leases.pin_many([k for k, ok in zip(keys, live, strict=True) if ok], owner,
+                                  lease, size=ns.block_bytes, tenant=tenant)
         return live
 
     def release(self, namespace: str, hashes: Sequence[BlockHash], *, owner: str = "",
@@ -207,6 +210,13 @@ class Store:
         with self._lock:
             return self._leases.expire(owner) + self._host.expire(owner, time.monotonic())
 
+    def cut_leases(self, owner: str, within_s: float) -> int:
+        """Make every pin of ``owner`` run out within ``within_s`` seconds at the latest (0:
+        now); returns how many pins were cut. Its reservations and staged places are not
+        touched (:meth:`expire_leases` drops those)."""
+        with self._lock:
+            return self._leases.cut(owner, max(0.0, within_s))
+
     # -- the shared-memory path: contracts on kvstore.store.host_path.HostPath --------------
     def host_slab(self) -> SlabInfo | None:
         """``SlabInfo(shm_name, size, slot_bytes)`` of the host tier, or None without one."""
@@ -214,13 +224,15 @@ class Store:
 
     def acquire_read(self, namespace: str, hashes: Sequence[BlockHash], *,
                      lease_s: float | None = None, owner: str = "", nowait: bool = False,
-                     promote: bool = True) -> list[Extents | None]:
-        """Pinned host-slab extents of each block (None: a miss); see HostPath."""
+                     promote: bool = True, tenant: str | None = None) -> list[Extents | None]:
+        """Pinned host-slab extents of each block (None: a miss), charged to ``tenant`` as
+        :meth:`pin`; see HostPath."""
         self._stack.slab()
-        self.namespace(namespace)
+        ns = self.namespace(namespace)
         keys = make_keys(namespace, hashes)
         return self._host.acquire_read(keys, lease=self._lease(lease_s), owner=owner,
-                                       nowait=nowait, promote=promote)
+                                       nowait=nowait, promote=promote, size=ns.block_bytes,
+                                       tenant=tenant)
 
     def reserve_write(self, namespace: str, hashes: Sequence[BlockHash], *,
                       lease_s: float | None = None, owner: str = "",
@@ -340,10 +352,14 @@ class Store:
         self._ledger.usage(name)
 
     def _lease(self, lease_s: float | None) -> float:
+        """The lease every pinning call gets: ``lease_s`` (the config's default when None) cut
+        to ``max_lease_s``, so that no caller holds a pin or a reservation longer. Raises
+        :class:`~kvstore.errors.InvalidLeaseError` unless it is a finite, positive number."""
         lease = self.config.default_lease_s if lease_s is None else float(lease_s)
-        if not lease > 0:
-            raise ValueError(f"lease_s must be positive, got {lease_s!r}")
-        return lease
+        if not (lease > 0 and math.isfinite(lease)):
+            raise InvalidLeaseError(f"lease_s must be a finite, positive number of seconds, "
+                                    f"got {lease_s!r}")
+        return min(lease, self.config.max_lease_s)
 
     def _check_open(self) -> None:
         if self._closed:

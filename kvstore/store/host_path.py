@@ -71,7 +71,8 @@ class HostPath:
 
     # -- reads -------------------------------------------------------------------------------
     def acquire_read(self, keys: list[BlockKey], *, lease: float, owner: str, nowait: bool,
-                     promote: bool) -> list[Extents | None]:
+                     promote: bool, size: int = 0,
+                     tenant: str | None = None) -> list[Extents | None]:
         """Extents in the host slab of each block (None for a miss), each pinned for ``lease``
         seconds under ``owner``: the client copies the bytes, then releases them. Blocks in
         lower tiers are promoted into the host tier first. Counts as a get in the stats. With
@@ -79,7 +80,9 @@ class HostPath:
         or promote. With ``promote=False`` only blocks the host tier holds now are served: the
         others get None (and are not counted), however many are stored below. Raises
         :class:`~kvstore.errors.CapacityError` if stored blocks cannot be staged in the host
-        tier (it is full of pinned blocks)."""
+        tier (it is full of pinned blocks), and with ``tenant`` (pins charged to it, ``size``
+        bytes a block) :class:`~kvstore.errors.PinQuotaError`, pinning nothing, past its
+        quota."""
         host, slab = self._host()
         out: list[Extents | None] = [None] * len(keys)
         below: list[BlockKey] = []
@@ -99,17 +102,16 @@ class HostPath:
                 raise CapacityError(
                     f"{stuck} stored blocks could not be staged in the host tier: it is full "
                     "of pinned blocks; release pins or read fewer blocks at once")
-            served: list[int] = []
-            for i, (key, entry) in enumerate(zip(keys, entries, strict=True)):
-                ok = entry is not None and not entry.pending and entry.holds(host)
-                served.append(host if ok else -1)
-                if ok:
-                    self._leases.pin(key, owner, lease)
+            served = [host if entry is not None and not entry.pending and entry.holds(host)
+                      else -1 for entry in entries]
+            hits = [key for key, pos in zip(keys, served, strict=True) if pos >= 0]
+            self._leases.pin_many(hits, owner, lease, size=size, tenant=tenant)  # all or none
+            for i, key in enumerate(keys):
+                if served[i] >= 0:
                     self._ledger.hit(host, key)
                     out[i] = slab.extents(key)
             if not promote:  # only what was served was read
-                keys = [k for k, pos in zip(keys, served, strict=True) if pos >= 0]
-                served = [host] * len(keys)
+                keys, served = hits, [host] * len(hits)
             self._tally.reads([k[0] for k in keys], served, [pos >= 0 for pos in served])
         return out
 

@@ -31,6 +31,12 @@ class Session:
     unix: bool = False  # a Unix-socket connection: descriptors can travel with replies
     send_fds: list[int] = field(default_factory=list)  # to attach to the next reply
 
+    @property
+    def tenant(self) -> str | None:
+        """Whom the session's pins are charged to: its principal's tenant (None for the
+        admin, whose pins no quota limits)."""
+        return self.principal.tenant if self.principal is not None else None
+
 
 class OpsContext:
     """The store and settings the op handlers share, and how they reach the store."""

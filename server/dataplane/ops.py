@@ -189,11 +189,13 @@ class Ops:
 
     async def pin(self, session: Session, req: Pin, _: memoryview) -> Answer:
         ns = self.ctx.ns(session, req.ns)
-        pinned = await self.run(self._pin, ns.name, req.hashes, req.lease_s, session.owner)
+        pinned = await self.run(self._pin, ns.name, req.hashes, req.lease_s, session.owner,
+                                session.tenant)
         return PinReply(pinned), []
 
-    def _pin(self, ns: str, hashes: list[BlockHash], lease_s: float | None, owner: str) -> Any:
-        return self.store.pin(ns, hashes, lease_s=lease_s, owner=owner)
+    def _pin(self, ns: str, hashes: list[BlockHash], lease_s: float | None, owner: str,
+             tenant: str | None) -> Any:
+        return self.store.pin(ns, hashes, lease_s=lease_s, owner=owner, tenant=tenant)
 
     async def release(self, session: Session, req: Release, _: memoryview) -> Answer:
         ns = self.ctx.ns(session, req.ns)

@@ -7,8 +7,8 @@ are limited apart from established ones, so that half-open connections cannot ta
 of real clients: past ``max_pending_connections`` the oldest pending one is closed (a real
 client says hello at once; an idle one waits for its ``hello_timeout_s``), and
 ``max_connections`` counts established connections only. A vanished client's pins go when
-its last connection closes, and otherwise when their leases run out (a reaper expires leases
-every second).
+its last connection closes (its grants ``grant_grace_s`` later), and otherwise when their
+leases run out (a reaper expires leases every second).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from kvstore.store import StoreAPI
 from server.dataplane.buffers import BufferPool
 from server.dataplane.conn import Connection
 from server.dataplane.ops import Ops
-from server.dataplane.shm_ops import READ_SUFFIX
+from server.dataplane.shm_ops import GRANT_SUFFIX, READ_SUFFIX
 from server.metrics import ServerMetrics
 from server.preflight import claim_socket_path
 from server.settings import ServerSettings
@@ -130,11 +130,13 @@ class DataPlane:
         task.add_done_callback(self._tasks.discard)
 
     def _drop_owner(self, owner: str) -> None:
-        # Not the owner's grants (GRANT_SUFFIX): other processes may be copying them; they
-        # go when released or when their lease runs out.
+        # The owner's grants (GRANT_SUFFIX) get grant_grace_s more at most, not nothing:
+        # other processes (an engine's workers) may be copying them right now. After that
+        # they go too, so grants cannot outlive their client by a whole lease.
         try:
             for who in (owner, owner + READ_SUFFIX):
                 self.store.expire_leases(who)
+            self.store.cut_leases(owner + GRANT_SUFFIX, self.settings.grant_grace_s)
         except Exception:  # the store may be closing; leases expire on their own anyway
             log.debug("dropping pins of %s failed", owner, exc_info=True)
 

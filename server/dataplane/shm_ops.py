@@ -8,9 +8,12 @@ drops a pin the client took with ``pin``.
 ``shm_lookup`` is a lookup that also pins each block of the hit that the host tier holds right
 now and returns its extents. An engine's scheduler asks it in place of ``lookup`` and hands the
 extents to its workers, which then copy a hit with no round trip of their own (the scheduler
-releases the pins with ``shm_release`` and ``grant: true`` once the workers are done). These
-pins are not dropped when the client's connections close, only when released or when their
-lease runs out: the workers copying them are other processes.
+releases the pins with ``shm_release`` and ``grant: true`` once the workers are done). The
+workers copying them are other processes, so these pins are not dropped the moment the
+client's last connection closes: they get ``grant_grace_s`` more at most, then go.
+
+Every lease is cut to the server's ``max_lease_s`` by the store, and every pin is charged to
+the session's tenant (:attr:`Session.tenant`; the admin's are not charged).
 """
 
 from __future__ import annotations
@@ -42,9 +45,10 @@ from server.dataplane.context import Answer, Handler, OpsContext, Session
 from server.errors import ForbiddenError
 
 READ_SUFFIX = "#read"
-# Grants (shm_lookup) pin under their own owner, which outlives the client's connections: the
-# process that copies a grant is not the one holding the connection, and must not see the
-# pins go when that connection drops. Released by shm_release with "grant", or by the lease.
+# Grants (shm_lookup) pin under their own owner, which outlives the client's connections by
+# grant_grace_s: the process that copies a grant is not the one holding the connection, and
+# must not see the pins go the moment that connection drops. Released by shm_release with
+# "grant", by the lease, or grant_grace_s after the client's last connection closed.
 GRANT_SUFFIX = "#grant"
 
 
@@ -133,7 +137,8 @@ class SharedMemoryOps:
     async def shm_acquire(self, session: Session, req: ShmAcquire, _: memoryview) -> Answer:
         ns = self._ctx.ns(session, req.ns)
         extents = await self._ctx.now(self._store.acquire_read, ns.name, req.hashes,
-                                      lease_s=req.lease_s, owner=session.owner + READ_SUFFIX)
+                                      lease_s=req.lease_s, owner=session.owner + READ_SUFFIX,
+                                      tenant=session.tenant)
         return ExtentsReply(extents, self._store.slab_generations(extents)), []
 
     async def shm_release(self, session: Session, req: ShmRelease, _: memoryview) -> Answer:
@@ -149,14 +154,16 @@ class SharedMemoryOps:
         ``shm_release`` with ``grant`` drops them."""
         ns = self._ctx.ns(session, req.ns)
         n, tiers, extents = await self._ctx.now(self._lookup_acquire, ns.name, req.hashes,
-                                                req.lease_s, session.owner + GRANT_SUFFIX)
+                                                req.lease_s, session.owner + GRANT_SUFFIX,
+                                                session.tenant)
         return ShmLookupReply(n, tiers, extents, self._store.slab_generations(extents)), []
 
     def _lookup_acquire(self, ns: str, hashes: list[BlockHash], lease_s: float | None, owner: str,
+                        tenant: str | None,
                         nowait: bool = False) -> tuple[int, list[str], list[Any]]:
         found = self._store.lookup(ns, hashes, nowait=nowait)
         n = found.prefix_blocks
         extents: list[Any] = self._store.acquire_read(
-            ns, hashes[:n], lease_s=lease_s, owner=owner, nowait=nowait, promote=False
-        ) if n else []
+            ns, hashes[:n], lease_s=lease_s, owner=owner, nowait=nowait, promote=False,
+            tenant=tenant) if n else []
         return n, list(found.tiers), extents

@@ -178,6 +178,9 @@ class InfoOut(BaseModel):
     max_frame_bytes: int
     max_header_bytes: int
     max_batch: int
+    max_lease_s: float | None = Field(
+        None, description="longest lease this server grants: leases asked for longer are cut "
+                          "to it")
 
 
 class ErrorBody(BaseModel):

@@ -110,8 +110,9 @@ def test_bad_shm_lookup_frames_get_error_frames(server: ServerProc, ns_name: str
 def test_grant_pins_outlive_the_granting_connection_until_their_lease(
     server: ServerProc, ns_name: str
 ) -> None:
-    # The process copying a grant is not the one holding the connection: a reconnect of the
-    # granting client must not free slots a worker is still copying.
+    # The process copying a grant is not the one holding the connection: the granting
+    # client's last connection closing must not free slots a worker is still copying at once
+    # (they stay for grant_grace_s, 5 s by default, or until their shorter lease runs out).
     hashes, data = _blocks(3, ns_name)
     with KVStoreClient(server.url, use_shm=True) as watcher:
         watcher.register_namespace(ns_name, BLOCK, {"model_id": "m"})

@@ -93,3 +93,19 @@ def test_event_loop_choice(tmp_path: Path) -> None:
     assert loop_factory("asyncio") is None
     with pytest.raises(ValidationError, match="event_loop"):
         load_settings(None, data_dir=str(tmp_path), event_loop="trio")
+
+
+def test_lease_cap_and_pin_quota(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = load_settings(data_dir=str(tmp_path), host_capacity="1GiB").store_config()
+    assert cfg.max_lease_s == 300.0
+    assert cfg.max_pinned_bytes_per_tenant == 256 << 20  # a quarter of the top tier
+    monkeypatch.setenv("KVSTORE_MAX_LEASE_S", "45")
+    s = load_settings(data_dir=str(tmp_path), max_pinned_bytes_per_tenant="64MiB",
+                      grant_grace_s="0")
+    assert (s.max_lease_s, s.grant_grace_s) == (45.0, 0.0)
+    assert s.store_config().max_pinned_bytes_per_tenant == 64 << 20
+    assert load_settings(data_dir=str(tmp_path), lease_s=60).store_config().default_lease_s \
+        == 45.0  # the default lease is cut to the cap like every other
+    for bad in ("inf", "nan", "-1", "0"):
+        with pytest.raises(ValidationError):
+            load_settings(data_dir=str(tmp_path), max_lease_s=bad)
