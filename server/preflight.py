@@ -1,5 +1,5 @@
 """Checks before a server takes something another process may own or the machine may not
-have: its ports (bound here, before anything is announced), its Unix socket path (only a stale
+have: its ports (bound before anything is announced), its Unix socket path (only a stale
 socket is removed, never a file, a folder or a live socket), its data dir, the memory for the
 host tier and the device of the device tier. A refusal is a :class:`StartupError`: one line
 naming the setting and what to do, and exit code 2, before the store is opened."""

@@ -5,9 +5,11 @@ tier's device), lock the data dir (two servers on one folder would corrupt each 
 bind the REST and data ports, claim the Unix socket path (only a stale socket is removed),
 reclaim the shared-memory segment a crashed predecessor left (never one a live server holds),
 open the store (its index is rebuilt from LMDB), then listen; every refusal comes before the
-store opens and before the server says it is serving (:mod:`server.preflight`). Stop (SIGTERM or SIGINT): ``/healthz`` turns 503, listeners stop
-accepting, in-flight requests finish (up to ``shutdown_grace_s``), then the store closes:
-memory-only blocks spill to disk and LMDB is synced, so nothing half-written remains.
+store opens and before the server says it is serving (:mod:`server.preflight`).
+
+Stop (SIGTERM or SIGINT): ``/healthz`` turns 503, listeners stop accepting, in-flight requests
+finish (up to ``shutdown_grace_s``), then the store closes: memory-only blocks spill to disk
+and LMDB is synced, so nothing half-written remains.
 """
 
 from __future__ import annotations
