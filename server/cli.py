@@ -60,7 +60,7 @@ def settings_flags(parser: argparse.ArgumentParser) -> None:
             continue
         options: dict[str, Any] = {"dest": name, "default": None, "help": text}
         if typing.get_origin(kind) is dict:
-            options.update(type=_json_arg, metavar="JSON")
+            options["type"] = _json_arg
         elif kind is ByteSize:
             options["metavar"] = "SIZE"
         elif typing.get_origin(kind) is typing.Literal:
