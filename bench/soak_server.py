@@ -26,10 +26,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from pydantic import ByteSize, TypeAdapter
+
 from kvstore.client import KVStoreClient
 from kvstore.testing.server import ServerProc
 from kvstore.types import BlockHash
-from server.settings import parse_size
+
+
+def _size(text: str) -> int:
+    return int(TypeAdapter(ByteSize).validate_python(text))
 
 
 def block_for(key: bytes, size: int) -> bytes:
@@ -94,7 +99,7 @@ class Worker(threading.Thread):
 
 
 def soak(url: str, pid: int | None, args: argparse.Namespace) -> dict[str, Any]:
-    block = parse_size(args.block_bytes)
+    block = _size(args.block_bytes)
     with KVStoreClient(url) as c:
         c.register_namespace("soak", block, {"model_id": "soak"})
     until = time.monotonic() + args.seconds
@@ -115,7 +120,7 @@ def soak(url: str, pid: int | None, args: argparse.Namespace) -> dict[str, Any]:
     return {"seconds": round(elapsed, 2), "clients": args.clients, "ops": ops,
             "ops_per_s": round(sum(ops.values()) / elapsed, 1), "errors": len(errors),
             "error_samples": errors[:5], "peak_rss": peak,
-            "rss_limit_anon": parse_size(args.rss_overhead)}
+            "rss_limit_anon": _size(args.rss_overhead)}
 
 
 def main() -> int:
@@ -146,7 +151,7 @@ def main() -> int:
           f"({result['ops_per_s']} ops/s), errors {result['errors']}, peak RSS "
           f"{result['peak_rss']['rss'] / mib:.0f} MiB (anon {result['peak_rss']['anon'] / mib:.0f}"
           f" MiB, shm {result['peak_rss']['shmem'] / mib:.0f} MiB; host tier "
-          f"{parse_size(args.host_capacity) / mib:.0f} MiB) -> {'OK' if ok else 'FAIL'}")
+          f"{_size(args.host_capacity) / mib:.0f} MiB) -> {'OK' if ok else 'FAIL'}")
     for e in result["error_samples"]:
         print("  error:", e)
     if args.json:

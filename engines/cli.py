@@ -1,11 +1,17 @@
 """``kvstore-engine``: ``generate`` (one prompt, prints the output ids as JSON) and ``serve``
-(an HTTP worker, see :mod:`engines.worker`)."""
+(an HTTP worker, see :mod:`engines.worker`).
+
+A start that cannot work (no checkpoint at ``--model``, no kvstore at ``--kvstore``, a taken
+``--port``, a bad flag) is one line naming the flag and exit code 2 (:mod:`kvstore.cli_kit`).
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from engines.decoder.config import (
     DEFAULT_BLOCK_SIZE,
@@ -14,51 +20,110 @@ from engines.decoder.config import (
     DEFAULT_NUM_BLOCKS,
     EngineConfig,
 )
+from kvstore import cli_kit
+from kvstore.cli_kit import CommandError
+
+if TYPE_CHECKING:
+    from engines.decoder.runner import Engine
+
+PROG = "kvstore-engine"
 
 
 def _engine_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", required=True, help="Hugging Face checkpoint folder")
-    p.add_argument("--kvstore", default=None, help="kvstore server URL or host:port")
-    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
-    p.add_argument("--dtype", default=None, help="float32, bfloat16 or float16")
-    p.add_argument("--block-size", type=int, default=DEFAULT_BLOCK_SIZE)
-    p.add_argument("--num-blocks", type=int, default=DEFAULT_NUM_BLOCKS)
-    p.add_argument("--max-batch-tokens", type=int, default=DEFAULT_MAX_BATCH_TOKENS)
-    p.add_argument("--max-seqs", type=int, default=DEFAULT_MAX_SEQS)
-    p.add_argument("--hash-algo", default="sha256")
-    p.add_argument("--hash-seed", default=None)
-    p.add_argument("--kernels", default="numpy", help="CPU block copy backend: numpy or numba")
+    p.add_argument("--model", required=True, metavar="DIR",
+                   help="Hugging Face Llama-family checkpoint folder (config.json + "
+                        "*.safetensors)")
+    p.add_argument("--kvstore", default=None, metavar="URL",
+                   help="kvstore server URL or host:port: reuse and store prompt blocks "
+                        "(default: none, no store)")
+    p.add_argument("--device", default=None,
+                   help="cpu, cuda or cuda:N (default: cuda when torch sees a GPU, else cpu)")
+    p.add_argument("--dtype", default=None, choices=("float32", "bfloat16", "float16"),
+                   help="weights and KV dtype (default: the checkpoint's; float32 for half "
+                        "precision on cpu)")
+    p.add_argument("--block-size", type=int, default=DEFAULT_BLOCK_SIZE,
+                   help="tokens per KV block (must match across workers)")
+    p.add_argument("--num-blocks", type=int, default=DEFAULT_NUM_BLOCKS,
+                   help="blocks in the paged KV cache")
+    p.add_argument("--max-batch-tokens", type=int, default=DEFAULT_MAX_BATCH_TOKENS,
+                   help="tokens per step; longer prompts prefill in chunks")
+    p.add_argument("--max-seqs", type=int, default=DEFAULT_MAX_SEQS,
+                   help="sequences in one running batch")
+    p.add_argument("--hash-algo", default="sha256",
+                   help="block hash algorithm, as vLLM's (must match across workers)")
+    p.add_argument("--hash-seed", default=None,
+                   help="block hash seed, vLLM's PYTHONHASHSEED (default: none)")
+    p.add_argument("--kernels", default="numpy", choices=("numpy", "numba"),
+                   help="CPU block copy backend")
 
 
-def _build(args: argparse.Namespace):  # -> Engine (imports torch lazily for --help)
+def prompt_ids(text: str) -> list[int]:
+    """Token ids from ``--prompt-ids``: a JSON list (``[1, 2, 3]``) or ids separated by commas
+    or spaces (``1,2,3``)."""
+    try:
+        value = json.loads(text) if text.lstrip().startswith("[") else \
+            [int(t) for t in text.replace(",", " ").split()]
+    except ValueError:
+        value = None
+    if not isinstance(value, list) or not value \
+            or not all(type(t) is int and t >= 0 for t in value):
+        raise argparse.ArgumentTypeError(
+            f"expected token ids as a JSON list or comma-separated, such as '[1, 2, 3]' or "
+            f"'1,2,3'; got {text!r}")
+    return value
+
+
+def _check_model(path: str) -> None:
+    folder = Path(path)
+    if not (folder / "config.json").is_file():
+        where = "no such folder" if not folder.is_dir() else "no config.json in it"
+        raise CommandError(f"--model {path}: {where}; give a Hugging Face checkpoint folder "
+                           "(config.json + *.safetensors)")
+    if not any(folder.glob("*.safetensors")):
+        raise CommandError(f"--model {path}: no *.safetensors weights in it; give a Hugging "
+                           "Face checkpoint folder saved with safetensors")
+
+
+def _build(args: argparse.Namespace) -> Engine:  # imports torch lazily, for a quick --help
     import torch
 
     from engines.decoder import kernels
     from engines.decoder.runner import Engine
     from engines.store_io import open_store
+    from kvstore.client import KVStoreUnavailableError
 
+    _check_model(args.model)
     kernels.set_backend(args.kernels)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError("--device cuda but torch sees no CUDA device; use --device cpu")
-    ecfg = EngineConfig(block_size=args.block_size, num_blocks=args.num_blocks,
-                        max_batch_tokens=args.max_batch_tokens, max_seqs=args.max_seqs,
-                        device=device, dtype=args.dtype, hash_algo=args.hash_algo,
-                        hash_seed=args.hash_seed)
-    return Engine(args.model, ecfg, open_store(args.kvstore))
+        raise CommandError("--device cuda but torch sees no CUDA device; use --device cpu")
+    try:
+        ecfg = EngineConfig(block_size=args.block_size, num_blocks=args.num_blocks,
+                            max_batch_tokens=args.max_batch_tokens, max_seqs=args.max_seqs,
+                            device=device, dtype=args.dtype, hash_algo=args.hash_algo,
+                            hash_seed=args.hash_seed)
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
+    try:
+        return Engine(args.model, ecfg, open_store(args.kvstore))
+    except KVStoreUnavailableError as exc:
+        raise CommandError(f"--kvstore {args.kvstore}: {exc.__cause__ or exc}; start kvstore "
+                           "serve there or fix the URL") from None
+    except ValueError as exc:  # a checkpoint the decoder does not implement
+        raise CommandError(f"--model {args.model}: {exc}") from None
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
     from engines.decoder.sampler import SamplingParams
 
-    prompt = json.loads(args.prompt_ids)
-    if not isinstance(prompt, list) or not all(isinstance(t, int) for t in prompt):
-        print("--prompt-ids must be a JSON list of integers", file=sys.stderr)
-        return 2
     params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature,
                             top_p=args.top_p, seed=args.seed, ignore_eos=args.ignore_eos)
     engine = _build(args)
-    print(json.dumps(engine.generate([prompt], params)[0]))
+    try:
+        out = engine.generate([args.prompt_ids], params)[0]
+    except ValueError as exc:  # the prompt does not fit this model or cache
+        raise CommandError(f"--prompt-ids: {exc}") from None
+    print(json.dumps(out))
     return 0
 
 
@@ -68,38 +133,46 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from engines.worker import create_app
 
     if args.role == "prefill" and not args.kvstore:
-        print("--role prefill needs --kvstore: its blocks go to the store", file=sys.stderr)
-        return 2
+        raise CommandError("--role prefill needs --kvstore: its blocks go to the store")
+    socks = cli_kit.bind_tcp(args.host, args.port, "--port")  # before the model loads
     app = create_app(_build(args), role=args.role)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    uvicorn.Server(uvicorn.Config(app, log_level=args.log_level)).run(sockets=socks)
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="kvstore-engine", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    g = sub.add_parser("generate", help="generate for one token-id prompt")
+def build_parser() -> argparse.ArgumentParser:
+    parser = cli_kit.Parser(prog=PROG, description="The built-in decoder engine: generate for "
+                            "one prompt, or serve an HTTP worker.")
+    cli_kit.add_version(parser)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    g = sub.add_parser("generate", help="generate for one token-id prompt; prints the output "
+                                        "ids as a JSON list")
     _engine_args(g)
-    g.add_argument("--prompt-ids", required=True, help="JSON list of token ids")
-    g.add_argument("--max-tokens", type=int, default=16)
-    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
-    g.add_argument("--top-p", type=float, default=1.0)
-    g.add_argument("--seed", type=int, default=None)
-    g.add_argument("--ignore-eos", action="store_true")
+    g.add_argument("--prompt-ids", required=True, type=prompt_ids, metavar="IDS",
+                   help="the prompt's token ids: '[1, 2, 3]' or '1,2,3'")
+    g.add_argument("--max-tokens", type=int, default=16, help="tokens to generate at most")
+    g.add_argument("--temperature", type=float, default=0.0, help="0 is greedy")
+    g.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass")
+    g.add_argument("--seed", type=int, default=None, help="sampling seed (default: none)")
+    g.add_argument("--ignore-eos", action="store_true", help="go on past end-of-sequence")
     g.set_defaults(handler=cmd_generate)
-    s = sub.add_parser("serve", help="run an HTTP worker")
+    s = sub.add_parser("serve", help="run an HTTP worker (see engines/README.md)")
     _engine_args(s)
-    s.add_argument("--host", default="127.0.0.1")
-    s.add_argument("--port", type=int, default=8480)
-    s.add_argument("--role", choices=("both", "prefill", "decode"), default="both")
-    s.add_argument("--log-level", default="warning")
+    s.add_argument("--host", default="127.0.0.1", help="bind address")
+    s.add_argument("--port", type=int, default=8480, help="HTTP port")
+    s.add_argument("--role", choices=("both", "prefill", "decode"), default="both",
+                   help="prefill: computes prompts' KV into kvstore; decode: generates from "
+                        "kvstore's blocks; both: either")
+    s.add_argument("--log-level", default="warning",
+                   choices=("critical", "error", "warning", "info", "debug", "trace"),
+                   help="uvicorn's log level")
     s.set_defaults(handler=cmd_serve)
-    args = parser.parse_args(argv)
-    try:
-        return int(args.handler(args))
-    except ValueError as exc:
-        print(f"kvstore-engine: {exc}", file=sys.stderr)
-        return 2
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args: Any = build_parser().parse_args(argv)
+    return cli_kit.run(PROG, lambda: int(args.handler(args)))
 
 
 if __name__ == "__main__":

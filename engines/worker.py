@@ -197,10 +197,17 @@ def create_app(engine: Engine, role: str = "both") -> FastAPI:
         if not req.stream:
             await collect(p)
             return summary(p, started)
+        # wait for the first token before answering, so that a request the engine refuses
+        # gets the same 400 as without stream (a router must not take it for a failed worker)
+        first = await p.tokens.get()
+        if first is None and p.error and p.seq is None:
+            raise HTTPException(400, p.error)
 
         async def events() -> AsyncIterator[str]:
-            while (tok := await p.tokens.get()) is not None:
+            tok = first
+            while tok is not None:
                 yield f"data: {json.dumps({'token_id': tok})}\n\n"
+                tok = await p.tokens.get()
             if p.error:
                 yield f"data: {json.dumps({'error': p.error})}\n\n"
             else:

@@ -1,6 +1,8 @@
-"""Checks before a server takes something another process may own, such as its Unix socket
-path (only a stale socket is removed, never a file, a folder or a live socket). A refusal is a
-:class:`StartupError`: one line and exit code 2, before the store is opened."""
+"""Checks before a server takes something another process may own or the machine may not
+have: its ports (bound before anything is announced), its Unix socket path (only a stale
+socket is removed, never a file, a folder or a live socket), its data dir, the memory for the
+host tier and the device of the device tier. A refusal is a :class:`StartupError`: one line
+naming the setting and what to do, and exit code 2, before the store is opened."""
 
 from __future__ import annotations
 
@@ -9,12 +11,76 @@ import logging
 import os
 import socket
 import stat
+from typing import TYPE_CHECKING
+
+from pydantic import ByteSize
+
+from kvstore.cli_kit import CommandError, bind_tcp
+from kvstore.tiers.segment import memory_available
+
+if TYPE_CHECKING:
+    from server.settings import ServerSettings
 
 log = logging.getLogger("kvstore.server")
 
+__all__ = ["StartupError", "bind_tcp", "check_data_dir", "check_device", "check_memory",
+           "claim_socket_path"]
 
-class StartupError(Exception):
-    """The server must not start: a resource it needs belongs to someone else."""
+
+class StartupError(CommandError):
+    """The server must not start: a resource it needs belongs to someone else, or a setting
+    asks for what this machine does not have."""
+
+
+def _human(n: int) -> str:
+    return ByteSize(n).human_readable()
+
+
+def check_data_dir(path: os.PathLike[str] | str) -> None:
+    """Make the data dir (mode 0700), or refuse one that is a file or cannot be made."""
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise StartupError(f"data dir {path} exists and is not a folder; choose another "
+                           "--data-dir") from None
+    except PermissionError as exc:
+        raise StartupError(f"cannot create data dir {path} ({exc.strerror}); choose another "
+                           "--data-dir") from None
+
+
+def check_memory(settings: ServerSettings) -> None:
+    """Refuse a host tier larger than the memory this machine (or its cgroup) has free: the
+    slab is reserved in full at start, and reserving more than there is ends in the kernel's
+    OOM killer, not in an error."""
+    want = settings.host_capacity
+    room = memory_available()
+    if want and room is not None and want > room:
+        raise StartupError(f"host_capacity {_human(want)} is more than the memory available "
+                           f"({_human(room)}); lower --host-capacity")
+
+
+def check_device(settings: ServerSettings) -> None:
+    """Refuse a device tier on a device torch cannot use (no CUDA, no such GPU)."""
+    if not settings.device_capacity or settings.device == "cpu":
+        return
+    import torch
+
+    try:
+        device = torch.device(settings.device)
+    except RuntimeError:
+        raise StartupError(f"device {settings.device!r} is not a torch device; set --device "
+                           "to cpu or cuda:N") from None
+    if device.type != "cuda":
+        return
+    if not torch.cuda.is_available():
+        build = "a CPU-only build" if torch.version.cuda is None else "built with CUDA"
+        raise StartupError(f"device {settings.device}: torch {torch.__version__} ({build}) sees "
+                           "no CUDA device; use --device cpu, or --device-capacity 0 for no "
+                           "device tier")
+    count = torch.cuda.device_count()
+    if device.index is not None and device.index >= count:
+        raise StartupError(f"device {settings.device}: torch sees {count} CUDA device(s); "
+                           f"choose --device cuda:0 to cuda:{count - 1}")
 
 
 def claim_socket_path(path: str) -> None:

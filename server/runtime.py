@@ -1,11 +1,15 @@
 """Start and stop one server process: store, REST (uvicorn) and data plane on one event loop.
 
-Start: lock the data dir (two servers on one folder would corrupt each other's view), claim
-the Unix socket path (only a stale socket is removed), reclaim the shared-memory segment a
-crashed predecessor left (never one a live server holds), open the store (its index is rebuilt
-from LMDB), then listen. Stop (SIGTERM or SIGINT): ``/healthz`` turns 503, listeners stop
-accepting, in-flight requests finish (up to ``shutdown_grace_s``), then the store closes:
-memory-only blocks spill to disk and LMDB is synced, so nothing half-written remains.
+Start: check that this machine can honour the settings (memory for the host tier, the device
+tier's device), lock the data dir (two servers on one folder would corrupt each other's view),
+bind the REST and data ports, claim the Unix socket path (only a stale socket is removed),
+reclaim the shared-memory segment a crashed predecessor left (never one a live server holds),
+open the store (its index is rebuilt from LMDB), then listen; every refusal comes before the
+store opens and before the server says it is serving (:mod:`server.preflight`).
+
+Stop (SIGTERM or SIGINT): ``/healthz`` turns 503, listeners stop accepting, in-flight requests
+finish (up to ``shutdown_grace_s``), then the store closes: memory-only blocks spill to disk
+and LMDB is synced, so nothing half-written remains.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import fcntl
 import logging
 import os
 import signal
+import socket
 import sys
 import uuid
 from collections.abc import Callable, Iterator
@@ -29,7 +34,14 @@ from kvstore.store import StoreAPI
 from server.auth import Authenticator
 from server.dataplane.server import DataPlane
 from server.metrics import ServerMetrics
-from server.preflight import claim_socket_path
+from server.preflight import (
+    StartupError,
+    bind_tcp,
+    check_data_dir,
+    check_device,
+    check_memory,
+    claim_socket_path,
+)
 from server.rest.app import create_app
 from server.rest.conn_guard import guarded_http
 from server.rest.schemas import InfoOut, ShmInfo
@@ -42,14 +54,16 @@ log = logging.getLogger("kvstore.server")
 def data_dir_lock(settings: ServerSettings) -> Iterator[None]:
     """Hold an exclusive lock on the data dir for the server's life; fail fast if taken."""
     path = settings.data_path
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    check_data_dir(path)
     os.chmod(path, 0o700)  # cached KV and layouts are the server user's alone, whatever the umask
     fd = os.open(path / "server.lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise SystemExit(f"another kvstore server is using {path}") from None
+            raise StartupError(f"data dir {path} is in use by another kvstore server (it holds "
+                               "server.lock); stop that server or choose another --data-dir") \
+                from None
         yield
     finally:
         os.close(fd)
@@ -91,7 +105,8 @@ def loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
         import uvloop
     except ImportError:
         if choice == "uvloop":
-            raise RuntimeError("event_loop 'uvloop' is set but uvloop is not installed") from None
+            raise StartupError("event_loop uvloop is set but uvloop is not installed; set "
+                               "--event-loop auto or asyncio") from None
         return None
     return uvloop.new_event_loop
 
@@ -105,12 +120,22 @@ class _Uvicorn(uvicorn.Server):
 
 
 async def serve(settings: ServerSettings) -> int:
-    with data_dir_lock(settings):
+    """Run until SIGTERM or SIGINT. Everything that can refuse the start (a setting this
+    machine cannot honour, a taken port, data dir or socket) is checked before the store is
+    opened and before the server says it is serving: :class:`StartupError`."""
+    check_memory(settings)
+    check_device(settings)
+    with data_dir_lock(settings), contextlib.ExitStack() as bound:
+        rest = bind_tcp(settings.host, settings.port, "--port")
+        data = bind_tcp(settings.host, settings.data_port, "--data-port") \
+            if settings.data_port else []
+        for sock in rest + data:  # the listeners take them over; closing twice is harmless
+            bound.callback(sock.close)
         if settings.socket_path:
             claim_socket_path(settings.socket_path)  # before anything is opened
         store = open_store(settings)
         try:
-            return await _serve_store(settings, store)
+            return await _serve_store(settings, store, rest, data)
         finally:
             lost = store.close()
             if lost:
@@ -120,13 +145,14 @@ async def serve(settings: ServerSettings) -> int:
                 log.info("store closed and synced")
 
 
-async def _serve_store(settings: ServerSettings, store: StoreAPI) -> int:
+async def _serve_store(settings: ServerSettings, store: StoreAPI, rest: list[socket.socket],
+                       data: list[socket.socket]) -> int:
     info = build_info(settings, store)
     metrics = ServerMetrics(store.stats)
     tier = durable_tier(settings)
     app = create_app(store, settings, info, metrics, tier)
     plane = DataPlane(store, settings, info.model_dump(), Authenticator(settings), metrics, tier)
-    await plane.start()
+    await plane.start(data)
     server = _Uvicorn(uvicorn.Config(
         app, host=settings.host, port=settings.port, log_level=settings.log_level,
         access_log=False, lifespan="off", timeout_graceful_shutdown=int(settings.shutdown_grace_s),
@@ -146,7 +172,7 @@ async def _serve_store(settings: ServerSettings, store: StoreAPI) -> int:
           f"{settings.data_port or 'off'} unix {settings.socket_path or 'off'} shm "
           f"{(info.shm.name or 'memfd') if info.shm else 'off'}", file=sys.stderr, flush=True)
     try:
-        await server.serve()
+        await server.serve(sockets=rest)
     finally:
         app.state.closing = True
         await plane.close(settings.shutdown_grace_s)

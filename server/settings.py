@@ -13,12 +13,20 @@ import hashlib
 import ipaddress
 import logging
 import os
-import re
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, SecretStr, model_validator
+import yaml
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    ByteSize,
+    Field,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -36,42 +44,30 @@ from kvstore.config import (
     StoreConfig,
     TierConfig,
 )
+from kvstore.policy import POLICIES
 from server.token_files import fill_tokens_from_files
 
-_UNITS = {
-    "": 1, "b": 1,
-    "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3,
-    "t": 1000**4, "tb": 1000**4,
-    "ki": 1 << 10, "kib": 1 << 10, "mi": 1 << 20, "mib": 1 << 20, "gi": 1 << 30, "gib": 1 << 30,
-    "ti": 1 << 40, "tib": 1 << 40,
-}
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
 
-
-def parse_size(value: Any) -> int:
-    """Bytes from an int or a string such as ``"512MiB"``, ``"10GiB"``, ``"1.5GB"``, ``"4096"``.
-    Raises ``ValueError`` naming the accepted units on anything else."""
-    if isinstance(value, bool):
+def _refuse_bool(value: Any) -> Any:
+    if isinstance(value, bool):  # YAML's yes/no, or a flag mixed up with a switch
         raise ValueError(f"not a size: {value!r}")
-    if isinstance(value, int):
-        if value < 0:
-            raise ValueError(f"size must not be negative, got {value}")
-        return value
-    if isinstance(value, float) and value >= 0 and value.is_integer():
-        return int(value)
-    if not isinstance(value, str):
-        raise ValueError(f"not a size: {value!r}")
-    match = _SIZE_RE.match(value)
-    unit = match.group(2).lower() if match else None
-    if match is None or unit not in _UNITS:
-        raise ValueError(
-            f"not a size: {value!r}; use bytes or a number with a unit such as 512MiB, 10GiB, "
-            "1.5GB (units: B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)"
-        )
-    return int(float(match.group(1)) * _UNITS[unit])
+    return value
 
 
-Size = Annotated[int, BeforeValidator(parse_size), Field(ge=0)]
+# bytes, or a number with a unit: 4096, 512MiB, 10GiB, 1.5GB (parsed by pydantic's ByteSize;
+# kept as a plain int, which is what type checkers see)
+if TYPE_CHECKING:
+    Size = int
+else:
+    Size = Annotated[ByteSize, BeforeValidator(_refuse_bool), AfterValidator(int)]
+LogLevel = Literal["critical", "error", "warning", "info", "debug"]
+
+
+def _lower(value: Any) -> Any:
+    return value.lower() if isinstance(value, str) else value
+
+
+_VISIBLE = "VISIBLE IN THE PROCESS LIST (ps) to every local user: prefer {0} or {1}"
 
 _yaml_path: ContextVar[str | None] = ContextVar("kvstore_yaml_path", default=None)
 
@@ -93,65 +89,114 @@ class ServerSettings(BaseSettings):
     )
 
     # -- network --------------------------------------------------------------------------
-    host: str = "127.0.0.1"  # REST and TCP data plane bind address
-    port: int = Field(8470, ge=1, le=65535)  # REST control plane
-    data_port: int = Field(8471, ge=0, le=65535)  # TCP data plane; 0 disables it
-    unix_socket: str | None = None  # data plane Unix socket; default <data_dir>/kvstore.sock
-    enable_unix_socket: bool = True
-    enable_shm: bool = True  # offer the host tier's shared memory to local clients
+    host: str = Field("127.0.0.1", description="bind address of REST and the TCP data plane; "
+                      "beyond loopback a token is required")
+    port: int = Field(8470, ge=1, le=65535, description="REST control plane port")
+    data_port: int = Field(8471, ge=0, le=65535, description="TCP data plane port; 0: off")
+    unix_socket: str | None = Field(None, description="data plane Unix socket (mode 0600); "
+                                    "none: <data_dir>/kvstore.sock")
+    enable_unix_socket: bool = Field(True, description="serve the data plane on the Unix "
+                                     "socket too")
+    enable_shm: bool = Field(True, description="offer the host tier's shared memory to local "
+                             "clients (the zero-copy path)")
     # -- storage --------------------------------------------------------------------------
-    data_dir: str = "./data"
-    host_capacity: Size = DEFAULT_HOST_CAPACITY  # bytes of host RAM (shared memory); 0: none
-    host_slot_bytes: Size = 0  # slot size of the host slab; 0: the tier's default
+    data_dir: str = Field("./data", description="folder of the LMDB file, namespaces.json, the "
+                          "Unix socket and the lock")
+    host_capacity: Size = Field(DEFAULT_HOST_CAPACITY, description="host RAM tier, in shared "
+                                "memory; 0: none")
+    host_slot_bytes: Size = Field(0, description="slot size of the host slab; 0: the tier's "
+                                  "default")
     # deprecated, ignored: the host slab is an anonymous memfd, handed to trusted local
     # clients over the Unix socket (no name in /dev/shm); a warning is logged when set
-    shm_name: str | None = None
-    disk_capacity: Size = DEFAULT_DISK_CAPACITY  # bytes of LMDB; 0: no disk tier
-    disk_write_through: bool = False  # every put also lands on disk before it is acknowledged
-    device_capacity: Size = 0  # bytes of device memory; 0: no device tier
-    device: str = "cpu"  # torch device of the device tier, e.g. cuda:0
-    s3_endpoint: str | None = None
-    s3_bucket: str | None = None  # set to enable the s3 tier
-    s3_prefix: str = "kvstore/"
-    s3_region: str | None = None
-    s3_capacity: Size = 1 << 40  # bytes the s3 tier may hold
-    policy: str = "lru"  # eviction policy of every tier
-    lease_s: float = Field(DEFAULT_LEASE_S, gt=0, allow_inf_nan=False)  # default pin lease
+    shm_name: str | None = Field(None, description="deprecated and ignored: the host slab is "
+                                 "an anonymous memfd")
+    disk_capacity: Size = Field(DEFAULT_DISK_CAPACITY, description="LMDB disk tier; 0: none")
+    disk_write_through: bool = Field(False, description="write every put to disk before it is "
+                                     "acknowledged")
+    device_capacity: Size = Field(0, description="device tier (a torch tensor); 0: none")
+    device: str = Field("cpu", description="torch device of the device tier, e.g. cuda:0")
+    s3_endpoint: str | None = Field(None, description="S3 endpoint URL (MinIO, SeaweedFS, "
+                                    "Ceph); none: AWS")
+    s3_bucket: str | None = Field(None, description="S3 bucket; setting it enables the S3 tier")
+    s3_prefix: str = Field("kvstore/", description="key prefix of the S3 tier's objects")
+    s3_region: str | None = Field(None, description="S3 region")
+    s3_capacity: Size = Field(1 << 40, description="bytes the S3 tier may hold")
+    policy: str = Field("lru", description="eviction policy of every tier: lru, lfu or s3fifo")
+    lease_s: float = Field(DEFAULT_LEASE_S, gt=0, allow_inf_nan=False,
+                           description="seconds a pin or reservation lasts when the client "
+                           "names no lease")
     # -- security and limits --------------------------------------------------------------
-    token: SecretStr | None = None  # admin bearer token (sees every namespace)
-    tenant_tokens: dict[str, SecretStr] = Field(default_factory=dict)  # tenant -> token
-    max_request_bytes: Size = 64 << 20  # REST request body limit
-    max_frame_bytes: Size = 256 << 20  # data plane payload limit per frame
-    max_header_bytes: Size = 8 << 20  # data plane msgpack header limit per frame
-    max_batch: int = Field(65536, ge=1)  # hashes per request
-    recv_buffer_bytes: Size = 256 << 20  # idle data plane receive buffers kept for reuse
-    frame_timeout_s: float = Field(10.0, gt=0)  # a started frame must complete within this
-    idle_timeout_s: float = Field(600.0, gt=0)  # a silent data plane connection is closed
-    max_connections: int = Field(1024, ge=1)  # data plane connections at once
-    shutdown_grace_s: float = Field(10.0, ge=0)  # how long in-flight requests may finish
-    max_namespaces: int = Field(DEFAULT_MAX_NAMESPACES, ge=1)  # registered, all tenants
-    max_namespaces_per_tenant: int = Field(DEFAULT_MAX_NAMESPACES_PER_TENANT, ge=1)
-    log_level: str = "info"
+    token: SecretStr | None = Field(None, description="admin bearer token (sees every "
+                                    "namespace). " + _VISIBLE.format("--token-file",
+                                                                     "KVSTORE_TOKEN"))
+    tenant_tokens: dict[str, SecretStr] = Field(
+        default_factory=dict, description="JSON map tenant -> token, e.g. '{\"a\": \"tok\"}'. "
+        + _VISIBLE.format("--tenant-tokens-file", "KVSTORE_TENANT_TOKENS"))
+    max_request_bytes: Size = Field(64 << 20, description="REST request body limit (413 above)")
+    max_frame_bytes: Size = Field(256 << 20, description="data plane payload limit per frame")
+    max_header_bytes: Size = Field(8 << 20, description="data plane msgpack header limit per "
+                                   "frame")
+    max_batch: int = Field(65536, ge=1, description="block hashes per request")
+    recv_buffer_bytes: Size = Field(256 << 20, description="idle data plane receive buffers "
+                                    "kept for reuse, all connections together")
+    frame_timeout_s: float = Field(10.0, gt=0, description="seconds a started data plane "
+                                   "frame may take to complete")
+    idle_timeout_s: float = Field(600.0, gt=0, description="seconds before a silent data plane "
+                                  "connection is closed")
+    max_connections: int = Field(1024, ge=1, description="data plane connections, and "
+                                 "authenticated REST requests in flight (503 above)")
+    shutdown_grace_s: float = Field(10.0, ge=0, description="seconds in-flight requests may "
+                                    "take to finish at shutdown")
+    max_namespaces: int = Field(DEFAULT_MAX_NAMESPACES, ge=1, description="namespaces "
+                                "registered, all tenants together")
+    max_namespaces_per_tenant: int = Field(DEFAULT_MAX_NAMESPACES_PER_TENANT, ge=1,
+                                           description="namespaces one tenant may register")
+    log_level: Annotated[LogLevel, BeforeValidator(_lower)] = Field(
+        "info", description="log level: critical, error, warning, info or debug")
     # uvloop (the default where it is installed) halves the event loop's cost per frame
-    event_loop: Literal["auto", "uvloop", "asyncio"] = "auto"
+    event_loop: Literal["auto", "uvloop", "asyncio"] = Field(
+        "auto", description="event loop: auto (uvloop where installed), uvloop or asyncio")
     # -- secrets from files, and the REST plane's bounds (issue 14) ------------------------
-    token_file: str | None = None  # file holding the admin token (keeps it out of `ps`)
-    tenant_tokens_file: str | None = None  # file holding the JSON map tenant -> token
-    rest_body_budget_bytes: Size = 256 << 20  # REST body bytes in flight, all requests
-    rest_header_timeout_s: float = Field(5.0, gt=0)  # a REST request's headers must arrive
-    rest_max_pending_connections: int = Field(256, ge=1)  # REST conns awaiting headers
+    token_file: str | None = Field(None, description="file holding the admin token (mode "
+                                   "0600); keeps it out of the process list")
+    tenant_tokens_file: str | None = Field(None, description="file holding the JSON map "
+                                           "tenant -> token (mode 0600)")
+    rest_body_budget_bytes: Size = Field(256 << 20, description="REST request body bytes in "
+                                         "flight, all requests together (503 above)")
+    rest_header_timeout_s: float = Field(5.0, gt=0, description="seconds a REST request's "
+                                         "headers may take (then 408 and close)")
+    rest_max_pending_connections: int = Field(256, ge=1, description="REST connections still "
+                                              "sending headers; past it the oldest is closed")
 
     # -- data plane trust boundary --------------------------------------------------------
-    hello_timeout_s: float = Field(5.0, gt=0)  # a data plane connection must say hello within
-    max_pending_connections: int = Field(64, ge=1)  # data plane connections before their hello
-    max_unauth_frame_bytes: Size = 64 << 10  # header + payload of a frame before hello
-    frame_budget_bytes: Size = 1 << 30  # frames being received + get replies, all connections
-    frame_budget_wait_s: float = Field(5.0, gt=0)  # a frame waits this long for budget room
+    hello_timeout_s: float = Field(5.0, gt=0, description="seconds a data plane connection "
+                                   "has to say hello")
+    max_pending_connections: int = Field(64, ge=1, description="data plane connections before "
+                                         "their hello; past it the oldest is closed")
+    max_unauth_frame_bytes: Size = Field(64 << 10, description="header + payload of a data "
+                                         "plane frame before hello")
+    frame_budget_bytes: Size = Field(1 << 30, description="data plane frames being received "
+                                     "and get replies being built, all connections together")
+    frame_budget_wait_s: float = Field(5.0, gt=0, description="seconds a frame waits for room "
+                                       "in the frame budget, then busy")
 
     # -- pins: how long, how much, and after a client is gone -----------------------------
-    max_lease_s: float = Field(DEFAULT_MAX_LEASE_S, gt=0, allow_inf_nan=False)  # longer: cut
-    max_pinned_bytes_per_tenant: Size = 0  # with tenant tokens; 0: a quarter of the top tier
-    grant_grace_s: float = Field(5.0, ge=0, allow_inf_nan=False)  # grants after a disconnect
+    max_lease_s: float = Field(DEFAULT_MAX_LEASE_S, gt=0, allow_inf_nan=False,
+                               description="longest lease, seconds: every pin, grant "
+                               "(shm_lookup), read or reservation asking for longer gets this")
+    max_pinned_bytes_per_tenant: Size = Field(0, description="bytes one tenant "
+                                              "(--tenant-tokens) may hold pinned at once; past "
+                                              "it pins fail with pin_quota. 0: a quarter of "
+                                              "the top tier")
+    grant_grace_s: float = Field(5.0, ge=0, allow_inf_nan=False,
+                                 description="seconds a client's grants (shm_lookup pins) "
+                                 "outlive its last connection, for workers still copying them")
+
+    @field_validator("policy")
+    @classmethod
+    def _known_policy(cls, name: str) -> str:
+        POLICIES.resolve(name)  # ValueError naming the known policies
+        return name
 
     @model_validator(mode="before")
     @classmethod
@@ -263,13 +308,36 @@ class ServerSettings(BaseSettings):
         )
 
 
+class ConfigFileError(ValueError):
+    """The YAML config file cannot be read as settings: not YAML, or not a mapping."""
+
+
+def _check_yaml(path: str | os.PathLike[str]) -> None:
+    """Refuse a config file that is not a YAML mapping, with the place of a syntax error."""
+    try:
+        doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigFileError(f"config file {path} is not valid YAML: {exc.problem}{where}") \
+            from None
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise ConfigFileError(f"config file {path} is not valid YAML: {exc}") from None
+    if doc is not None and not isinstance(doc, dict):
+        raise ConfigFileError(f"config file {path} must be a mapping of settings (key: value "
+                              f"lines), not a YAML {type(doc).__name__}")
+
+
 def load_settings(config: str | os.PathLike[str] | None = None, **flags: Any) -> ServerSettings:
     """Settings from ``flags`` (None values are ignored), ``KVSTORE_*`` and the YAML file at
-    ``config`` (or ``KVSTORE_CONFIG``). Raises ``pydantic.ValidationError`` on bad values and
-    ``FileNotFoundError`` for a missing config file."""
+    ``config`` (or ``KVSTORE_CONFIG``). Raises ``pydantic.ValidationError`` on bad values,
+    ``FileNotFoundError`` for a missing config file and :class:`ConfigFileError` for one that
+    is not a YAML mapping."""
     path = config if config is not None else os.environ.get("KVSTORE_CONFIG")
-    if path is not None and not Path(path).is_file():
-        raise FileNotFoundError(f"config file not found: {path}")
+    if path is not None:
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"config file not found: {path}")
+        _check_yaml(path)
     given = {k: v for k, v in flags.items() if v is not None}
     token = _yaml_path.set(str(path) if path is not None else None)
     try:

@@ -20,6 +20,20 @@ from pydantic import BaseModel, Field
 from engines.router.core import NoWorker, Router
 
 
+def unavailable(exc: NoWorker) -> HTTPException:
+    return HTTPException(503, str(exc), headers={"Retry-After": "1"})
+
+
+def worker_error(exc: httpx.HTTPStatusError) -> Any:
+    """What the worker said about a request it refused: its ``detail`` (a message, or
+    FastAPI's list of validation errors), else its body as text."""
+    try:
+        doc = exc.response.json()
+    except ValueError:
+        return exc.response.text
+    return doc["detail"] if isinstance(doc, dict) and "detail" in doc else doc
+
+
 class CompletionRequest(BaseModel):
     model: str | None = None
     prompt: list[int] | list[list[int]] | str | list[str]
@@ -73,9 +87,9 @@ def create_app(router: Router, tokenizer_dir: str | None = None) -> FastAPI:
         try:
             return await router.generate(worker_body(req, prompt))
         except NoWorker as exc:
-            raise HTTPException(503, str(exc)) from None
-        except httpx.HTTPStatusError as exc:
-            raise HTTPException(exc.response.status_code, exc.response.text) from None
+            raise unavailable(exc) from None
+        except httpx.HTTPStatusError as exc:  # the worker refused the request: pass it on
+            raise HTTPException(exc.response.status_code, worker_error(exc)) from None
 
     @app.post("/v1/completions")
     async def completions(req: CompletionRequest) -> Any:
@@ -85,6 +99,10 @@ def create_app(router: Router, tokenizer_dir: str | None = None) -> FastAPI:
         if req.stream:
             if len(batch) != 1:
                 raise HTTPException(400, "stream supports one prompt per request")
+            try:
+                router.check_ready()  # a 503 now, not an error event after a 200
+            except NoWorker as exc:
+                raise unavailable(exc) from None
             return StreamingResponse(sse(req, batch[0], cid, created, model),
                                      media_type="text/event-stream")
         docs = [await one(req, p) for p in batch]
@@ -116,6 +134,8 @@ def create_app(router: Router, tokenizer_dir: str | None = None) -> FastAPI:
                     yield chunk([ev["token_id"]], None)
                 else:
                     yield chunk([], ev["finish_reason"])
+        except httpx.HTTPStatusError as exc:
+            yield f"data: {json.dumps({'error': {'message': worker_error(exc)}})}\n\n"
         except (NoWorker, httpx.HTTPError, RuntimeError) as exc:
             yield f"data: {json.dumps({'error': {'message': str(exc)}})}\n\n"
         yield "data: [DONE]\n\n"
@@ -131,6 +151,12 @@ def create_app(router: Router, tokenizer_dir: str | None = None) -> FastAPI:
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
-        return {"ok": True, "workers_up": sum(w.up for w in router.workers)}
+        """The router is alive; ``ready`` says whether a worker could take a request now."""
+        try:
+            router.check_ready()
+            ready = True
+        except NoWorker:
+            ready = False
+        return {"ok": True, "ready": ready, "workers_up": sum(w.up for w in router.workers)}
 
     return app

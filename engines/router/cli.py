@@ -1,10 +1,21 @@
 """``kvstore-router``: the KV-aware router with an OpenAI-compatible API (see
-:mod:`engines.router.core` for the policy and :mod:`engines.router.app` for the routes)."""
+:mod:`engines.router.core` for the policy and :mod:`engines.router.app` for the routes).
+
+The router may start before its workers: it answers 503 (with what it is waiting for) until
+one answers ``/info``, and keeps asking the others. A start that cannot work (a taken
+``--port``, no tokenizer at ``--tokenizer``, a bad flag) is one line and exit code 2.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
+
+from kvstore import cli_kit
+from kvstore.cli_kit import CommandError
+
+PROG = "kvstore-router"
 
 
 def _urls(text: str) -> list[str]:
@@ -12,38 +23,61 @@ def _urls(text: str) -> list[str]:
     return [u if "://" in u else f"http://{u}" for u in urls]
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="kvstore-router", description=__doc__)
-    p.add_argument("--workers", required=True, help="comma-separated worker URLs (decode/both)")
-    p.add_argument("--prefill-workers", default="",
-                   help="comma-separated prefill worker URLs: enables disaggregated serving")
-    p.add_argument("--kvstore", default=None, help="kvstore server URL for prefix lookups")
-    p.add_argument("--policy", choices=("kv", "round-robin"), default="kv")
+def build_parser() -> argparse.ArgumentParser:
+    p = cli_kit.Parser(prog=PROG, description="The KV-aware router: an OpenAI-compatible "
+                       "POST /v1/completions in front of kvstore-engine workers. It may start "
+                       "before its workers: it answers 503 until one answers.")
+    cli_kit.add_version(p)
+    p.add_argument("--workers", required=True, metavar="URLS",
+                   help="comma-separated worker URLs (roles decode or both)")
+    p.add_argument("--prefill-workers", default="", metavar="URLS",
+                   help="comma-separated prefill worker URLs: enables disaggregated serving "
+                        "(default: none)")
+    p.add_argument("--kvstore", default=None, metavar="URL",
+                   help="kvstore server URL for prefix lookups (default: none, score by the "
+                        "workers' own caches only)")
+    p.add_argument("--policy", choices=("kv", "round-robin"), default="kv",
+                   help="kv: prefix overlap against load; round-robin: the baseline")
     p.add_argument("--load-weight", type=float, default=1.0,
                    help="weight of a worker's queued work (tokens) against a request's own")
     p.add_argument("--store-weight", type=float, default=0.5,
                    help="fraction of a block's compute that loading it from kvstore saves")
-    p.add_argument("--tokenizer", default=None, help="tokenizer folder for text prompts")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8490)
-    p.add_argument("--log-level", default="warning")
-    args = p.parse_args(argv)
+    p.add_argument("--tokenizer", default=None, metavar="DIR",
+                   help="tokenizer folder, for text prompts (default: none, token ids only)")
+    p.add_argument("--host", default="127.0.0.1", help="bind address")
+    p.add_argument("--port", type=int, default=8490, help="HTTP port")
+    p.add_argument("--log-level", default="warning",
+                   choices=("critical", "error", "warning", "info", "debug", "trace"),
+                   help="uvicorn's log level")
+    return p
 
+
+def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from engines.router.app import create_app
     from engines.router.core import Router
 
+    if args.tokenizer and not any((Path(args.tokenizer) / name).is_file() for name in
+                                  ("tokenizer.json", "tokenizer_config.json")):
+        raise CommandError(f"--tokenizer {args.tokenizer}: no tokenizer.json or "
+                           "tokenizer_config.json there; give a Hugging Face tokenizer folder "
+                           "(or leave --tokenizer out)")
+    socks = cli_kit.bind_tcp(args.host, args.port, "--port")
     try:
         router = Router(_urls(args.workers), prefill_workers=_urls(args.prefill_workers),
                         policy=args.policy, kvstore=args.kvstore, load_weight=args.load_weight,
                         store_weight=args.store_weight)
     except ValueError as exc:
-        print(f"kvstore-router: {exc}", file=sys.stderr)
-        return 2
-    uvicorn.run(create_app(router, args.tokenizer), host=args.host, port=args.port,
-                log_level=args.log_level)
+        raise CommandError(f"--workers: {exc}") from None
+    app = create_app(router, args.tokenizer)
+    uvicorn.Server(uvicorn.Config(app, log_level=args.log_level)).run(sockets=socks)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return cli_kit.run(PROG, lambda: serve(args))
 
 
 if __name__ == "__main__":

@@ -92,25 +92,48 @@ class Router:
 
     # -- lifecycle ----------------------------------------------------------------------------
     async def start(self, poll: bool = True) -> None:
-        """Learn the hash recipe from the first worker that answers ``/info``."""
-        for w in self.workers + self.prefill:
-            try:
-                r = await self.client.get(f"{w.url}/info", timeout=10.0)
-                r.raise_for_status()
-            except (httpx.HTTPError, ValueError):
-                self._mark_down(w)
-                continue
+        """Ask every worker for ``/info`` once (its role; the hash recipe from the first that
+        answers) and start the background poller, which keeps asking the ones that did not
+        answer: the router serves as soon as one does, and answers 503 until then."""
+        await asyncio.gather(*(self.learn(w) for w in self.workers + self.prefill))
+        if self.hasher is None:
+            log.warning("no worker answered /info yet (%s); retrying every %.0f s",
+                        ", ".join(w.url for w in self.workers), POLL_S)
+        if poll:
+            self._poller = asyncio.create_task(worker_view.poll_forever(
+                self.client, lambda: self.workers + self.prefill, self.sync, self.learn))
+
+    async def learn(self, w: Worker) -> bool:
+        """Ask ``w`` for ``/info``: its role, and the hash recipe if none is known yet.
+        False (and ``w`` left unknown) when it does not answer."""
+        try:
+            r = await self.client.get(f"{w.url}/info", timeout=2.0)
+            r.raise_for_status()
             info = r.json()
-            w.role = info["role"]
+            role = info["role"]
             if self.hasher is None:
                 self.hasher = BlockHasher(info["hash_algo"], info["hash_seed"],
                                           info["block_size"])
                 self.namespace, self.model_id = info["namespace"], info["model_id"]
-        if self.hasher is None:
-            raise NoWorker("no worker answered /info")
-        if poll:
-            self._poller = asyncio.create_task(worker_view.poll_forever(
-                self.client, lambda: self.workers + self.prefill, self.sync))
+        except (httpx.HTTPError, ValueError, KeyError):
+            w.mark_unknown()
+            return False
+        w.mark_known(role)
+        log.info("worker %s answered (role %s)", w.url, role)
+        return True
+
+    def check_ready(self, pool: list[Worker] | None = None) -> None:
+        """Raise :class:`NoWorker` (with what the router is waiting for) when no worker of
+        ``pool`` (the decode-capable workers by default) could take a request now."""
+        pool = self.workers if pool is None else pool
+        now = time.monotonic()
+        if self.hasher is not None and any(w.available(now) for w in pool):
+            return
+        kind = "prefill worker" if pool is self.prefill else "worker"
+        states = ", ".join(f"{w.url} {'down' if w.known else 'not answering yet'}"
+                           for w in pool)
+        raise NoWorker(f"no {kind} is up ({states}); the router keeps retrying them every "
+                       f"{POLL_S:.0f} s")
 
     async def close(self) -> None:
         if self._poller is not None:
@@ -125,10 +148,9 @@ class Router:
     async def rank(self, pool: list[Worker], hashes: list[bytes], n_tokens: int,
                    max_tokens: int) -> Plan:
         """Live workers of ``pool``, best first, with the work the request adds to each."""
+        self.check_ready(pool)
         now = time.monotonic()
         live = [w for w in pool if w.available(now)]
-        if not live:
-            raise NoWorker("every worker is down")
         turn = next(self._rr)
         rotated = [live[(turn + i) % len(live)] for i in range(len(live))]
         if self.policy == "round-robin":
@@ -221,7 +243,8 @@ class Router:
 
     # -- internals ----------------------------------------------------------------------------
     async def _plan(self, body: dict[str, Any]) -> Plan:
-        assert self.hasher is not None, "Router.start() first"
+        self.check_ready()
+        assert self.hasher is not None
         hashes: list[bytes] = list(self.hasher.hash_blocks(body["prompt_ids"]))
         return await self.rank(self.workers, hashes, len(body["prompt_ids"]),
                                int(body.get("max_tokens", 16)))

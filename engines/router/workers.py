@@ -6,6 +6,9 @@ cache. ``resident`` is known from the worker's residency events (``/kv/events``)
 pulls them after every request and :func:`poll_forever` in the background; ``local_prefix``
 turns them into the prefix (in blocks) of a prompt the worker would not recompute.
 
+A worker is ``known`` once it has answered ``/info`` (its role and hash recipe); until then it
+is never routed to, and the background poller asks again every ``POLL_S``, so that a router
+started before its workers (or beside them, as the README does) serves as soon as one answers.
 A worker that refuses a connection or answers 5xx is marked down (:meth:`Worker.mark_down`)
 and skipped for ``RETRY_S``; the background poller brings it back when ``/health`` answers
 again.
@@ -14,6 +17,7 @@ again.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -30,6 +34,7 @@ class Worker:
 
     url: str
     role: str = "both"
+    known: bool = False  # answered /info: its role and hash recipe are known
     up: bool = True
     down_until: float = 0.0
     inflight: int = 0
@@ -51,6 +56,14 @@ class Worker:
                 break
             n += 1
         return n
+
+    def mark_unknown(self) -> None:
+        """Not answering ``/info`` yet (still starting, or not there): never routed to until
+        the poller hears from it."""
+        self.known, self.up, self.down_until = False, False, math.inf
+
+    def mark_known(self, role: str) -> None:
+        self.known, self.role, self.up, self.down_until = True, role, True, 0.0
 
     def mark_down(self) -> None:
         """Count a failure and skip the worker for ``RETRY_S`` (the poller may revive it
@@ -79,13 +92,17 @@ async def sync(client: httpx.AsyncClient, w: Worker) -> None:
 
 
 async def poll_forever(client: httpx.AsyncClient, workers: Callable[[], list[Worker]],
-                       sync_one: Callable[[Worker], Awaitable[None]]) -> None:
-    """Every ``POLL_S``: bring back down workers whose ``/health`` answers, and pull the
-    residency events of every live decode-capable worker through ``sync_one``."""
+                       sync_one: Callable[[Worker], Awaitable[None]],
+                       learn: Callable[[Worker], Awaitable[bool]]) -> None:
+    """Every ``POLL_S``: ask workers not known yet for ``/info`` through ``learn``, bring back
+    down workers whose ``/health`` answers, and pull the residency events of every live
+    decode-capable worker through ``sync_one``."""
     while True:
         await asyncio.sleep(POLL_S)
         for w in workers():
-            if not w.up:
+            if not w.known:
+                await learn(w)
+            elif not w.up:
                 try:
                     r = await client.get(f"{w.url}/health", timeout=2.0)
                     w.up = r.status_code == 200

@@ -26,6 +26,7 @@ class Ledger:
         self._index = BlockIndex()
         self._usage: dict[str, NamespaceUsage] = {}
         self._top_name_by_mask = top_name_by_mask
+        self._tier_bytes = [0] * len(policies)  # payload bytes of the copies each tier holds
 
     # -- reading -----------------------------------------------------------------------------
     def get(self, key: BlockKey) -> Entry | None:
@@ -77,6 +78,11 @@ class Ledger:
         """How many blocks tier ``pos`` holds (its policy tracks exactly those)."""
         return len(self.policies[pos])
 
+    def resident_bytes(self, pos: int) -> int:
+        """The payload bytes of the blocks tier ``pos`` holds (logical bytes: without the
+        rounding up to whole slots that the tier charges against its capacity)."""
+        return self._tier_bytes[pos]
+
     def victims(self, pos: int, n: int, evictable: Callable[[BlockKey], bool]) -> list[BlockKey]:
         return self.policies[pos].victims(n, evictable)
 
@@ -113,12 +119,16 @@ class Ledger:
 
     def add_copy(self, pos: int, key: BlockKey, entry: Entry) -> None:
         """Tier ``pos`` now holds a copy of the block."""
+        if not entry.tiers & (1 << pos):
+            self._tier_bytes[pos] += entry.size
         entry.tiers |= 1 << pos
         self.policies[pos].on_put(key, entry.size)
 
     def drop_copy(self, pos: int, key: BlockKey, entry: Entry) -> None:
         """Tier ``pos`` no longer holds a copy of the block."""
         self.policies[pos].on_remove(key)
+        if entry.tiers & (1 << pos):
+            self._tier_bytes[pos] -= entry.size
         entry.tiers &= ~(1 << pos)
 
     def hit(self, pos: int, key: BlockKey) -> None:

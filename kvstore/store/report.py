@@ -36,9 +36,12 @@ class Report:
             tiers = {}
             for pos, tier in enumerate(self._stack.tiers):
                 doc = self._tally.tiers[pos].as_dict()
+                # bytes: what the tier charges against its capacity (whole slots in slab
+                # tiers); logical_bytes: the payload bytes of the blocks it holds
                 doc.update(
                     blocks=self._ledger.resident(pos),
                     bytes=tier.used_bytes(),
+                    logical_bytes=self._ledger.resident_bytes(pos),
                     capacity_bytes=tier.capacity_bytes,
                     occupancy=tier.used_bytes() / tier.capacity_bytes,
                     policy=self._stack.configs[pos].policy,
@@ -58,9 +61,12 @@ class Report:
                 doc.update(blocks=usage.blocks, bytes=usage.bytes, capacity_bytes=capacity)
                 namespaces[name] = doc
             totals = self._tally.totals.as_dict()
+            # bytes: logical, each block once however many tiers hold a copy (as in the
+            # namespace rows); charged_bytes: the sum of the tiers' bytes
             totals.update(
                 blocks=sum(u.blocks for u in usages.values()),
                 bytes=sum(u.bytes for u in usages.values()),
+                charged_bytes=sum(t.used_bytes() for t in self._stack.tiers),
                 capacity_bytes=capacity,
                 pinned=len(self._leases),
             )
@@ -90,6 +96,10 @@ class Report:
                         f"{name}: {tier.used_bytes()} bytes used > capacity {tier.capacity_bytes}"
                     )
                 resident = [k for k, e in self._ledger.items() if e.holds(pos)]
+                logical = sum(e.size for _, e in self._ledger.items() if e.holds(pos))
+                if logical != self._ledger.resident_bytes(pos):
+                    raise IntegrityError(f"{name}: blocks of {logical} bytes, ledger counts "
+                                         f"{self._ledger.resident_bytes(pos)}")
                 policy = self._ledger.policies[pos]
                 if len(resident) != len(policy):
                     raise IntegrityError(

@@ -21,6 +21,7 @@ import mmap
 import os
 from multiprocessing import resource_tracker
 from multiprocessing.shared_memory import SharedMemory
+from pathlib import Path
 
 import numpy as np
 
@@ -44,12 +45,40 @@ def attach_slab(shm_name: str) -> SharedMemory:
     return _open_untracked(shm_name, create=False)
 
 
+def memory_available() -> int | None:
+    """Bytes of memory this process may still take: the kernel's ``MemAvailable``, or less
+    where a cgroup v2 memory limit leaves less room. None where neither can be read."""
+    room: int | None = None
+    with contextlib.suppress(OSError, ValueError), open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                room = int(line.split()[1]) * 1024
+                break
+    with contextlib.suppress(OSError, ValueError, StopIteration):
+        # cgroup v2: the line "0::/path/of/our/group" of /proc/self/cgroup
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+        path = next(ln[3:] for ln in lines if ln.startswith("0::"))
+        group = Path("/sys/fs/cgroup") / path.lstrip("/")
+        limit = (group / "memory.max").read_text().strip()
+        if limit != "max":
+            left = int(limit) - int((group / "memory.current").read_text())
+            room = left if room is None else min(room, left)
+    return room
+
+
 class Segment:
     """One mapped segment of ``size`` bytes: ``buf`` (writable), ``fd`` and ``name`` (None for
     a memfd). :meth:`close` unmaps (or leaves the mapping to the last live view) and unlinks a
     named segment."""
 
     def __init__(self, size: int, name: str | None) -> None:
+        # a memfd has no size limit of its own: reserving more than the free memory would
+        # end in the OOM killer (of this process or another), not in an error
+        room = memory_available()
+        if room is not None and size > room:
+            raise CapacityError(
+                f"host tier: cannot reserve {size} bytes of shared memory: only {room} bytes "
+                "of memory are available; lower the host capacity")
         self.size = size
         self.name = name
         self._shm: SharedMemory | None = None
@@ -90,8 +119,10 @@ class Segment:
 
     def close(self) -> None:
         """Unmap and forget; a view someone still holds keeps the mapping until it goes."""
+        buf = getattr(self, "buf", None)  # None: closed before it was mapped
         with contextlib.suppress(BufferError):  # numpy views of it: the mapping outlives us
-            self.buf.release()
+            if buf is not None:
+                buf.release()
         if self._mmap is not None:
             try:
                 self._mmap.close()

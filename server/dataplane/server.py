@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -64,12 +65,14 @@ class DataPlane:
     async def _run(self, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
 
-    async def start(self) -> None:
+    async def start(self, tcp: list[socket.socket]) -> None:
+        """Listen on the TCP sockets the runtime bound (``data_port``; none when it is 0) and
+        on the Unix socket."""
         loop = asyncio.get_running_loop()
         s = self.settings
-        if s.data_port:
+        for sock in tcp:
             self._servers.append(await loop.create_server(
-                lambda: Connection(self), s.host, s.data_port, reuse_address=True, backlog=512))
+                lambda: Connection(self), sock=sock, backlog=512))
         path = s.socket_path
         if path:
             claim_socket_path(path)  # a stale socket only; the runtime checked it already

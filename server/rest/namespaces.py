@@ -1,4 +1,5 @@
-"""``/v1/namespaces``: register, list and delete namespaces (a thin adapter over the store)."""
+"""``/v1/namespaces``: register, list, show and delete namespaces (a thin adapter over the
+store)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,12 @@ from server.errors import InvalidRequestError
 from server.rest.deps import PrincipalDep, StoreDep, errors
 from server.rest.schemas import (
     NAME_PATTERN,
+    Counters,
     NamespaceDeleted,
     NamespaceIn,
     NamespaceList,
     NamespaceOut,
+    NamespaceShown,
 )
 
 router = APIRouter(prefix="/v1", tags=["namespaces"])
@@ -58,6 +61,20 @@ def list_namespaces(
     """The namespaces this token may see."""
     visible = [ns for ns in store.namespaces() if principal.can_access(ns)]
     return NamespaceList(namespaces=[NamespaceOut.of(ns) for ns in visible])
+
+
+@router.get("/namespaces/{name}", response_model=NamespaceShown,
+            responses=errors(401, 403, 404, 422))
+def show_namespace(name: NamePath, principal: PrincipalDep, store: StoreDep) -> NamespaceShown:
+    """One namespace: its definition and its row of ``/v1/stats`` (zeros before any
+    traffic)."""
+    ns = principal.check(store.namespace(name))
+    doc = store.stats()
+    row = doc["namespaces"].get(ns.name) or {
+        **dict.fromkeys(("queries", "hits", "misses", "blocks", "bytes", "evictions",
+                         "promotions", "demotions", "corrupt_dropped"), 0),
+        "hit_rate": 0.0, "capacity_bytes": doc["totals"]["capacity_bytes"]}
+    return NamespaceShown(**ns.to_dict(), stats=Counters.model_validate(row))
 
 
 @router.delete("/namespaces/{name}", response_model=NamespaceDeleted,

@@ -135,7 +135,11 @@ class Counters(BaseModel):
     misses: Count
     hit_rate: float = Field(ge=0, le=1)
     blocks: Count
-    bytes: Count
+    bytes: Count = Field(description="in a tier: bytes charged against its capacity (whole "
+                         "slots in the host and device tiers; logical_bytes beside it); in the "
+                         "totals and a namespace: logical bytes, each block once however many "
+                         "tiers hold a copy (the admin's totals add charged_bytes, the sum of "
+                         "the tiers' bytes)")
     capacity_bytes: Count
     evictions: Count
     promotions: Count
@@ -143,10 +147,18 @@ class Counters(BaseModel):
     corrupt_dropped: Count
 
 
+class TierCounters(Counters):
+    logical_bytes: Count = Field(description="payload bytes of the blocks the tier holds")
+
+
 class StatsOut(BaseModel):
     totals: Counters
-    tiers: dict[str, Counters]
+    tiers: dict[str, TierCounters]
     namespaces: dict[str, Counters]
+
+
+class NamespaceShown(NamespaceOut):
+    stats: Counters = Field(description="the namespace's row of /v1/stats")
 
 
 class HealthOut(BaseModel):

@@ -8,21 +8,22 @@ import pytest
 from pydantic import ValidationError
 
 from server.runtime import loop_factory
-from server.settings import load_settings, parse_size
+from server.settings import load_settings
 
 
 @pytest.mark.parametrize("text,expected", [
     ("512MiB", 512 << 20), ("10GiB", 10 << 30), ("1.5GB", 1_500_000_000), ("4096", 4096),
     (4096, 4096), ("64 KiB", 64 << 10), ("2kb", 2000), ("0", 0),
 ])
-def test_parse_size(text: object, expected: int) -> None:
-    assert parse_size(text) == expected
+def test_sizes_parse(tmp_path: Path, text: object, expected: int) -> None:
+    s = load_settings(None, data_dir=str(tmp_path), host_slot_bytes=text)
+    assert s.host_slot_bytes == expected and type(s.host_slot_bytes) is int
 
 
-@pytest.mark.parametrize("bad", ["ten", "5XB", "-1", -1, True, "1e3", None, [1]])
-def test_parse_size_rejects(bad: object) -> None:
-    with pytest.raises(ValueError):
-        parse_size(bad)
+@pytest.mark.parametrize("bad", ["ten", "5XB", "-1", -1, True, "1e3", [1]])
+def test_sizes_reject(tmp_path: Path, bad: object) -> None:
+    with pytest.raises(ValidationError, match="host_slot_bytes"):
+        load_settings(None, data_dir=str(tmp_path), host_slot_bytes=bad)
 
 
 def test_precedence_flag_over_env_over_yaml(tmp_path: Path,

@@ -131,3 +131,18 @@ def test_pinning_follows_cuda() -> None:
         assert tier.get_many([key(1)]) == [b"abc"]
     finally:
         tier.close()
+
+
+def test_a_slab_larger_than_free_memory_is_refused_before_any_is_reserved() -> None:
+    """A memfd has no size limit: reserving more than the free memory would end in the OOM
+    killer. The tier refuses it with an error instead, and nothing is left behind."""
+    from kvstore.errors import CapacityError
+    from kvstore.tiers.segment import memory_available
+
+    room = memory_available()
+    if room is None:
+        pytest.skip("this machine does not say how much memory is free")
+    for name in (None, f"kvs-oom-{os.getpid()}"):
+        with pytest.raises(CapacityError, match="lower the host capacity"):
+            HostTier(4 * room, shm_name=name, memfd=name is None)
+    assert not any(p.name.startswith("kvs-oom-") for p in Path("/dev/shm").iterdir())

@@ -1,0 +1,205 @@
+"""``kvstore stats``, ``kvstore lookup``, ``kvstore namespaces list|show|delete`` and
+``kvstore health``: commands that ask a running server over REST (``--url``, ``KVSTORE_URL``).
+
+Sizes print human-readable (``--json`` prints the server's document as it is). A server that
+refuses is one line with its error code and message: exit code 2 for a 4xx (fix the request),
+1 for a 5xx or a server that cannot be reached.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import Any
+
+from pydantic import ByteSize
+
+from kvstore.cli_kit import CommandError
+
+DEFAULT_URL = "http://127.0.0.1:8470"
+
+
+def _client_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--url", default=os.environ.get("KVSTORE_URL", DEFAULT_URL),
+                   help="REST base URL of the server; env KVSTORE_URL")
+    p.add_argument("--token", default=os.environ.get("KVSTORE_TOKEN"),  # never echoed
+                   help="bearer token (default: none; env KVSTORE_TOKEN)")
+    p.add_argument("--json", action="store_true", help="print the server's JSON as it is")
+
+
+def _request(args: argparse.Namespace, method: str, path: str, body: Any = None,
+             ok: tuple[int, ...] = ()) -> Any:
+    """The JSON answer of ``method path``; raises :class:`CommandError` with the server's
+    error message when it refuses (statuses in ``ok`` are answers, not refusals)."""
+    import httpx
+
+    headers = {"Authorization": f"Bearer {args.token}"} if args.token else {}
+    try:
+        r = httpx.request(method, args.url.rstrip("/") + path, json=body, headers=headers,
+                          timeout=60.0)
+    except httpx.HTTPError as exc:
+        raise CommandError(f"cannot reach {args.url} ({exc}); is kvstore serve running there? "
+                           "(--url, KVSTORE_URL)", code=1) from None
+    try:
+        doc = r.json()
+    except ValueError:
+        doc = None
+    if r.status_code >= 400 and r.status_code not in ok:
+        if isinstance(doc, dict) and "message" in doc:
+            why = f"{doc.get('error', 'error')}: {doc['message']}"
+        else:
+            why = r.text.strip() or r.reason_phrase
+        raise CommandError(f"server answered {r.status_code} {why}",
+                           code=2 if r.status_code < 500 else 1)
+    return doc
+
+
+def _path_part(name: str) -> str:
+    import httpx
+
+    return httpx.URL(name).raw_path.decode()
+
+
+def size(n: Any) -> str:
+    return ByteSize(int(n)).human_readable() if isinstance(n, int) else "-"
+
+
+# -- stats --------------------------------------------------------------------------------------
+def add_stats_parser(sub: Any) -> None:
+    p = sub.add_parser("stats", help="print a running server's stats as a table",
+                       description="One row for the totals, one per tier, one per namespace. "
+                       "logical: the bytes of the blocks (each block once, however many tiers "
+                       "hold it); charged: what the tiers charge against their capacity (every "
+                       "copy, rounded up to whole slots in the host and device tiers).")
+    _client_args(p)
+    p.set_defaults(handler=run_stats)
+
+
+COUNTS = ("queries", "hits", "misses", "hit_rate", "evictions", "promotions", "demotions",
+          "corrupt_dropped")
+
+
+def format_stats(doc: dict[str, Any]) -> str:
+    """One row for the totals, one per tier, one per namespace; sizes human-readable."""
+    # (row, logical bytes, charged bytes, counters): see docs/store_api.md for the fields
+    rows = [("total", doc["totals"].get("bytes"), doc["totals"].get("charged_bytes"),
+             doc["totals"])]
+    rows += [(f"tier {k}", v.get("logical_bytes"), v.get("bytes"), v)
+             for k, v in doc["tiers"].items()]
+    rows += [(f"ns {k}", v.get("bytes"), None, v) for k, v in doc["namespaces"].items()]
+    table: list[tuple[str, ...]] = [("", "blocks", "logical", "charged", "capacity", *COUNTS)]
+    for name, logical, charged, values in rows:
+        counts = [f"{values.get(c, 0):.3f}" if c == "hit_rate" else str(values.get(c, 0))
+                  for c in COUNTS]
+        table.append((name, str(values.get("blocks", 0)), size(logical), size(charged),
+                      size(values.get("capacity_bytes")), *counts))
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+    return "\n".join("  ".join(cell.rjust(w) if i else cell.ljust(w)
+                               for i, (cell, w) in enumerate(zip(row, widths, strict=True)))
+                     for row in table)
+
+
+def run_stats(args: argparse.Namespace) -> int:
+    doc = _request(args, "GET", "/v1/stats")
+    print(json.dumps(doc, indent=2) if args.json else format_stats(doc))
+    return 0
+
+
+# -- lookup -------------------------------------------------------------------------------------
+def add_lookup_parser(sub: Any) -> None:
+    p = sub.add_parser("lookup", help="longest cached prefix of a chain of block hashes")
+    _client_args(p)
+    p.add_argument("namespace", help="the namespace the blocks were stored under")
+    p.add_argument("hashes", nargs="*", help="block hashes as hex (or '-' to read stdin)")
+    p.set_defaults(handler=run_lookup)
+
+
+def run_lookup(args: argparse.Namespace) -> int:
+    import sys
+
+    hashes = list(args.hashes)
+    if hashes == ["-"]:
+        hashes = sys.stdin.read().split()
+    doc = _request(args, "POST", "/v1/lookup", {"namespace": args.namespace,
+                                                  "block_hashes": hashes})
+    if args.json:
+        print(json.dumps(doc))
+    else:
+        print(f"prefix_blocks {doc['prefix_blocks']} of {len(hashes)}")
+        for h, tier in zip(hashes, doc["tiers"], strict=False):
+            print(f"  {h}  {tier}")
+    return 0
+
+
+# -- namespaces ---------------------------------------------------------------------------------
+def add_namespaces_parser(sub: Any) -> None:
+    p = sub.add_parser("namespaces", help="list, show or delete a running server's namespaces")
+    verbs = p.add_subparsers(dest="verb", required=True, metavar="VERB")
+    listing = verbs.add_parser("list", help="the namespaces this token may see")
+    _client_args(listing)
+    show = verbs.add_parser("show", help="one namespace: its definition and its counters")
+    _client_args(show)
+    show.add_argument("name", help="namespace name")
+    delete = verbs.add_parser("delete", help="forget a namespace and remove its blocks from "
+                                             "every tier")
+    _client_args(delete)
+    delete.add_argument("name", help="namespace name")
+    p.set_defaults(handler=run_namespaces)
+
+
+def _show(doc: dict[str, Any]) -> str:
+    stats = doc.get("stats") or {}
+    rows = [("name", doc["name"]), ("tenant", doc["tenant"] or "-"),
+            ("block_bytes", f"{doc['block_bytes']} ({size(doc['block_bytes'])})"),
+            ("hash_algo", doc["hash_algo"]), ("hash_seed", doc["hash_seed"] or "-"),
+            ("layout", json.dumps(doc["layout"], sort_keys=True)),
+            ("blocks", str(stats.get("blocks", 0))), ("logical", size(stats.get("bytes", 0)))]
+    rows += [(c, f"{stats.get(c, 0):.3f}" if c == "hit_rate" else str(stats.get(c, 0)))
+             for c in COUNTS]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
+
+
+def run_namespaces(args: argparse.Namespace) -> int:
+    if args.verb == "list":
+        doc = _request(args, "GET", "/v1/namespaces")
+    elif args.verb == "show":
+        doc = _request(args, "GET", f"/v1/namespaces/{_path_part(args.name)}")
+    else:
+        doc = _request(args, "DELETE", f"/v1/namespaces/{_path_part(args.name)}")
+    if args.json:
+        print(json.dumps(doc))
+    elif args.verb == "list":
+        for ns in doc["namespaces"]:
+            print(f"{ns['name']}  block_bytes {ns['block_bytes']} ({size(ns['block_bytes'])})  "
+                  f"tenant {ns['tenant'] or '-'}")
+    elif args.verb == "show":
+        print(_show(doc))
+    else:
+        print(f"deleted namespace {doc['name']} ({doc['blocks']} blocks)")
+    return 0
+
+
+# -- health -------------------------------------------------------------------------------------
+def add_health_parser(sub: Any) -> None:
+    p = sub.add_parser("health", help="whether a running server can serve, tier by tier "
+                       "(exit code 0 healthy, 1 not)")
+    _client_args(p)
+    p.set_defaults(handler=run_health)
+
+
+def run_health(args: argparse.Namespace) -> int:
+    doc = _request(args, "GET", "/healthz", ok=(503,))
+    if args.json:
+        print(json.dumps(doc))
+    else:
+        state = "ok" if doc["ok"] else "NOT OK"
+        extra = " (shutting down)" if doc.get("closing") else ""
+        print(f"{args.url}: {state}{extra}")
+        if doc.get("error"):
+            print(f"  error: {doc['error']}")
+        for name, tier in doc["tiers"].items():
+            facts = "  ".join(f"{k} {v}" for k, v in tier.items() if k != "ok")
+            print(f"  tier {name}: {'ok' if tier.get('ok') else 'NOT OK'}  {facts}".rstrip())
+    return 0 if doc["ok"] else 1

@@ -1,0 +1,126 @@
+"""``kvstore-engine`` and ``kvstore-router`` refuse a start that cannot work with one line on
+stderr naming the flag, exit code 2, no traceback; the router started before its workers
+waits for them (503 with a message until one answers) and passes a worker's refusal on as the
+worker's own message (issue 16)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from engines.decoder.config import EngineConfig
+from engines.decoder.runner import Engine
+from engines.decoder.sampler import SamplingParams
+from kvstore.testing.engines import engine_proc, router_proc
+from kvstore.testing.proc import ROOT, console_script, free_port
+
+ENGINE = console_script("kvstore-engine", "engines.cli")
+ROUTER = console_script("kvstore-router", "engines.router.cli")
+
+
+def run(cmd: list[str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=300,
+                          cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+def assert_one_line(done: subprocess.CompletedProcess[str], *words: str) -> None:
+    assert done.returncode == 2, (done.returncode, done.stderr)
+    assert "Traceback" not in done.stderr, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, done.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+
+
+@pytest.fixture
+def listening() -> Iterator[int]:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        yield s.getsockname()[1]
+
+
+def test_engine_model_folder_that_is_not_there(tmp_path: Path) -> None:
+    assert_one_line(run(ENGINE, "generate", "--model", str(tmp_path / "nope"), "--prompt-ids",
+                        "1,2,3", "--device", "cpu"), "--model", "nope")
+
+
+def test_engine_prompt_ids_that_are_not_ids(gqa_model: Path) -> None:
+    assert_one_line(run(ENGINE, "generate", "--model", str(gqa_model), "--prompt-ids", "a,b"),
+                    "--prompt-ids", "'1,2,3'")
+
+
+def test_engine_unreachable_kvstore(gqa_model: Path) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    assert_one_line(run(ENGINE, "generate", "--model", str(gqa_model), "--prompt-ids",
+                        "1,2,3", "--device", "cpu", "--kvstore", url), "--kvstore", url)
+
+
+def test_engine_accepts_comma_separated_prompt_ids(gqa_model: Path) -> None:
+    want = Engine(gqa_model, EngineConfig()).generate(
+        [[5, 6, 7, 8]], SamplingParams(max_tokens=4, ignore_eos=True))[0]
+    done = run(ENGINE, "generate", "--model", str(gqa_model), "--prompt-ids", "5,6,7,8",
+               "--max-tokens", "4", "--ignore-eos", "--device", "cpu")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == want
+
+
+@pytest.mark.parametrize("cmd", ["engine", "router"])
+def test_port_in_use(gqa_model: Path, listening: int, cmd: str) -> None:
+    if cmd == "engine":
+        done = run(ENGINE, "serve", "--model", str(gqa_model), "--device", "cpu", "--port",
+                   str(listening))
+    else:
+        done = run(ROUTER, "--workers", "http://127.0.0.1:1", "--port", str(listening))
+    assert_one_line(done, "--port", str(listening))
+
+
+def complete(url: str, **body: object) -> httpx.Response:
+    return httpx.post(f"{url}/v1/completions", timeout=60,
+                      json={"max_tokens": 4, "temperature": 0, "ignore_eos": True, **body})
+
+
+def test_router_waits_for_its_worker_then_serves_and_passes_refusals_on(
+        gqa_model: Path) -> None:
+    worker = engine_proc(gqa_model)  # its port is chosen; nothing listens there yet
+    router = router_proc([worker.url]).start()
+    try:
+        r = complete(router.url, prompt=[1, 2, 3])
+        assert r.status_code == 503, r.text
+        assert r.headers["retry-after"] == "1"
+        assert r.json() == {"detail": f"no worker is up ({worker.url} not answering yet); the "
+                                      "router keeps retrying them every 1 s"}
+        assert httpx.get(f"{router.url}/health").json()["ready"] is False
+
+        worker.start()
+        deadline = time.monotonic() + 30
+        while (r := complete(router.url, prompt=[1, 2, 3])).status_code == 503:
+            assert time.monotonic() < deadline, r.text
+            time.sleep(0.2)
+        assert r.status_code == 200, r.text + router.log()
+        assert r.json()["kvstore"][0]["worker"] == worker.url
+
+        # the worker's refusal, as the worker said it: a message, not a JSON string in a string
+        r = complete(router.url, prompt=[1000, 2])
+        assert r.status_code == 400 and r.json() == {
+            "detail": "prompt token ids must be in [0, 97)"}, r.text
+        with httpx.stream("POST", f"{router.url}/v1/completions", timeout=60, json={
+                "prompt": [1000, 2], "max_tokens": 4, "stream": True}) as s:
+            events = [ln[6:] for ln in s.iter_lines() if ln.startswith("data: ")]
+        assert json.loads(events[0]) == {
+            "error": {"message": "prompt token ids must be in [0, 97)"}}
+        # a refused request is not a failed worker: it still serves
+        assert complete(router.url, prompt=[4, 5]).status_code == 200
+        assert httpx.get(f"{router.url}/stats").json()["workers"][worker.url]["failures"] == 0
+    finally:
+        router.stop()
+        worker.stop()

@@ -1,0 +1,106 @@
+"""The ``kvstore`` commands that ask a running server (``stats``, ``namespaces list|show|delete``,
+``health``) and their REST routes, against real servers on loopback; and ``stats``' bytes:
+logical and charged, each where it means something."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Callable
+
+import httpx
+
+from kvstore.client import KVStoreClient
+from kvstore.testing.proc import ROOT
+from kvstore.testing.server import ServerProc, kvstore_cmd
+
+
+def kv(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*kvstore_cmd(), *args], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT)
+
+
+def fill(server: ServerProc, ns: str, n: int, size: int = 1000) -> None:
+    with KVStoreClient(server.url) as c:
+        c.register_namespace(ns, size, {"model_id": ns})
+        c.put(ns, [bytes([i + 1]) * 32 for i in range(n)], [b"x" * size] * n)
+
+
+def test_stats_bytes_logical_and_charged(server: ServerProc, ns_name: str) -> None:
+    """1000-byte blocks in the host tier's 64 KiB slots: the tier charges whole slots,
+    the totals and the namespace count the blocks' own bytes."""
+    fill(server, ns_name, 3)
+    doc = httpx.get(f"{server.url}/v1/stats").json()
+    host, ns, totals = doc["tiers"]["host"], doc["namespaces"][ns_name], doc["totals"]
+    assert ns["bytes"] == 3000 and ns["blocks"] == 3
+    assert host["logical_bytes"] >= 3000 and host["bytes"] > host["logical_bytes"]
+    assert totals["charged_bytes"] == sum(t["bytes"] for t in doc["tiers"].values())
+    assert totals["bytes"] == sum(v["bytes"] for v in doc["namespaces"].values())
+
+    run = kv("stats", "--url", server.url)
+    assert run.returncode == 0, run.stderr
+    head, *rows = run.stdout.splitlines()
+    assert head.split()[:4] == ["blocks", "logical", "charged", "capacity"]
+    row = next(r.split() for r in rows if r.startswith(f"ns {ns_name}"))
+    assert row[3:5] == ["2.9KiB", "-"]  # logical 3000 bytes; a namespace charges nothing alone
+    tier = next(r.split() for r in rows if r.startswith("tier host"))
+    assert tier[-9] == "64.0MiB"  # capacity, human-readable
+
+
+def test_stats_prints_the_servers_error_not_json(
+        make_server: Callable[..., ServerProc]) -> None:
+    srv = make_server("--token", "right")
+    run = kv("stats", "--url", srv.url, "--token", "wrong")
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert run.stderr.strip().splitlines() == [
+        "kvstore stats: server answered 401 unauthenticated: invalid bearer token"], run.stderr
+
+
+def test_namespaces_list_show_delete(server: ServerProc, ns_name: str) -> None:
+    fill(server, ns_name, 2)
+    run = kv("namespaces", "list", "--url", server.url)
+    assert run.returncode == 0 and any(line.startswith(f"{ns_name}  block_bytes 1000")
+                                       for line in run.stdout.splitlines()), run.stdout
+    run = kv("namespaces", "show", "--url", server.url, ns_name)
+    assert run.returncode == 0, run.stderr
+    shown = dict(line.split(None, 1) for line in run.stdout.splitlines())
+    assert shown["name"] == ns_name and shown["blocks"] == "2"
+    assert shown["hash_algo"] == "sha256" and json.loads(shown["layout"])["model_id"] == ns_name
+    doc = json.loads(kv("namespaces", "show", "--json", "--url", server.url, ns_name).stdout)
+    assert doc["stats"]["blocks"] == 2 and doc["stats"]["bytes"] == 2000
+
+    run = kv("namespaces", "delete", "--url", server.url, ns_name)
+    assert run.returncode == 0 and f"deleted namespace {ns_name} (2 blocks)" in run.stdout
+    for verb in ("show", "delete"):
+        run = kv("namespaces", verb, "--url", server.url, ns_name)
+        assert run.returncode == 2 and "Traceback" not in run.stderr
+        assert run.stderr.strip().splitlines() == [
+            f"kvstore namespaces: server answered 404 unknown_namespace: unknown namespace "
+            f"'{ns_name}'"], run.stderr
+
+
+def test_show_route_of_a_namespace_without_traffic(server: ServerProc, ns_name: str) -> None:
+    with KVStoreClient(server.url) as c:
+        c.register_namespace(ns_name, 64, {})
+    r = httpx.get(f"{server.url}/v1/namespaces/{ns_name}")
+    assert r.status_code == 200, r.text
+    assert r.json()["block_bytes"] == 64 and r.json()["stats"]["blocks"] == 0
+    assert httpx.get(f"{server.url}/v1/namespaces/nope-{ns_name}").status_code == 404
+
+
+def test_health(server: ServerProc) -> None:
+    run = kv("health", "--url", server.url)
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[0] == f"{server.url}: ok"
+    assert any(line.startswith("  tier host: ok") for line in lines)
+    assert json.loads(kv("health", "--json", "--url", server.url).stdout)["ok"] is True
+
+
+def test_unreachable_server_is_one_line(server: ServerProc) -> None:
+    url = "http://127.0.0.1:9"  # the discard port: nothing listens there
+    for cmd in (("stats",), ("health",), ("namespaces", "list")):
+        run = kv(*cmd, "--url", url)
+        assert run.returncode == 1 and "Traceback" not in run.stderr
+        lines = run.stderr.strip().splitlines()
+        assert len(lines) == 1 and f"cannot reach {url}" in lines[0] and "--url" in lines[0]
