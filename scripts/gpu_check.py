@@ -63,7 +63,7 @@ class Step(NamedTuple):
 
 
 STEPS = (
-    Step("machine", 30, False, "nvidia-smi, torch's CUDA device, versions"),
+    Step("machine", 45, False, "nvidia-smi, torch's CUDA device, versions"),
     Step("wheels", 45, False, "pip install the carried wheels to the site folder"),
     Step("imports", 45, False, "import every module; kvstore's requirements met there"),
     Step("tests", 120, False, "pytest -m gpu over the test files with gpu tests"),
@@ -404,9 +404,11 @@ def print_table(doc: dict[str, Any], results: list[Result], path: Path) -> None:
         for name, row in rows:
             size = row.get("block_bytes")
             case = f"{row['case']}" + (f" {size >> 10}K" if isinstance(size, int) else "")
-            ratio = row.get("ratio")
+            ratio, match = row.get("ratio"), row.get("tokens_match")
+            note = "" if match is None else " (tokens match)" if match else " (TOKENS DIFFER)"
             print(f"{name:<13}{case[:37]:<38}{row['value']:>10.4g} {row['unit']:<9}"
-                  f"{'-' if ratio is None else f'{ratio:.3f}':>7}  {row.get('baseline') or '-'}")
+                  f"{'-' if ratio is None else f'{ratio:.3f}':>7}  "
+                  f"{row.get('baseline') or '-'}{note}")
     print(f"\n{'OK' if doc['ok'] else 'NOT OK'}: {doc['summary']}; report {path}")
 
 
