@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 VLLM_STAMP := $(VENV)/.vllm-installed
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: venv vllm serve test lint bench clean
+.PHONY: venv vllm serve test lint bench gpu-wheels gpu-check clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -45,6 +45,16 @@ test: $(STAMP) $(VLLM_STAMP)
 
 bench: $(STAMP)
 	for b in bench/bench_*.py; do $(PY) $$b --quick || exit 1; done
+
+# The CUDA checks for a GPU machine without network (docs/gpu.md). `make gpu-wheels` runs
+# here: it downloads into .whl/ the cp312 manylinux wheels of what that machine's image lacks.
+# `make gpu-check` runs there, with the image's python3 and no .venv: it installs them to
+# /tmp/site and writes gpu-check.json and gpu-check.log to $$OUT (else bench/results/).
+gpu-wheels: $(STAMP)
+	$(PY) scripts/gpu_wheels.py
+
+gpu-check:
+	$(PYTHON) scripts/gpu_check.py --require-cuda $(GPU_CHECK_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

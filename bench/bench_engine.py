@@ -11,10 +11,13 @@ Rows (each a ratio against a baseline measured in the same run, BENCH.md):
 - TTFT of a long shared prefix on a fresh engine, loading the prefix from a ``kvstore serve``
   process vs recomputing it;
 - decode tokens/s of our engine vs ``transformers``' ``generate`` (same checkpoint, greedy,
-  batch 1 and batch 8);
+  batch 1 and batch 8), and whether their greedy tokens agree (``tokens_match``: the
+  checkpoint is random, so a near-tie may flip a token; the tests check agreement on a
+  checkpoint with well separated logits);
 - block gather/scatter GB/s of the CPU kernels vs a plain memcpy of the same bytes.
 
-``--quick`` runs every row in about a minute on small sizes; ``--json PATH`` writes the report.
+``--quick`` runs every row in about a minute on small sizes; ``--json PATH`` writes the report;
+``--device cuda`` runs the decode and TTFT sections on the GPU (transformers too).
 """
 
 from __future__ import annotations
@@ -66,13 +69,14 @@ def make_model(path: Path, quick: bool) -> Path:
 
 
 # -- decoder vs transformers -----------------------------------------------------------------
-def bench_decode(model: Path, quick: bool) -> list[dict[str, Any]]:
+def bench_decode(model: Path, quick: bool, device: str = "cpu") -> list[dict[str, Any]]:
     from transformers import LlamaForCausalLM
 
     new, plen = (8, 32) if quick else (64, 64)
     reps = 1 if quick else 5
-    hf = LlamaForCausalLM.from_pretrained(model, dtype=torch.float32).eval()
-    engine = Engine(model, EngineConfig(block_size=16, num_blocks=256, max_batch_tokens=1024))
+    hf = LlamaForCausalLM.from_pretrained(model, dtype=torch.float32).to(device).eval()
+    engine = Engine(model, EngineConfig(block_size=16, num_blocks=256, max_batch_tokens=1024,
+                                        device=device))
     rows = []
     for batch in (1, 8):
         rng = random.Random(batch)
@@ -83,23 +87,28 @@ def bench_decode(model: Path, quick: bool) -> list[dict[str, Any]]:
             engine.reset_prefix_cache()  # no reuse across repetitions: measure the decoder
             engine.generate(prompts, params)
 
-        ids = torch.tensor(prompts)
+        ids = torch.tensor(prompts, device=device)
 
-        def theirs(ids: torch.Tensor = ids) -> None:
+        def theirs(ids: torch.Tensor = ids) -> list[list[int]]:
             with torch.no_grad():
-                hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new,
-                            min_new_tokens=new, do_sample=False, pad_token_id=0)
+                out = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new,
+                                  min_new_tokens=new, do_sample=False, pad_token_id=0)
+            return out[:, ids.shape[1]:].tolist()  # to the host: the GPU has finished
 
         t_ours, t_hf = interleaved([ours, theirs], reps, warmup=1)
+        engine.reset_prefix_cache()
+        match = engine.generate(prompts, params) == theirs()
         toks = batch * new
         rows.append(row(f"decode tokens/s, batch {batch}", "tokens/s", toks / t_ours,
                         "transformers generate", toks / t_hf, higher_is_better=True,
-                        prompt_tokens=plen, new_tokens=new))
+                        prompt_tokens=plen, new_tokens=new, device=device,
+                        tokens_match=match))
     return rows
 
 
 # -- TTFT with kvstore reuse -----------------------------------------------------------------
-def bench_ttft_reuse(model: Path, quick: bool, tmp: Path) -> list[dict[str, Any]]:
+def bench_ttft_reuse(model: Path, quick: bool, tmp: Path,
+                     device: str = "cpu") -> list[dict[str, Any]]:
     from kvstore.testing.server import ServerProc
 
     prefix_len = 512 if quick else 2048
@@ -107,7 +116,7 @@ def bench_ttft_reuse(model: Path, quick: bool, tmp: Path) -> list[dict[str, Any]
     rng = random.Random(7)
     prefix = [rng.randrange(VOCAB) for _ in range(prefix_len)]
     ecfg = EngineConfig(block_size=16, num_blocks=prefix_len // 16 + 16,
-                        max_batch_tokens=prefix_len + 64)
+                        max_batch_tokens=prefix_len + 64, device=device)
     server = ServerProc(tmp / "kv", host_capacity="512MiB").start()
     try:
         store = RemoteStore(server.url)
@@ -139,7 +148,7 @@ def bench_ttft_reuse(model: Path, quick: bool, tmp: Path) -> list[dict[str, Any]
     reuse, recompute = (statistics.median(samples[k]) for k in ("reuse", "recompute"))
     return [row(f"TTFT, {prefix_len}-token shared prefix + 8", "s", reuse,
                 "recompute prefix", recompute, higher_is_better=False,
-                loaded_blocks=hit, block_bytes=with_store.block_bytes)]
+                loaded_blocks=hit, block_bytes=with_store.block_bytes, device=device)]
 
 
 # -- routing -------------------------------------------------------------------------------
@@ -288,7 +297,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", default=None)
     p.add_argument("--only", default="kernels,decode,ttft,routing",
                    help="comma-separated sections to run")
+    p.add_argument("--device", default="cpu", help="torch device of the decode and TTFT runs")
     args = p.parse_args(argv)
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        p.error("--device cuda but torch sees no CUDA device")
     torch.set_num_threads(1)  # the machine is shared; one thread per engine keeps runs stable
     sections = set(args.only.split(","))
     rows: list[dict[str, Any]] = []
@@ -300,10 +312,10 @@ def main(argv: list[str] | None = None) -> int:
             rows += bench_kernels(args.quick)
         if "decode" in sections:
             print("decoder vs transformers...", flush=True)
-            rows += bench_decode(model, args.quick)
+            rows += bench_decode(model, args.quick, args.device)
         if "ttft" in sections:
             print("TTFT with kvstore reuse...", flush=True)
-            rows += bench_ttft_reuse(model, args.quick, tmp)
+            rows += bench_ttft_reuse(model, args.quick, tmp, args.device)
         if "routing" in sections:
             print("routing...", flush=True)
             rows += bench_routing(model, args.quick, tmp)
