@@ -50,7 +50,10 @@ logger = logging.getLogger(f"vllm.{__name__}")
 class _Req:
     request: Request
     block_ids: list[list[int]] = field(default_factory=list)  # per KV cache group
-    stored_blocks: int = 0  # leading blocks the store holds or a queued save will hold
+    # per segment, leading blocks the store holds or a queued save will hold (a sliding
+    # segment: whose windows need no saving)
+    saved: list[int] = field(default_factory=list)
+    branch: int = 0  # where the store's full prefix ended beyond a hit: a proven branch point
     hit_blocks: int = 0  # leading blocks the last lookup found
     hit_tiers: list[str] = field(default_factory=list)
     # the last lookup's grant per segment (and where it starts), until a load takes them
@@ -138,8 +141,15 @@ class SchedulerSide:
                 st.grant_pins[i].granted = grant.granted(hashes)
                 if grant.prefix_blocks < n or not tiers:
                     n, tiers = min(n, grant.prefix_blocks), grant.tiers
-        st.stored_blocks = max(st.stored_blocks, n)
+        full = n
         n = window_hit(self._segs, hashes, min(n, limit), num_computed_tokens // self._bs)
+        if n < full and self._hybrid:
+            # Another prompt with this prefix went on differently: later ones will branch here
+            # too, so this request stores the windows before it (as vLLM's hybrid cache keeps
+            # states at shared-prefix junctions).
+            st.branch = full
+        st.saved = [max(st.saved[i] if st.saved else 0, n if seg.window else full)
+                    for i, seg in enumerate(self._segs)]
         for i, seg in enumerate(self._segs):  # sliding windows: the blocks before the end
             if seg.window and n:
                 start = max(0, n - seg.window)
@@ -267,20 +277,26 @@ class SchedulerSide:
         groups = st.block_ids
         full = min(done // self._bs, len(st.request.block_hashes),
                    *(len(g) for g in groups)) if groups else 0
-        if full <= st.stored_blocks:
+        if not st.saved:
+            st.saved = [0] * len(self._segs)
+        if full <= min(st.saved):
             return
-        # where the prompt ends: a later turn, or the prompt sent again, hits there
+        # where the prompt ends (a later turn, or the prompt sent again, hits there) and where
+        # another prompt branched off this one's prefix
         prompt = st.request.num_prompt_tokens
-        ends = (prompt // self._bs, (prompt - 1) // self._bs)
+        ends = (prompt // self._bs, (prompt - 1) // self._bs, st.branch)
+        # blocks new to the store: a store of every layer would save them in every segment
+        new = max((st.saved[i] for i, seg in enumerate(self._segs) if not seg.window), default=0)
         for i, seg in enumerate(self._segs):
             ids = [groups[g] for g in seg.groups]
             where, hashes = [], []
-            for b in range(st.stored_blocks, full):
+            for b in range(st.saved[i], full):
                 h = bytes(st.request.block_hashes[b])
                 if (i, h) in seen or not all(g[b] for g in ids):
                     continue
                 if not seg.keeps(b, ends):
-                    self.stats.add("window_skipped_bytes", seg.block_bytes)
+                    if b >= new:
+                        self.stats.add("window_skipped_bytes", seg.block_bytes)
                     continue
                 seen.add((i, h))
                 where.append(b)
@@ -290,7 +306,7 @@ class SchedulerSide:
                     req_id, [ids[0][b] for b in where], hashes, segment=i,
                     extra_ids=[[g[b] for b in where] for g in ids[1:]],
                 ))
-        st.stored_blocks = full
+            st.saved[i] = max(st.saved[i], full)
 
     def update_connector_output(self, output: KVConnectorOutput) -> None:
         """Unpin the blocks of loads the workers finished (or gave up on)."""

@@ -128,3 +128,35 @@ def test_saves_keep_only_windows_a_later_hit_can_use(server: Any) -> None:
     # end (block 11): blocks 2, 3, 6, 7, 9, 10
     assert saves[0].block_ids == [3, 4, 7, 8, 10, 11]
     assert side.stats.data["window_skipped_bytes"] == 5 * BLOCK_BYTES
+
+
+def test_a_branch_point_keeps_its_window_for_the_prompts_after(server: Any) -> None:
+    from vllm.v1.core.sched.output import NewRequestData, SchedulerOutput
+
+    side, sliding, full = _side(server)
+    stored = _tokens(9 * BS, 4)
+    first = _request("b0", stored)
+    assert full.put(first.block_hashes, [bytes(BLOCK_BYTES)] * 9)
+    assert sliding.put([first.block_hashes[i] for i in (2, 3, 6, 7)], [bytes(BLOCK_BYTES)] * 4)
+    # a prompt that shares 6 blocks, then goes on otherwise: the window before 6 was never
+    # kept, so the hit is cut back to 4 ...
+    tokens = stored[: 6 * BS] + _tokens(2 * BS + 5, 5)
+    req = _request("b1", tokens)
+    side.on_new_request(req)
+    assert side.get_num_new_matched_tokens(req, 0) == 4 * BS
+    pages = (list(range(1, 10)), list(range(21, 30)))
+    side.update_state_after_alloc(req, _blocks(*pages), 4 * BS)
+    so = SchedulerOutput.make_empty()
+    so.scheduled_new_reqs = [NewRequestData.from_request(req, pages)]
+    so.scheduled_new_reqs[0].num_computed_tokens = 4 * BS
+    so.num_scheduled_tokens = {"b1": len(tokens) - 4 * BS}
+    saves = {t.segment: t for t in side.build_meta(so).saves}
+    # ... and this request, which computes blocks 4 and 5 again, stores the window before
+    # 6 (where the next prompt with this prefix will branch off), and its own prompt end's
+    assert saves[0].hashes[:2] == [bytes(h) for h in req.block_hashes[4:6]]
+    assert saves[0].block_ids == [5, 6, 7, 8]  # blocks 4, 5 (branch) and 6, 7 (stride, end)
+    assert saves[1].block_ids == [27, 28]  # full attention: only the blocks new to the store
+    nxt = _request("b2", stored[: 6 * BS] + _tokens(3 * BS, 6))
+    assert sliding.put(req.block_hashes[4:6], [bytes(BLOCK_BYTES)] * 2)  # as the save will
+    side.on_new_request(nxt)
+    assert side.get_num_new_matched_tokens(nxt, 0) == 6 * BS
