@@ -39,8 +39,9 @@ class KVLayout:
     (``2 * num_kv_heads * block_size * head_dim`` elements unless ``page`` gives the bytes),
     packed as ``layout_name`` says.
 
-    ``kind`` is ``full``, ``sliding`` (``window`` tokens) or ``mla`` (one latent per token);
-    ``page`` is the page's bytes where the formula above does not give them (MLA, fp8);
+    ``kind`` is ``full``, ``sliding`` (``window`` tokens), ``mla`` (one latent per token) or
+    ``mamba`` (one state per block: ``dtype`` names each state tensor's, joined by ``+``);
+    ``page`` is the page's bytes where the formula above does not give them (MLA, fp8, Mamba);
     ``model_kv`` is a digest of every kind of the model's KV (a layer's KV depends on every
     layer below it, so a hybrid model's full-attention blocks change with its window);
     ``shared_ranks``: every tensor-parallel rank holds the same block (MLA's latent), so

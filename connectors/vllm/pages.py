@@ -3,9 +3,10 @@
 A stored block is the concatenation, in layer order, of that block's page in every layer,
 copied byte for byte. Pages are never reinterpreted, so whatever packing the attention backend
 uses inside a page (CPU: ``[num_kv_heads, block_size, 2 * head_size]`` with ISA-dependent
-tiling; CUDA: K and V planes) round-trips exactly. The only thing this module needs to know
-about a layer's tensor is which dimension indexes blocks, found as the one whose size is the
-engine's block count.
+tiling; CUDA: K and V planes; Mamba: the layer's state tensors packed in an ``int8`` page
+``[blocks, 1, 1, state bytes]`` whose rows lie a padded stride apart) round-trips exactly. The
+only thing this module needs to know about a layer's tensor is which dimension indexes blocks,
+found as the one whose size is the engine's block count.
 
 A segment of a hybrid model (:mod:`connectors.vllm.segments`) spans several KV cache groups,
 each with its own block table: a stored block is then the page of every layer at one position,
@@ -56,6 +57,9 @@ class PagedKV:
             raise ValueError("no KV cache tensors to register")
         layers: list[_Layer] = []
         for name, tensor in kv_caches.items():
+            if not isinstance(tensor, torch.Tensor):  # say, separate Mamba state tensors
+                raise ValueError(f"layer {name}: KV cache is a {type(tensor).__name__}, not "
+                                 "one tensor of pages")
             dims = [d for d, size in enumerate(tensor.shape) if size == num_blocks]
             if not dims:
                 raise ValueError(

@@ -9,9 +9,11 @@ step's forward pass completes). Nothing here touches KV bytes.
 
 A hybrid model's KV is several segments (:mod:`connectors.vllm.segments`), each its own
 namespace behind its own link: a hit is the longest prefix that every full-attention segment
-holds whole and every sliding-window segment holds the window before its end, and loads and
-saves name each segment's pages. vLLM can only recompute a hybrid request whole when a load
-fails, so hybrid loads are always asynchronous (the worker reports the request as failed).
+holds whole and every sliding-window segment holds the window before its end (a Mamba
+segment: the state at its end), and loads and saves name each segment's pages. vLLM can only
+recompute a hybrid request whole when a load fails, so hybrid loads are always asynchronous
+(the worker reports the request as failed); Mamba state needs that too, since vLLM copies a
+hit's state into the request's running state block before a synchronous load would run.
 
 The lookup is a grant (:mod:`kvstore.client.grant`): the store pins the hit's blocks that its
 host tier holds and says where they lie in its shared slab. A load carries those places, so a

@@ -90,6 +90,28 @@ def test_kv_planes_layout_copies_the_block_dimension() -> None:
         assert torch.equal(t[:, 10], t[:, 1]) and torch.equal(t[:, 11], t[:, 4])
 
 
+def test_mamba_state_pages_copy_without_their_padding() -> None:
+    # vLLM hands a Mamba layer as one int8 view [num_blocks, 1, 1, state bytes] of its page
+    # pool, rows a padded page apart (the states fill 70 of the 96 bytes here)
+    raws = [torch.randint(-128, 127, (NUM_BLOCKS, 96), dtype=torch.int8) for _ in range(2)]
+    layers = {f"model.layers.{i}.linear_attn": torch.as_strided(raw, (NUM_BLOCKS, 1, 1, 70),
+                                                               (96, 96, 96, 1))
+              for i, raw in enumerate(raws)}
+    before = [raw.clone() for raw in raws]
+    pages = PagedKV(layers, NUM_BLOCKS, {name: 0 for name in layers})
+    assert (pages.page_bytes, pages.block_bytes) == (70, 140)
+    data = pages.gather([3, 5])
+    assert torch.equal(data[1, 70:].view(torch.int8), raws[1][5, :70])
+    pages.scatter([7, 9], pages.stack([bytes(r.numpy()) for r in data]))
+    for raw, old in zip(raws, before, strict=True):
+        assert torch.equal(raw[[7, 9], :70], old[[3, 5], :70])
+        assert torch.equal(raw[:, 70:], old[:, 70:])  # the padding is never written
+        assert torch.equal(raw[[0, 1, 2, 3, 4, 5, 6, 8, 10, 11]],
+                           old[[0, 1, 2, 3, 4, 5, 6, 8, 10, 11]])
+    with pytest.raises(ValueError, match="not one tensor"):
+        PagedKV({"l": (raws[0], raws[1])}, NUM_BLOCKS)  # type: ignore[dict-item]
+
+
 def test_many_blocks_round_trip_through_bytes() -> None:
     layers = _cpu_layers(torch.bfloat16)
     for t in layers.values():

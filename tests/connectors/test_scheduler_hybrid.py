@@ -1,7 +1,8 @@
 """SchedulerSide for a hybrid model (a sliding-window segment beside a full-attention one),
 with real vLLM request and block objects against a real server: a hit needs the whole prefix
 in the full segment and only the window before its end in the sliding one, loads go to the
-pages vLLM gave each group (none to the null page), and saves keep only reachable windows."""
+pages vLLM gave each group (none to the null page), and saves keep only reachable windows; the
+same for a Mamba state segment beside a full-attention one (a window of one block)."""
 
 from __future__ import annotations
 
@@ -160,3 +161,61 @@ def test_a_branch_point_keeps_its_window_for_the_prompts_after(server: Any) -> N
     assert sliding.put(req.block_hashes[4:6], [bytes(BLOCK_BYTES)] * 2)  # as the save will
     side.on_new_request(nxt)
     assert side.get_num_new_matched_tokens(nxt, 0) == 6 * BS
+
+def _mamba_side(server: Any) -> tuple[SchedulerSide, StoreLink, StoreLink]:
+    """A Qwen3-Next-shaped engine: a Mamba state segment (a window of one block, every state
+    kept) beside a full-attention one."""
+    cfg = ConnectorConfig(server.url, timeout_s=2.0)
+    segs = []
+    for i, kind in enumerate(["mamba", "full"]):
+        lay = KVLayout("m", 1, 1, 2, BS, "float32", "test", kind=kind, model_kv="y")
+        link = StoreLink(cfg, lay.namespace(), BLOCK_BYTES, lay.to_store_layout(), "sha256",
+                         None)
+        window = 1 if kind == "mamba" else 0
+        segs.append((Segment(i, lay, (i,), ((f"layer{i}",),), window, 0), link))
+    side = SchedulerSide(segs, BS, BlockHasher("sha256", None, BS), load_async=False)
+    return side, segs[0][1], segs[1][1]
+
+
+def test_mamba_hit_ends_at_a_stored_state_and_loads_only_that_state(server: Any) -> None:
+    from vllm.v1.core.sched.output import SchedulerOutput
+
+    side, mamba, full = _mamba_side(server)
+    assert side.load_async  # vLLM copies a hit's state before a synchronous load would run
+    req = _request("m1", _tokens(10 * BS + 5, 4))
+    hashes = req.block_hashes
+    assert full.put(hashes[:9], [bytes(BLOCK_BYTES)] * 9)
+    # states after blocks 3 and 6 only (where the writer's prefill chunks ended)
+    assert mamba.put([hashes[2], hashes[5]], [bytes(BLOCK_BYTES)] * 2)
+    side.on_new_request(req)
+    assert side.get_num_new_matched_tokens(req, 0) == 6 * BS
+    # vLLM gives the Mamba group a page for the hit's state and one for the running state
+    side.update_state_after_alloc(req, _blocks([0, 0, 0, 0, 0, 41, 42],
+                                               [51, 52, 53, 54, 55, 56, 57]), 6 * BS)
+    loads = {t.segment: t for t in side.build_meta(SchedulerOutput.make_empty()).loads}
+    assert loads[0].block_ids == [41] and loads[0].hashes == [bytes(hashes[5])]
+    assert loads[1].block_ids == [51, 52, 53, 54, 55, 56]
+    # no state stored before any boundary past vLLM's own blocks: no hit
+    assert side.get_num_new_matched_tokens(req, 6 * BS) == 0
+
+
+def test_mamba_saves_every_state_vllm_kept(server: Any) -> None:
+    from vllm.v1.core.sched.output import NewRequestData, SchedulerOutput
+
+    side, _, _ = _mamba_side(server)
+    tokens = _tokens(6 * BS + 3, 5)
+    req = _request("m2", tokens)
+    side.on_new_request(req)
+    assert side.get_num_new_matched_tokens(req, 0) == 0
+    # a step that prefilled the prompt in chunks ending after blocks 3 and 6: vLLM kept the
+    # states there, the null page elsewhere
+    mamba_ids, full_ids = [0, 0, 11, 0, 0, 12, 13], list(range(21, 28))
+    side.update_state_after_alloc(req, _blocks(mamba_ids, full_ids), 0)
+    so = SchedulerOutput.make_empty()
+    so.scheduled_new_reqs = [NewRequestData.from_request(req, (mamba_ids, full_ids))]
+    so.num_scheduled_tokens = {"m2": 6 * BS}
+    saves = {t.segment: t for t in side.build_meta(so).saves}
+    assert saves[0].block_ids == [11, 12]
+    assert saves[0].hashes == [bytes(req.block_hashes[i]) for i in (2, 5)]
+    assert saves[1].block_ids == list(range(21, 27))
+    assert side.stats.data["window_skipped_bytes"] == 0

@@ -1,7 +1,7 @@
 """Segments from vLLM's KV cache groups (real vLLM spec and config classes): which groups form
-a segment, what a sliding window keeps, and that every change of what a block holds (window,
-KV dtype, MLA, another kind beside it) names another namespace while a plain model keeps the
-name it had before segments existed."""
+a segment, what a sliding window keeps, what a Mamba state segment is, and that every change of
+what a block holds (window, KV dtype, MLA, state dtype, another kind beside it) names another
+namespace while a plain model keeps the name it had before segments existed."""
 
 from __future__ import annotations
 
@@ -138,12 +138,63 @@ def test_mla_on_the_reference_cpu_backend_cannot_resume() -> None:
     assert seg.layout.layout_name == "cpu:mla:reference"  # its own namespace
 
 
-def test_unsupported_groups_are_refused_by_name() -> None:
+def _mamba(ssm: torch.dtype = torch.bfloat16, mode: str = "align", spec_blocks: int = 0,
+           checkpoints: int = 0) -> Any:
+    from vllm.v1.attention.backends.registry import MambaAttentionBackendEnum
     from vllm.v1.kv_cache_interface import MambaSpec
 
-    mamba = MambaSpec(block_size=32, shapes=((4, 8),), dtypes=(torch.float32,))
-    with pytest.raises(NotImplementedError, match="MambaSpec"):
-        segments_from_vllm(_config(), _kv(mamba, _full()))
+    # a gated delta-net layer as vLLM 0.32 describes Qwen3-Next's: conv and SSM state per
+    # block, padded to the attention page's size
+    return MambaSpec(block_size=288, shapes=((3, 768), (2, 128, 128)),
+                     dtypes=(torch.bfloat16, ssm), page_size_padded=1 << 20,
+                     mamba_type=MambaAttentionBackendEnum.GDN_ATTN, mamba_cache_mode=mode,
+                     num_speculative_blocks=spec_blocks,
+                     num_prefill_checkpoint_blocks=checkpoints)
+
+
+def _full288() -> Any:
+    from vllm.v1.kv_cache_interface import FullAttentionSpec
+
+    return FullAttentionSpec(block_size=288, num_kv_heads=2, head_size=32, dtype=torch.bfloat16)
+
+
+def test_qwen3_next_shaped_groups_form_one_mamba_and_one_full_segment() -> None:
+    mamba, full = segments_from_vllm(_config(), _kv(_mamba(), _mamba(), _mamba(), _full288()))
+    assert mamba.groups == (0, 1, 2) and full.groups == (3,)
+    # a hit at boundary b needs the one state block before it; every state vLLM keeps is kept
+    assert (mamba.window_blocks, mamba.stride_blocks, mamba.sliding) == (1, 0, True)
+    assert all(mamba.keeps(i) for i in range(12))
+    lay = mamba.layout
+    state = 3 * 768 * 2 + 2 * 128 * 128 * 2  # conv + SSM state, without vLLM's padding
+    assert (lay.kind, lay.page_bytes, lay.block_bytes) == ("mamba", state, 3 * state)
+    assert lay.layout_name == "cpu:gdn_attn:bfloat16[3x768]+bfloat16[2x128x128]"
+    assert lay.dtype == "bfloat16" and lay.block_size == 288
+    names = _names([mamba, full])
+    assert names[0].startswith("vllm.tiny.mamba.") and names[1].startswith("vllm.tiny.full.")
+    # another state dtype is another layout for the state and for the attention beside it
+    fp32 = segments_from_vllm(_config(), _kv(_mamba(torch.float32), _full288()))
+    assert fp32[0].layout.dtype == "bfloat16+float32"
+    assert fp32[0].layout.page_bytes == 3 * 768 * 2 + 2 * 128 * 128 * 4
+    assert not set(names) & set(_names(fp32))
+
+
+def test_mamba_state_without_block_boundary_copies_is_refused() -> None:
+    # prefix caching off: vLLM keeps one running state per request, nothing to resume from
+    with pytest.raises(NotImplementedError, match="mamba_cache_mode='none'"):
+        segments_from_vllm(_config(), _kv(_mamba(mode="none"), _full288()))
+    with pytest.raises(NotImplementedError, match="speculative decoding"):
+        segments_from_vllm(_config(), _kv(_mamba(spec_blocks=1), _full288()))
+    with pytest.raises(NotImplementedError, match="prefill checkpoints"):
+        segments_from_vllm(_config(), _kv(_mamba(checkpoints=1), _full288()))
+
+
+def test_unsupported_groups_are_refused_by_name() -> None:
+    from vllm.v1.kv_cache_interface import ChunkedLocalAttentionSpec
+
+    local = ChunkedLocalAttentionSpec(block_size=32, num_kv_heads=2, head_size=32,
+                                      dtype=torch.float32, attention_chunk_size=64)
+    with pytest.raises(NotImplementedError, match="ChunkedLocalAttentionSpec"):
+        segments_from_vllm(_config(), _kv(local, _full()))
 
 
 def test_layout_digest_ignores_unset_fields() -> None:
