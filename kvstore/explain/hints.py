@@ -56,15 +56,15 @@ def hints_for(ex: Explanation, *, ghosts_kept: int, ghost_capacity: int, variant
     never = ex.counts["never_seen"]
     if never:
         if ghost_capacity == 0:
-            why = ("as far as the store knows: the ghost record is off (ghost_entries 0), so "
+            why = (" as far as the store knows: the ghost record is off (ghost_entries 0), so "
                    "evicted blocks read as never seen")
         elif ghosts_kept >= ghost_capacity:
-            why = (f"or left it before the last {ghost_capacity} departures that the ghost "
+            why = (f", or left it before the last {ghost_capacity} departures that the ghost "
                    "record keeps (ghost_entries)")
         else:
-            why = ("by any engine with this recipe: is the engine saving (vLLM kv_role "
-                   "kv_producer or kv_both)?")
-        out.append(f"{blocks(never)} never stored in this namespace {why}")
+            why = (", nor under another visible namespace's recipe: no engine has saved these "
+                   "tokens (vLLM saves with kv_role kv_producer or kv_both)")
+        out.append(f"{blocks(never)} never stored in this namespace{why}")
     stored_after = sum(1 for b in ex.blocks[ex.prefix_blocks:] if b.status == "stored")
     if ex.first_miss is not None and stored_after:
         later = "1 later block is" if stored_after == 1 else f"{stored_after} later blocks are"
