@@ -23,6 +23,7 @@ from kvstore.keys import BlockHasher
 from kvstore.testing.proc import ROOT
 from kvstore.testing.server import ServerProc, kvstore_cmd
 from kvstore.types import BlockHash
+from server.rest.limits import EXPLAIN_BODY_BYTES
 from server.rest.schemas import MAX_EXPLAIN_TOKENS
 
 BLOCK = 4096
@@ -189,6 +190,9 @@ def test_bad_input_is_a_clear_4xx(srv: ServerProc, ns_name: str, prompt: list[in
         assert r.status_code == 422 and r.json()["message"].startswith("body.tokens.1"), bad
     r = explain(srv.url, ns_name, tokens=[0] * (MAX_EXPLAIN_TOKENS + 1))
     assert r.status_code == 422 and "at most 262144" in r.json()["message"]
+    r = httpx.post(f"{srv.url}/v1/explain", content=b" " * (EXPLAIN_BODY_BYTES + 1),
+                   headers={"Content-Type": "application/json"}, timeout=60)
+    assert r.status_code == 413 and "of an explain" in r.json()["message"]
     r = explain(srv.url, ns_name, tokens=list(range(16 * (MAX_BATCH + 1))))
     assert r.status_code == 422 and r.json() == {
         "error": "invalid_request",
