@@ -51,7 +51,8 @@ def explain(store: StoreAPI, ns: Namespace, prompt: Prompt, others: Iterable[Nam
             *, max_blocks: int | None = None) -> Explanation:
     """Block by block, why ``prompt`` hits or misses in ``ns``; ``others`` are the namespaces
     whose recipes are tried for the missing blocks (``ns`` itself and those with the same
-    recipe are skipped; at most :data:`MAX_OTHER_RECIPES` distinct recipes are hashed).
+    recipe are skipped; at most :data:`MAX_OTHER_RECIPES` distinct recipes are hashed, each
+    only if it cuts the prompt into at most ``max_blocks`` blocks).
 
     Raises ``ValueError`` when ``ns`` cannot hash a prompt (registered without
     ``layout.block_size``), on bad tokens or extra keys, and past ``max_blocks`` full blocks;
@@ -76,7 +77,8 @@ def explain(store: StoreAPI, ns: Namespace, prompt: Prompt, others: Iterable[Nam
     skipped = 0
     variants: Variants = {}
     if missing:
-        elsewhere, skipped = _find_elsewhere(store, ns.name, recipe, prompt, others, missing)
+        elsewhere, skipped = _find_elsewhere(store, ns.name, recipe, prompt, others, missing,
+                                             max_blocks)
         variants = _variants(store, ns.name, recipe, prompt, missing)
     for b in blocks:
         b.status = _status(b)
@@ -104,17 +106,22 @@ def _status(b: BlockReport) -> Status:
 
 
 def _find_elsewhere(store: StoreAPI, name: str, recipe: Recipe, prompt: Prompt,
-                    others: Iterable[Namespace],
-                    missing: list[BlockReport]) -> tuple[list[Elsewhere], int]:
+                    others: Iterable[Namespace], missing: list[BlockReport],
+                    max_blocks: int | None) -> tuple[list[Elsewhere], int]:
     """Fill in ``other`` of the missing blocks from the namespaces whose recipe differs; the
-    namespaces that hold any, and how many distinct recipes went unchecked."""
+    namespaces that hold any, and how many distinct recipes went untried (past
+    :data:`MAX_OTHER_RECIPES`, or cutting the prompt into more than ``max_blocks`` blocks:
+    the work of one explain stays bounded whatever block sizes are registered)."""
     by_recipe: dict[Recipe, list[str]] = {}
     for ns in others:
         theirs = recipe_of(ns)
         if ns.name != name and theirs is not None and theirs != recipe:
             by_recipe.setdefault(theirs, []).append(ns.name)
     found: list[Elsewhere] = []
-    for theirs, names in list(by_recipe.items())[:MAX_OTHER_RECIPES]:
+    tried = [r for r in by_recipe
+             if max_blocks is None or len(prompt.tokens) // r.block_size <= max_blocks]
+    for theirs in tried[:MAX_OTHER_RECIPES]:
+        names = by_recipe[theirs]
         hashes = prompt.hashes(theirs)  # the same tokens and keys: valid under any recipe
         if not hashes:
             continue  # fewer tokens than one of its blocks
@@ -129,7 +136,7 @@ def _find_elsewhere(store: StoreAPI, name: str, recipe: Recipe, prompt: Prompt,
                 b.other.append(OtherRecipe(other, differs))
             if hits:
                 found.append(Elsewhere(other, theirs, differs, len(hits)))
-    return found, max(0, len(by_recipe) - MAX_OTHER_RECIPES)
+    return found, len(by_recipe) - min(len(tried), MAX_OTHER_RECIPES)
 
 
 def _variants(store: StoreAPI, name: str, recipe: Recipe, prompt: Prompt,

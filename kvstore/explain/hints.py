@@ -79,8 +79,9 @@ def hints_for(ex: Explanation, *, ghosts_kept: int, ghost_capacity: int, variant
                    f"{seed}, block size {bs}, and the same cache salt and LoRA) or uses "
                    "another namespace")
     if skipped_recipes:
-        out.append(f"{skipped_recipes} other namespaces' recipes were not tried (at most "
-                   f"{MAX_OTHER_RECIPES} are)")
+        out.append(f"recipes of other namespaces not tried: {skipped_recipes} (at most "
+                   f"{MAX_OTHER_RECIPES} are, each cutting the prompt into at most max_batch "
+                   "blocks)")
     return out
 
 

@@ -84,7 +84,11 @@ def test_at_most_so_many_other_recipes_are_tried(store: Store) -> None:
     for other in others:
         store.register_namespace(other)
     out = explain(store, base, Prompt(TOKENS), [base, *others])
-    assert any(h.startswith("2 other namespaces' recipes were not tried") for h in out.hints)
+    assert any(h.startswith("recipes of other namespaces not tried: 2 ") for h in out.hints)
+    tiny = ns("tiny", block_size=1)  # 100 blocks of one token: over max_blocks, not hashed
+    store.register_namespace(tiny)
+    out = explain(store, base, Prompt(TOKENS), [base, tiny], max_blocks=50)
+    assert any(h.startswith("recipes of other namespaces not tried: 1 ") for h in out.hints)
 
 
 def test_recipe_differences_in_words() -> None:
