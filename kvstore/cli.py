@@ -22,6 +22,7 @@ COMMANDS: dict[str, str] = {
     "lookup": "server.cli_client:add_lookup_parser",
     "namespaces": "server.cli_client:add_namespaces_parser",
     "health": "server.cli_client:add_health_parser",
+    "explain": "server.cli_explain:add_parser",
 }
 
 

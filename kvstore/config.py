@@ -22,6 +22,7 @@ DEFAULT_HIGH_WATERMARK = 0.95  # fraction of capacity that triggers eviction
 DEFAULT_LOW_WATERMARK = 0.85  # fraction of capacity eviction brings usage down to
 DEFAULT_MAX_NAMESPACES = 1024  # namespaces a store holds at most, all tenants together
 DEFAULT_MAX_NAMESPACES_PER_TENANT = 64  # namespaces bound to any one tenant at most
+DEFAULT_GHOST_ENTRIES = 65536  # blocks: recent departures remembered (about 200 bytes each)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +67,7 @@ class StoreConfig:
     spill_on_close: bool = True  # close() copies memory-only blocks to the disk tier
     max_namespaces: int = DEFAULT_MAX_NAMESPACES  # registered namespaces, in total
     max_namespaces_per_tenant: int = DEFAULT_MAX_NAMESPACES_PER_TENANT  # bound to one tenant
+    ghost_entries: int = DEFAULT_GHOST_ENTRIES  # departed blocks remembered for explain; 0: none
 
     def __post_init__(self) -> None:
         if not self.tiers:
@@ -87,3 +89,5 @@ class StoreConfig:
             raise ValueError("prefetch_workers must be at least 1")
         if self.max_namespaces < 1 or self.max_namespaces_per_tenant < 1:
             raise ValueError("max_namespaces and max_namespaces_per_tenant must be at least 1")
+        if self.ghost_entries < 0:
+            raise ValueError(f"ghost_entries must be >= 0, got {self.ghost_entries}")

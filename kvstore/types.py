@@ -6,7 +6,7 @@ same :data:`BlockKey` tuple so that no layer needs to translate keys.
 
 from __future__ import annotations
 
-from typing import NamedTuple, NewType
+from typing import Literal, NamedTuple, NewType
 
 BlockHash = NewType("BlockHash", bytes)
 """A chained prefix block hash, raw bytes (32 bytes for the sha256 algorithms, 16 for xxhash)."""
@@ -33,3 +33,30 @@ class PutResult(NamedTuple):
     stored: int
     existing: int
     refused: int
+
+
+LeftBecause = Literal["evicted", "deleted", "corrupt", "lost"]
+"""Why a block left the store: evicted from the last tier that held it to make room, deleted by
+a client, dropped because its checksum failed, or lost by its tier behind the store's back (an
+S3 object gone)."""
+
+
+class Ghost(NamedTuple):
+    """A block that left the store: ``at`` (Unix time, seconds), the ``tier`` it left from (the
+    last one that held it; for a delete, the top one) and ``why``."""
+
+    at: float
+    tier: str
+    why: LeftBecause
+
+
+class Trace(NamedTuple):
+    """Where each block of a chain is (``tiers[i]``: every tier holding block ``i``, top first;
+    empty if none) and, for blocks the store does not hold, the ghost of its departure if the
+    ghost record still has one. ``ghosts_kept`` and ``ghost_capacity`` say how full the record
+    is: a block older than its oldest ghost reads as never stored."""
+
+    tiers: list[list[str]]
+    ghosts: list[Ghost | None]
+    ghosts_kept: int
+    ghost_capacity: int

@@ -36,6 +36,7 @@ from pydantic_settings import (
 
 from kvstore.config import (
     DEFAULT_DISK_CAPACITY,
+    DEFAULT_GHOST_ENTRIES,
     DEFAULT_HOST_CAPACITY,
     DEFAULT_LEASE_S,
     DEFAULT_MAX_LEASE_S,
@@ -122,6 +123,9 @@ class ServerSettings(BaseSettings):
     s3_region: str | None = Field(None, description="S3 region")
     s3_capacity: Size = Field(1 << 40, description="bytes the S3 tier may hold")
     policy: str = Field("lru", description="eviction policy of every tier: lru, lfu or s3fifo")
+    ghost_entries: int = Field(DEFAULT_GHOST_ENTRIES, ge=0, description="blocks that left the "
+                               "store remembered with when, from which tier and why, for "
+                               "kvstore explain (about 200 bytes each); 0: none")
     lease_s: float = Field(DEFAULT_LEASE_S, gt=0, allow_inf_nan=False,
                            description="seconds a pin or reservation lasts when the client "
                            "names no lease")
@@ -305,6 +309,7 @@ class ServerSettings(BaseSettings):
             namespaces_path=str(self.data_path / "namespaces.json"),
             max_namespaces=self.max_namespaces,
             max_namespaces_per_tenant=self.max_namespaces_per_tenant,
+            ghost_entries=self.ghost_entries,
         )
 
 

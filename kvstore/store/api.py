@@ -16,7 +16,7 @@ from kvstore.tiers import Tier
 from kvstore.tiers.base import Buffer
 from kvstore.tiers.slab import SlabInfo, SlabShare
 from kvstore.tiers.slots import Extents
-from kvstore.types import BlockHash, LookupResult, PutResult
+from kvstore.types import BlockHash, LookupResult, PutResult, Trace
 
 
 class StoreAPI(Protocol):
@@ -34,6 +34,7 @@ class StoreAPI(Protocol):
     def contains(self, namespace: str, block_hash: BlockHash) -> bool: ...
     def lookup(self, namespace: str, hashes: Sequence[BlockHash], *,
                nowait: bool = False) -> LookupResult: ...
+    def trace(self, namespace: str, hashes: Sequence[BlockHash]) -> Trace: ...
     def delete(self, namespace: str, hashes: Sequence[BlockHash]) -> int: ...
     def prefetch(self, namespace: str, hashes: Sequence[BlockHash]) -> Future[int]: ...
 

@@ -25,6 +25,7 @@ from kvstore.errors import InvalidLeaseError, KVStoreError, UnknownNamespaceErro
 from kvstore.namespace import Namespace
 from kvstore.policy import make_policy
 from kvstore.store.counters import Tally
+from kvstore.store.ghosts import Ghosts
 from kvstore.store.host_path import HostPath
 from kvstore.store.index import make_keys
 from kvstore.store.leases import LeaseTable
@@ -39,7 +40,7 @@ from kvstore.tiers import Tier
 from kvstore.tiers.base import BlockMeta, Buffer
 from kvstore.tiers.slab import SlabInfo, SlabShare
 from kvstore.tiers.slots import Extents
-from kvstore.types import BlockHash, LookupResult, PutResult
+from kvstore.types import BlockHash, LookupResult, PutResult, Trace
 
 log = logging.getLogger("kvstore.store")
 
@@ -57,13 +58,15 @@ class Store:
         self._leases = LeaseTable(quota=config.max_pinned_bytes_per_tenant)
         self._book = NamespaceBook(config.namespaces_path, NamespaceLimits(
             config.max_namespaces, config.max_namespaces_per_tenant))
-        self._placer = Placer(self._stack, self._ledger, self._tally, self._leases)
+        self._ghosts = Ghosts(config.ghost_entries)
+        self._placer = Placer(self._stack, self._ledger, self._tally, self._leases,
+                              self._ghosts)
         self._reader = Reader(self._stack, self._ledger, self._placer, self._tally,
                               self._leases, self._lock, self._book)
         self._host = HostPath(self._stack, self._ledger, self._placer, self._reader,
                               self._tally, self._leases, self._lock)
         self._report = Report(self._stack, self._ledger, self._tally, self._leases,
-                              self._host, self._lock)
+                              self._host, self._ghosts, self._lock)
         self._closed = False
         self._prefetcher = ThreadPoolExecutor(
             max_workers=config.prefetch_workers, thread_name_prefix="kvstore-prefetch")
@@ -96,7 +99,8 @@ class Store:
         try:
             with self._lock:
                 self._host.unreserve_namespace(name)
-                dropped = self._host.delete_blocks(self._ledger.keys_of(name))
+                dropped = self._host.delete_blocks(self._ledger.keys_of(name), remember=False)
+                self._ghosts.forget_namespace(name)
                 self._tally.namespaces.pop(name, None)
                 self._ledger.forget_usage(name)
         except BaseException:
@@ -162,6 +166,16 @@ class Store:
         :class:`~kvstore.errors.WouldBlock` rather than wait for the lock or ask S3."""
         self.namespace(namespace)
         return self._reader.lookup(namespace, hashes, nowait=nowait)
+
+    def trace(self, namespace: str, hashes: Sequence[BlockHash]) -> Trace:
+        """Every tier holding each block (top first), and for each block the store does not
+        hold the ghost of its departure (when, from which tier, why), if the ghost record
+        (``ghost_entries`` departures) still has it. No side effects on recency, leases or
+        stats; blocks missing from the index are asked of shared tiers (S3), as a get does."""
+        self.namespace(namespace)
+        keys = make_keys(namespace, hashes)
+        self._reader.discover_missing(keys)
+        return self._report.trace(keys)
 
     def delete(self, namespace: str, hashes: Sequence[BlockHash]) -> int:
         """Remove blocks from every tier, pinned or not. Returns how many existed. The host

@@ -252,20 +252,24 @@ class HostPath:
         self._placer.settle(host)
 
     # -- deletes, owners, leases -------------------------------------------------------------
-    def delete_blocks(self, keys: Sequence[BlockKey]) -> int:
+    def delete_blocks(self, keys: Sequence[BlockKey], *, remember: bool = True) -> int:
         """Remove published blocks from every tier, one tier call per tier (lock held); how
         many existed. The host slots of a block a reader has pinned are retired, not freed: a
         shared-memory reader handed their extents copies the bytes it asked for, never those
-        of a block stored there after the delete."""
+        of a block stored there after the delete. With ``remember``, each leaves a ghost."""
         host = self._stack.host
         live: list[BlockKey] = []
         for key in dict.fromkeys(keys):
             entry = self._ledger.get(key)
-            if entry is None or entry.pending:
-                continue
-            if host is not None and entry.holds(host) and self._leases.is_pinned(key):
+            if entry is not None and not entry.pending:
+                live.append(key)
+        if remember:  # before retiring: a ghost names the top tier the block was in
+            self._placer.remember(live, "deleted")
+        for key in live:
+            entry = self._ledger.get(key)
+            if host is not None and entry is not None and entry.holds(host) \
+                    and self._leases.is_pinned(key):
                 self.retire(key, entry)
-            live.append(key)
         self._placer.drop_many(live)
         for key in live:
             self._stack.forget(key)

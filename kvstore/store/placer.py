@@ -19,12 +19,13 @@ import time
 from kvstore.checksum import checksum
 from kvstore.errors import CapacityError, TierUnavailableError
 from kvstore.store.counters import Tally
+from kvstore.store.ghosts import Ghosts
 from kvstore.store.index import Entry
 from kvstore.store.leases import LeaseTable
 from kvstore.store.ledger import Ledger
 from kvstore.store.stack import TierStack
 from kvstore.tiers.base import BlockMeta, Buffer
-from kvstore.types import BlockKey, PutResult
+from kvstore.types import BlockKey, LeftBecause, PutResult
 
 log = logging.getLogger("kvstore.store")
 Item = tuple[BlockKey, Buffer, BlockMeta]
@@ -34,14 +35,19 @@ QUIET_S = 60.0  # a tier that failed is reported again only after this long with
 
 class Placer:
     """Writes blocks into tiers and takes them out. Owns no records: it changes the ledger,
-    the counters and the leases of the blocks it moves through their own methods."""
+    the counters, the leases and the ghosts of the blocks it moves through their own methods.
+    Every block that leaves the store leaves through :meth:`drop`, :meth:`drop_many` or an
+    eviction here; evictions and :meth:`drop` record its ghost, and a delete calls
+    :meth:`remember` before :meth:`drop_many`."""
 
-    def __init__(self, stack: TierStack, ledger: Ledger, tally: Tally, leases: LeaseTable) -> None:
+    def __init__(self, stack: TierStack, ledger: Ledger, tally: Tally, leases: LeaseTable,
+                 ghosts: Ghosts) -> None:
         self._stack = stack
         self._tiers = stack.tiers
         self._ledger = ledger
         self._tally = tally
         self._leases = leases
+        self._ghosts = ghosts
         self._failing: dict[int, float] = {}  # tier -> monotonic time of its last failure
 
     # -- new blocks --------------------------------------------------------------------------
@@ -272,10 +278,12 @@ class Placer:
                 if not todo:
                     break
         self.remove(pos, [k for k, _ in entries])
-        for key, entry in entries:
-            if not entry.tiers:
-                self.drop(key, entry)
-                self._tally.evicted_from_store(key[0])
+        gone = [key for key, entry in entries if not entry.tiers]
+        for key in gone:  # no copy left: only the index entry and the pins to forget
+            self._forget(key, self._ledger.get(key))
+            self._tally.evicted_from_store(key[0])
+        if gone:
+            self._ghosts.record(gone, self._stack.names[pos], "evicted")
 
     # -- taking blocks out -------------------------------------------------------------------
     def remove(self, pos: int, keys: list[BlockKey]) -> None:
@@ -287,16 +295,35 @@ class Placer:
         for key, entry in held:
             self._ledger.drop_copy(pos, key, entry)
 
-    def drop(self, key: BlockKey, entry: Entry) -> None:
-        """Forget a block: delete every copy left, its index entry and its pins."""
+    def drop(self, key: BlockKey, entry: Entry, *, left: int, why: LeftBecause) -> None:
+        """Forget a block that leaves the store from tier ``left`` because ``why``: delete
+        every copy left, its index entry and its pins, and record its ghost."""
+        self._forget(key, entry)
+        self._ghosts.record((key,), self._stack.names[left], why)
+
+    def _forget(self, key: BlockKey, entry: Entry | None) -> None:
+        if entry is None:
+            return
         for pos in entry.positions():
             self.remove(pos, [key])
         self._ledger.forget(key, entry)
         self._leases.forget(key)
 
+    def remember(self, keys: list[BlockKey], why: LeftBecause) -> None:
+        """Record the ghosts of blocks about to leave the store through :meth:`drop_many`,
+        each naming the top tier it is in now."""
+        by_top: dict[int, list[BlockKey]] = {}
+        for key in keys:
+            entry = self._ledger.get(key)
+            if entry is not None and entry.tiers:
+                by_top.setdefault(entry.top(), []).append(key)
+        for pos, gone in by_top.items():
+            self._ghosts.record(gone, self._stack.names[pos], why)
+
     def drop_many(self, keys: list[BlockKey]) -> None:
         """Forget blocks: delete their copies with one call per tier, then their index entries
-        and pins (a namespace's deletion: one LMDB transaction, not one per block)."""
+        and pins (a namespace's deletion: one LMDB transaction, not one per block). Records no
+        ghost: a delete calls :meth:`remember` first, a namespace going away does not."""
         for pos in range(len(self._tiers)):
             self.remove(pos, keys)
         for key in keys:

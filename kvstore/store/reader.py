@@ -49,9 +49,7 @@ class Reader:
         ``promote_to`` are copied up into it when ``promote``."""
         out: list[bytes | None] = [None] * len(keys)
         served_by: list[int] = [-1] * len(keys)
-        missing = [k for k in keys if k not in self._ledger]
-        if missing:
-            self.discover(missing)
+        self.discover_missing(keys)
         with self._lock:
             slow: dict[int, list[int]] = {}
             reading: list[BlockKey] = []
@@ -106,7 +104,7 @@ class Reader:
             # deleted by another node): forget that copy
             self._placer.remove(pos, [key])
             if not entry.tiers:
-                self._placer.drop(key, entry)
+                self._placer.drop(key, entry, left=pos, why="lost")
                 self._tally.lost(key[0])
         # a persistent-tier read ran unlocked: the block may have left meanwhile (memory-tier
         # reads ran under the lock and are valid as read)
@@ -116,7 +114,7 @@ class Reader:
             log.error("checksum mismatch for %s in the %s tier: dropped", fmt_key(key), tier.name)
             self._placer.remove(pos, [key])
             if not entry.tiers:
-                self._placer.drop(key, entry)
+                self._placer.drop(key, entry, left=pos, why="corrupt")
             self._tally.corrupt(pos, key[0])
             return None
         return entry
@@ -163,6 +161,13 @@ class Reader:
                 self._tally.prefetched(sum(d is not None for d in datas))
         with self._lock:
             return sum(1 for k in keys if (e := self._ledger.get(k)) is not None and e.holds(0))
+
+    def discover_missing(self, keys: Sequence[BlockKey]) -> None:
+        """Ask shared tiers (S3) about those of ``keys`` missing from the index."""
+        if self._stack.shared:
+            missing = [k for k in keys if k not in self._ledger]
+            if missing:
+                self.discover(missing)
 
     def discover(self, keys: Sequence[BlockKey], *, prefix: bool = False) -> bool:
         """Ask shared tiers (S3) about keys missing from the index, and index what they hold.

@@ -1,5 +1,6 @@
-"""The store's reports on itself: counters, health and a full consistency check. Reads the
-parts' records; changes nothing."""
+"""The store's reports on itself: counters, health, where the blocks of a chain are (and the
+ghosts of those that left) and a full consistency check. Reads the parts' records; changes
+nothing."""
 
 from __future__ import annotations
 
@@ -7,12 +8,16 @@ from typing import Any
 
 from kvstore.errors import KVStoreError
 from kvstore.store.counters import Tally
+from kvstore.store.ghosts import Ghosts
 from kvstore.store.host_path import HostPath
 from kvstore.store.index import fmt_key
 from kvstore.store.leases import LeaseTable
 from kvstore.store.ledger import Ledger
 from kvstore.store.lock import StoreLock
 from kvstore.store.stack import TierStack
+from kvstore.types import BlockKey, Ghost, Trace
+
+TRACE_CHUNK = 4096  # blocks traced per hold of the store lock, so that puts and gets go on
 
 
 class IntegrityError(KVStoreError, AssertionError):
@@ -20,15 +25,16 @@ class IntegrityError(KVStoreError, AssertionError):
 
 
 class Report:
-    """``stats``, ``health`` and ``check_integrity`` over the store's parts."""
+    """``stats``, ``health``, ``trace`` and ``check_integrity`` over the store's parts."""
 
     def __init__(self, stack: TierStack, ledger: Ledger, tally: Tally, leases: LeaseTable,
-                 host_path: HostPath, lock: StoreLock) -> None:
+                 host_path: HostPath, ghosts: Ghosts, lock: StoreLock) -> None:
         self._stack = stack
         self._ledger = ledger
         self._tally = tally
         self._leases = leases
         self._host_path = host_path
+        self._ghosts = ghosts
         self._lock = lock
 
     def stats(self) -> dict[str, Any]:
@@ -71,6 +77,27 @@ class Report:
                 pinned=len(self._leases),
             )
             return {"totals": totals, "tiers": tiers, "namespaces": namespaces}
+
+    def trace(self, keys: list[BlockKey]) -> Trace:
+        """Every tier holding each block (top first), and the ghost of each block the store
+        does not hold (None if it has none). A long chain is read a chunk at a time: each
+        chunk is as of one moment, the whole may straddle a few."""
+        names = self._stack.names
+        tiers: list[list[str]] = []
+        ghosts: list[Ghost | None] = []
+        for start in range(0, len(keys), TRACE_CHUNK):
+            with self._lock:
+                for key in keys[start:start + TRACE_CHUNK]:
+                    entry = self._ledger.visible(key)
+                    if entry is None:
+                        tiers.append([])
+                        ghosts.append(self._ghosts.get(key))
+                    else:
+                        tiers.append([names[p] for p in entry.positions()])
+                        ghosts.append(None)
+        with self._lock:
+            kept = len(self._ghosts)
+        return Trace(tiers, ghosts, kept, self._ghosts.capacity)
 
     def health(self, closed: bool) -> dict[str, Any]:
         tiers: dict[str, Any] = {}
@@ -141,3 +168,6 @@ class Report:
             for key in self._leases.pinned_keys():
                 if key not in self._ledger:
                     raise IntegrityError(f"{fmt_key(key)} pinned but not indexed")
+            if len(self._ghosts) > self._ghosts.capacity:
+                raise IntegrityError(f"ghost record holds {len(self._ghosts)} departures, over "
+                                     f"its capacity {self._ghosts.capacity}")

@@ -16,6 +16,7 @@ from typing import Any
 from fastapi import HTTPException
 
 from server.rest.gate import send_error
+from server.rest.schemas import MAX_EXPLAIN_TOKENS, MAX_MM_INPUTS
 
 Scope = dict[str, Any]
 Message = dict[str, Any]
@@ -25,6 +26,9 @@ JSON_BYTES_PER_HASH = 132
 JSON_OVERHEAD_BYTES = 64 << 10  # the namespace name, keys, whitespace
 NAMESPACE_BODY_BYTES = 1 << 20  # a namespace registration
 OTHER_BODY_BYTES = 1 << 20  # any other route (most take no body at all)
+# an explain: up to 10 digits and ", " per token, up to 2 KiB per multimodal input (a 256-
+# character identifier, JSON-escaped), the salt and the LoRA's name and path
+EXPLAIN_BODY_BYTES = 12 * MAX_EXPLAIN_TOKENS + (2 << 10) * MAX_MM_INPUTS + JSON_OVERHEAD_BYTES
 _BLOCK_PUT = re.compile(r"^/v1/blocks/([^/]+)/[^/]+$")
 
 
@@ -63,6 +67,8 @@ class RouteLimits:
         limit, what = OTHER_BODY_BYTES, f"of {method} {path}"
         if method == "POST" and path in ("/v1/lookup", "/v1/prefetch"):
             limit, what = self.hashes_bytes, "of a lookup or prefetch (max_batch hashes)"
+        elif method == "POST" and path == "/v1/explain":
+            limit, what = EXPLAIN_BODY_BYTES, "of an explain (its token and input limits)"
         elif method == "POST" and path == "/v1/namespaces":
             limit, what = NAMESPACE_BODY_BYTES, "of a namespace registration"
         elif method == "PUT" and (match := _BLOCK_PUT.match(path)):

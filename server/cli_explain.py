@@ -1,0 +1,144 @@
+"""``kvstore explain``: why a prompt hits or misses in a namespace of a running server, block by
+block (``POST /v1/explain``), printed as a table of runs of blocks with the same fate, then
+the server's hints.
+
+Token ids come from ``--tokens 1,2,3`` or ``--tokens-file F`` (a JSON list, or ids separated by
+commas or whitespace; ``-`` reads stdin). A refusal is one line and exit code 2, as for the
+other client commands (:mod:`server.cli_client`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from kvstore.cli_kit import CommandError
+from server.cli_client import _client_args, _request
+
+_SEPARATORS = re.compile(r"[\s,]+")
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "explain", help="why a prompt hits or misses in a namespace, block by block",
+        description="Hash the prompt's token ids as the engine would with the namespace's "
+        "recipe (hash algorithm, PYTHONHASHSEED, block size) and show, for runs of blocks: "
+        "stored (in which tiers), evicted (when, from which tier, why), never seen, or stored "
+        "under another namespace's recipe (which of algorithm, seed and block size differs).")
+    _client_args(p)
+    p.add_argument("--namespace", required=True, help="the namespace the engine uses")
+    tokens = p.add_mutually_exclusive_group(required=True)
+    tokens.add_argument("--tokens", help="token ids separated by commas: 1,2,3")
+    tokens.add_argument("--tokens-file", metavar="FILE", help="a file of token ids: a JSON "
+                        "list, or ids separated by commas or whitespace; - reads stdin")
+    p.add_argument("--salt", help="the request's cache_salt")
+    p.add_argument("--lora", metavar="NAME", help="the LoRA adapter's name (with --lora-path)")
+    p.add_argument("--lora-path", metavar="PATH", help="the LoRA adapter's path: vLLM hashes "
+                   "its name and path into every block")
+    p.set_defaults(handler=run_explain)
+
+
+def read_tokens(args: argparse.Namespace) -> list[int]:
+    """The token ids of ``--tokens`` or ``--tokens-file``; :class:`CommandError` naming the
+    first one that is not a non-negative integer."""
+    if args.tokens is not None:
+        text, where = args.tokens, "--tokens"
+    else:
+        where = "--tokens-file"
+        try:
+            text = sys.stdin.read() if args.tokens_file == "-" else \
+                Path(args.tokens_file).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise CommandError(f"cannot read --tokens-file {args.tokens_file}: {exc}") from None
+    text = text.strip()
+    if text.startswith("["):
+        try:
+            items: list[Any] = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise CommandError(f"{where} is not a valid JSON list ({exc})") from None
+    else:
+        items = [t for t in _SEPARATORS.split(text) if t]
+    tokens: list[int] = []
+    for i, item in enumerate(items):
+        if isinstance(item, str) and item.isdigit():
+            item = int(item)
+        if type(item) is not int or item < 0:
+            raise CommandError(f"token ids must be non-negative integers; item {i} of {where} "
+                               f"is {json.dumps(item)}")
+        tokens.append(item)
+    return tokens
+
+
+def run_explain(args: argparse.Namespace) -> int:
+    if (args.lora is None) != (args.lora_path is None):
+        raise CommandError("--lora and --lora-path go together: vLLM hashes the adapter's "
+                           "name and path")
+    body = {"namespace": args.namespace, "tokens": read_tokens(args), "cache_salt": args.salt,
+            "lora_name": args.lora, "lora_path": args.lora_path}
+    doc = _request(args, "POST", "/v1/explain", body)
+    print(json.dumps(doc, indent=2) if args.json else format_explain(doc))
+    return 0
+
+
+def _when(at: float) -> str:
+    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _where(block: dict[str, Any]) -> str:
+    """The fate of a block in words, the same for every block of a run (a ghost's time aside)."""
+    others = ", ".join(f"{o['namespace']} ({', '.join(o['differs'])} differs)"
+                       for o in block["other"])
+    if block["status"] == "stored":
+        return ", ".join(block["tiers"])
+    if block["status"] == "evicted":
+        ghost = block["ghost"]
+        return f"{ghost['why']} from {ghost['tier']}" + (f"; tokens in {others}" if others
+                                                         else "")
+    return others or "-"
+
+
+def _span(first: int, last: int) -> str:
+    return str(first) if first == last else f"{first}-{last}"
+
+
+def format_explain(doc: dict[str, Any]) -> str:
+    """A heading (recipe, prefix hit, counts), one row per run of consecutive blocks with the
+    same status and place, then the hints."""
+    r = doc["recipe"]
+    seed = "unset" if r["hash_seed"] is None else repr(r["hash_seed"])
+    n = len(doc["blocks"])
+    miss = "none" if doc["first_miss"] is None else f"block {doc['first_miss']}"
+    lines = [
+        f"namespace {doc['namespace']}: {r['hash_algo']}, PYTHONHASHSEED {seed}, "
+        f"block size {r['block_size']}",
+        f"{doc['tokens']} tokens: {n} full blocks + {doc['tail_tokens']} tail tokens; prefix "
+        f"hit {doc['prefix_blocks']} blocks ({doc['prefix_tokens']} tokens); first miss: {miss}",
+        ", ".join(f"{status} {count}" for status, count in doc["counts"].items()),
+    ]
+    runs: list[list[Any]] = []  # [first, last, status, where, latest ghost time]
+    for b in doc["blocks"]:
+        where, at = _where(b), (b["ghost"] or {}).get("at")
+        if runs and runs[-1][2] == b["status"] and runs[-1][3] == where:
+            runs[-1][1] = b
+            if at is not None:
+                runs[-1][4] = max(runs[-1][4] or at, at)
+        else:
+            runs.append([b, b, b["status"], where, at])
+    table = [("blocks", "tokens", "status", "where")]
+    for first, last, status, where, at in runs:
+        table.append((_span(first["index"], last["index"]),
+                      _span(first["start"], last["end"] - 1), status,
+                      f"{where}, last at {_when(at)}" if at is not None else where))
+    if runs:
+        widths = [max(len(row[i]) for row in table) for i in range(3)]
+        lines.append("")
+        lines += ["  ".join(cell.ljust(w) for cell, w in zip(row[:3], widths, strict=True))
+                  + "  " + row[3] for row in table]
+    if doc["hints"]:
+        lines += ["", "hints:"] + [f"  - {hint}" for hint in doc["hints"]]
+    return "\n".join(lines)

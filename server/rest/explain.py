@@ -1,0 +1,36 @@
+"""``/v1/explain``: why a prompt hits or misses, block by block (a thin adapter over
+:func:`kvstore.explain.explain`: it checks the tenant and picks the namespaces it may see)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+
+from kvstore.errors import KVStoreError
+from kvstore.explain import explain
+from server.errors import InvalidRequestError
+from server.rest.deps import PrincipalDep, StoreDep, errors
+from server.rest.schemas import ExplainIn, ExplainOut
+
+router = APIRouter(prefix="/v1", tags=["operations"])
+
+
+@router.post("/explain", response_model=ExplainOut,
+             responses=errors(400, 401, 403, 404, 413, 422, 503))
+def explain_prompt(request: Request, body: ExplainIn, principal: PrincipalDep,
+                   store: StoreDep) -> ExplainOut:
+    """Hash the prompt's tokens (with its cache salt, LoRA and multimodal inputs) as the
+    engine would with the namespace's recipe, and say for each full block whether it is
+    stored (in which tiers), evicted (when, from which tier, why: from the ghost record of
+    recent departures), never seen, or held under another namespace's recipe (which of hash
+    algorithm, seed and block size differs), with hints. A tenant explains only its own
+    namespaces and sees only its own in ``other``. No side effects."""
+    ns = principal.check(store.namespace(body.namespace))
+    others = [o for o in store.namespaces() if principal.can_access(o)]
+    try:
+        result = explain(store, ns, body.to_prompt(), others,
+                         max_blocks=request.app.state.settings.max_batch)
+    except KVStoreError:
+        raise
+    except ValueError as exc:  # tokens or keys the hasher refuses, no block size, too long
+        raise InvalidRequestError(str(exc)) from None
+    return ExplainOut.of(result)
