@@ -154,3 +154,32 @@ def test_granted_blocks_are_copied_from_the_slab_without_asking_the_store(
         sched.close()
         side.shutdown(1.0)
         link.close()
+
+
+def test_a_rank_that_only_reads_shared_blocks_saves_nothing(server: Any) -> None:
+    # MLA: every tensor-parallel rank holds the same latent; rank 0 stores it, the others
+    # (built with save=False) load rank 0's blocks and never store their own copy
+    layout = KVLayout("m", LAYERS, HEADS, HEAD_DIM, BS, "float32", "cpu-test")
+    cfg = ConnectorConfig(server.url, timeout_s=2.0)
+
+    def make_link() -> StoreLink:
+        return StoreLink(cfg, "vllm.shared-test", layout.block_bytes, layout.to_store_layout(),
+                         "sha256", None)
+
+    caches = {f"layer.{i}": torch.rand(BLOCKS, HEADS, BS, 2 * HEAD_DIM) for i in range(LAYERS)}
+    hashes = [os.urandom(32) for _ in range(2)]
+    saves = KVStoreConnectorMetadata(saves=[BlockTransfer("r", [3, 5], hashes)])
+    reader, writer = WorkerSide(layout, make_link, 5.0, save=False), WorkerSide(
+        layout, make_link, 5.0)
+    link = make_link()
+    try:
+        reader.register_kv_caches(caches, BLOCKS)
+        reader.save(saves)
+        assert reader.flush(5.0) and link.get(hashes) == [None, None]
+        writer.register_kv_caches(caches, BLOCKS)
+        writer.save(saves)
+        assert writer.flush(5.0) and None not in link.get(hashes)
+    finally:
+        reader.shutdown(1.0)
+        writer.shutdown(1.0)
+        link.close()
