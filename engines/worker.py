@@ -273,7 +273,9 @@ def create_app(engine: Engine, role: str = "both") -> FastAPI:
                 "block_size": e.block_size, "hash_algo": e.hash_algo, "hash_seed": e.hash_seed,
                 "namespace": engine.namespace, "block_bytes": engine.block_bytes,
                 "num_blocks": e.num_blocks, "kvstore": engine.connector is not None,
-                "device": e.device}
+                "device": e.device,
+                "max_model_len": min(engine.model_cfg.max_position_embeddings,
+                                     e.num_blocks * e.block_size)}
 
     @app.get("/kv/events")
     async def kv_events(since: int = 0) -> dict[str, Any]:
