@@ -10,6 +10,11 @@ worker stored them.
 Routes: ``POST /generate`` (JSON or ``stream`` SSE), ``POST /prefill``, ``GET /info`` (block
 geometry and hash recipe, for routers), ``GET /kv/events?since=N`` (residency events),
 ``GET /stats``, ``GET /health``.
+
+A streamed generation's first event carries the prompt's prefix hit (``cached_tokens``, known
+once the prompt is scheduled) beside its token, so that a caller that stops reading early (the
+router, at a stop string) still knows it; a stream whose caller goes away is aborted, and its
+blocks freed, at the engine's next step.
 """
 
 from __future__ import annotations
@@ -75,7 +80,9 @@ class EngineLoop:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.lock = threading.Lock()
-        self.inbox: queue.Queue[tuple[list[int], SamplingParams, Pending] | None] = queue.Queue()
+        # a new request, a Pending to abort, or None to stop; one queue keeps them in order
+        self.inbox: queue.Queue[tuple[list[int], SamplingParams, Pending] | Pending | None] = \
+            queue.Queue()
         self.thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
         self.pending: dict[Sequence, Pending] = {}
 
@@ -91,6 +98,10 @@ class EngineLoop:
         self.inbox.put((prompt, params, p))
         return p
 
+    def cancel(self, p: Pending) -> None:
+        """Abort ``p``'s request before its next step (nothing if it has finished)."""
+        self.inbox.put(p)
+
     def _run(self) -> None:
         while True:
             block = not self.engine.has_work()  # idle: sleep until a request arrives
@@ -99,7 +110,10 @@ class EngineLoop:
                     item = self.inbox.get(block=block)
                     if item is None:
                         return
-                    self._admit(*item)
+                    if isinstance(item, Pending):
+                        self._abort(item)
+                    else:
+                        self._admit(*item)
                     block = False
             except queue.Empty:
                 pass
@@ -125,6 +139,12 @@ class EngineLoop:
             p.push(None)
             return
         self.pending[p.seq] = p
+
+    def _abort(self, p: Pending) -> None:
+        if p.seq is None or self.pending.pop(p.seq, None) is None:
+            return  # refused at admission, or already finished
+        with self.lock:
+            self.engine.scheduler.abort(p.seq)
 
     def _fail_all(self, why: str) -> None:
         for seq, p in list(self.pending.items()):
@@ -164,17 +184,23 @@ def create_app(engine: Engine, role: str = "both") -> FastAPI:
             raise HTTPException(400 if p.seq is None else 500, p.error)
         return out
 
+    def prefix_hit(p: Pending) -> dict[str, Any]:
+        """The prompt's size and prefix hit; final once the first token is out."""
+        seq = p.seq
+        assert seq is not None
+        ttft = (seq.first_token_at - seq.arrival) if seq.first_token_at else None
+        return {"prompt_tokens": seq.num_prompt,
+                "cached_tokens": seq.local_hit_tokens + seq.store_hit_tokens,
+                "local_hit_tokens": seq.local_hit_tokens,
+                "store_hit_tokens": seq.store_hit_tokens, "ttft_s": ttft}
+
     def summary(p: Pending, started: float) -> dict[str, Any]:
         seq = p.seq
         assert seq is not None
-        cached = seq.local_hit_tokens + seq.store_hit_tokens
+        hit = prefix_hit(p)
         counters["generated_tokens"] += len(seq.output)
-        counters["cached_tokens"] += cached
-        ttft = (seq.first_token_at - seq.arrival) if seq.first_token_at else None
-        return {"token_ids": seq.output, "finish_reason": seq.finish_reason,
-                "prompt_tokens": seq.num_prompt, "cached_tokens": cached,
-                "local_hit_tokens": seq.local_hit_tokens,
-                "store_hit_tokens": seq.store_hit_tokens, "ttft_s": ttft,
+        counters["cached_tokens"] += hit["cached_tokens"]
+        return {"token_ids": seq.output, "finish_reason": seq.finish_reason, **hit,
                 "latency_s": time.perf_counter() - started}
 
     @app.post("/generate")
@@ -205,9 +231,16 @@ def create_app(engine: Engine, role: str = "both") -> FastAPI:
 
         async def events() -> AsyncIterator[str]:
             tok = first
-            while tok is not None:
-                yield f"data: {json.dumps({'token_id': tok})}\n\n"
-                tok = await p.tokens.get()
+            try:
+                if tok is not None:
+                    yield f"data: {json.dumps({'token_id': tok, **prefix_hit(p)})}\n\n"
+                    tok = await p.tokens.get()
+                while tok is not None:
+                    yield f"data: {json.dumps({'token_id': tok})}\n\n"
+                    tok = await p.tokens.get()
+            finally:
+                if tok is not None:  # the caller went away mid-generation
+                    loop.cancel(p)
             if p.error:
                 yield f"data: {json.dumps({'error': p.error})}\n\n"
             else:
@@ -240,7 +273,9 @@ def create_app(engine: Engine, role: str = "both") -> FastAPI:
                 "block_size": e.block_size, "hash_algo": e.hash_algo, "hash_seed": e.hash_seed,
                 "namespace": engine.namespace, "block_bytes": engine.block_bytes,
                 "num_blocks": e.num_blocks, "kvstore": engine.connector is not None,
-                "device": e.device}
+                "device": e.device,
+                "max_model_len": min(engine.model_cfg.max_position_embeddings,
+                                     e.num_blocks * e.block_size)}
 
     @app.get("/kv/events")
     async def kv_events(since: int = 0) -> dict[str, Any]:

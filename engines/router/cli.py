@@ -24,9 +24,10 @@ def _urls(text: str) -> list[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = cli_kit.Parser(prog=PROG, description="The KV-aware router: an OpenAI-compatible "
-                       "POST /v1/completions in front of kvstore-engine workers. It may start "
-                       "before its workers: it answers 503 until one answers.")
+    p = cli_kit.Parser(prog=PROG, description="The KV-aware router: an OpenAI-compatible API "
+                       "(/v1/completions, /v1/chat/completions, /v1/models) in front of "
+                       "kvstore-engine workers. It may start before its workers: it answers "
+                       "503 until one answers.")
     cli_kit.add_version(p)
     p.add_argument("--workers", required=True, metavar="URLS",
                    help="comma-separated worker URLs (roles decode or both)")
@@ -43,7 +44,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--store-weight", type=float, default=0.5,
                    help="fraction of a block's compute that loading it from kvstore saves")
     p.add_argument("--tokenizer", default=None, metavar="DIR",
-                   help="tokenizer folder, for text prompts (default: none, token ids only)")
+                   help="Hugging Face tokenizer folder (tokenizer.json, tokenizer_config.json; "
+                        "usually the model folder), for text prompts, stop strings and chat "
+                        "(default: none, token ids only)")
+    p.add_argument("--served-model-name", default=None, metavar="NAME",
+                   help="the model name clients send and /v1/models lists (default: the "
+                        "workers' model folder name)")
     p.add_argument("--host", default="127.0.0.1", help="bind address")
     p.add_argument("--port", type=int, default=8490, help="HTTP port")
     p.add_argument("--log-level", default="warning",
@@ -70,7 +76,10 @@ def serve(args: argparse.Namespace) -> int:
                         store_weight=args.store_weight)
     except ValueError as exc:
         raise CommandError(f"--workers: {exc}") from None
-    app = create_app(router, args.tokenizer)
+    try:
+        app = create_app(router, args.tokenizer, args.served_model_name)
+    except ValueError as exc:
+        raise CommandError(f"--tokenizer {args.tokenizer}: {exc}") from None
     uvicorn.Server(uvicorn.Config(app, log_level=args.log_level)).run(sockets=socks)
     return 0
 

@@ -29,7 +29,7 @@ import itertools
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any, NamedTuple
 
 import httpx
@@ -85,6 +85,7 @@ class Router:
         self.hasher: BlockHasher | None = None
         self.namespace = ""
         self.model_id = ""
+        self.max_model_len = 0  # tokens, prompt and output (0: not told)
         self._rr = itertools.count()
         self._poller: asyncio.Task[None] | None = None
         self.totals = {"requests": 0, "failed": 0, "retries": 0, "prompt_tokens": 0,
@@ -115,6 +116,7 @@ class Router:
                 self.hasher = BlockHasher(info["hash_algo"], info["hash_seed"],
                                           info["block_size"])
                 self.namespace, self.model_id = info["namespace"], info["model_id"]
+                self.max_model_len = int(info.get("max_model_len", 0))
         except (httpx.HTTPError, ValueError, KeyError):
             w.mark_unknown()
             return False
@@ -182,9 +184,11 @@ class Router:
         self.totals["failed"] += 1
         raise NoWorker("every worker failed")
 
-    async def stream(self, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
-        """Forward a streaming generation: yields ``{"token_id": t}`` then the summary.
-        Falls back to another worker only before the first token."""
+    async def stream(self, body: dict[str, Any]) -> AsyncGenerator[dict[str, Any], None]:
+        """Forward a streaming generation: yields ``{"token_id": t}`` events, the first with
+        the prompt's prefix hit and the ``worker``, then the summary. Falls back to another
+        worker only before the first token. The request counts as served at its first token,
+        so a caller may stop reading (and close this generator) at any point after it."""
         plan = await self._plan(body)
         for w in plan.order:
             started = False
@@ -203,14 +207,16 @@ class Router:
                             continue
                         doc = json.loads(line[6:])
                         if "token_id" in doc:
-                            started = True
+                            if not started:
+                                started = True
+                                self._account(w, body, doc, plan.store_blocks)
+                                doc = {**doc, "worker": w.url}
                             yield doc
                         elif "error" in doc:
                             if started:  # tokens already went to the client: cannot retry
                                 raise RuntimeError(doc["error"])
                             raise WorkerDown(doc["error"])
                         else:
-                            self._account(w, body, doc, plan.store_blocks)
                             yield {**doc, "worker": w.url}
                     return
             except (WorkerDown, *_FAILURES) as exc:

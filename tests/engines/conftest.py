@@ -37,3 +37,29 @@ def gqa_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def mha_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_checkpoint(tmp_path_factory.mktemp("mha"), seed=1, num_key_value_heads=4)
+
+
+WORDS = ["<unk>", "<s>", "</s>", "system", "user", "assistant", ":",
+         *(f"w{i}" for i in range(7, TINY["vocab_size"]))]
+CHAT_TEMPLATE = ("{{ bos_token }}{% for m in messages %}{{ m['role'] }}: {{ m['content'] }} "
+                 "{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}")
+
+
+def make_tokenizer(path: Path, chat_template: str | None = CHAT_TEMPLATE) -> Path:
+    """Save a word-level Hugging Face tokenizer over the tiny models' vocabulary to ``path``
+    (token ``i`` is ``WORDS[i]``; BOS 1, EOS 2), built locally with ``tokenizers``; its
+    ``tokenizer_config.json`` carries ``chat_template``."""
+    import json
+
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>",
+                            eos_token="</s>").save_pretrained(path)
+    if chat_template is not None:
+        cfg_path = path / "tokenizer_config.json"
+        cfg = json.loads(cfg_path.read_text())
+        cfg_path.write_text(json.dumps({**cfg, "chat_template": chat_template}, indent=2))
+    return path

@@ -84,6 +84,14 @@ def test_port_in_use(gqa_model: Path, listening: int, cmd: str) -> None:
     assert_one_line(done, "--port", str(listening))
 
 
+@pytest.mark.parametrize("files", [{}, {"tokenizer.json": "{}"}])
+def test_router_tokenizer_that_does_not_load(tmp_path: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    assert_one_line(run(ROUTER, "--workers", "http://127.0.0.1:1", "--port", str(free_port()),
+                        "--tokenizer", str(tmp_path)), "--tokenizer", str(tmp_path))
+
+
 def complete(url: str, **body: object) -> httpx.Response:
     return httpx.post(f"{url}/v1/completions", timeout=60,
                       json={"max_tokens": 4, "temperature": 0, "ignore_eos": True, **body})
@@ -97,8 +105,10 @@ def test_router_waits_for_its_worker_then_serves_and_passes_refusals_on(
         r = complete(router.url, prompt=[1, 2, 3])
         assert r.status_code == 503, r.text
         assert r.headers["retry-after"] == "1"
-        assert r.json() == {"detail": f"no worker is up ({worker.url} not answering yet); the "
-                                      "router keeps retrying them every 1 s"}
+        assert r.json() == {"error": {
+            "message": f"no worker is up ({worker.url} not answering yet); the router keeps "
+                       "retrying them every 1 s",
+            "type": "server_error", "param": None, "code": None}}
         assert httpx.get(f"{router.url}/health").json()["ready"] is False
 
         worker.start()
@@ -109,15 +119,14 @@ def test_router_waits_for_its_worker_then_serves_and_passes_refusals_on(
         assert r.status_code == 200, r.text + router.log()
         assert r.json()["kvstore"][0]["worker"] == worker.url
 
-        # the worker's refusal, as the worker said it: a message, not a JSON string in a string
+        # the worker's refusal, as the worker said it: a message, not a JSON string in a
+        # string; streamed or not, a 400 before any event
+        refused = {"error": {"message": "prompt token ids must be in [0, 97)",
+                             "type": "invalid_request_error", "param": None, "code": None}}
         r = complete(router.url, prompt=[1000, 2])
-        assert r.status_code == 400 and r.json() == {
-            "detail": "prompt token ids must be in [0, 97)"}, r.text
-        with httpx.stream("POST", f"{router.url}/v1/completions", timeout=60, json={
-                "prompt": [1000, 2], "max_tokens": 4, "stream": True}) as s:
-            events = [ln[6:] for ln in s.iter_lines() if ln.startswith("data: ")]
-        assert json.loads(events[0]) == {
-            "error": {"message": "prompt token ids must be in [0, 97)"}}
+        assert r.status_code == 400 and r.json() == refused, r.text
+        r = complete(router.url, prompt=[1000, 2], stream=True)
+        assert r.status_code == 400 and r.json() == refused, r.text
         # a refused request is not a failed worker: it still serves
         assert complete(router.url, prompt=[4, 5]).status_code == 200
         assert httpx.get(f"{router.url}/stats").json()["workers"][worker.url]["failures"] == 0

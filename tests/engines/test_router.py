@@ -17,6 +17,7 @@ from engines.router.app import create_app as router_app
 from engines.router.core import Router
 from engines.worker import create_app as worker_app
 from kvstore.testing.engines import ThreadServer as LiveServer
+from tests.engines.conftest import WORDS, make_tokenizer
 
 ECFG = EngineConfig(block_size=4, num_blocks=96, max_batch_tokens=64)
 SYSTEM = [11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30]
@@ -83,16 +84,11 @@ def test_round_robin_alternates_and_streams(gqa_model: Path,
 
 def test_text_prompts_with_a_tokenizer(gqa_model: Path, workers: list[LiveServer],
                                        tmp_path: Path) -> None:
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {w: i for i, w in enumerate(["<unk>", *(f"w{i}" for i in range(1, 97))])}
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>").save_pretrained(tmp_path)
+    make_tokenizer(tmp_path)
     with TestClient(router_app(Router([w.url for w in workers]), str(tmp_path))) as c:
-        text = " ".join(f"w{t}" for t in SYSTEM)
+        text = " ".join(WORDS[t] for t in SYSTEM)
         doc = complete(c, text)  # type: ignore[arg-type]
         ids = doc["choices"][0]["token_ids"]
         assert ids == complete(c, SYSTEM)["choices"][0]["token_ids"]
-        assert doc["choices"][0]["text"].split() == [f"w{t}" if t else "<unk>" for t in ids]
+        specials = {0, 1, 2}  # decoded without special tokens (unk, bos, eos)
+        assert doc["choices"][0]["text"].split() == [WORDS[t] for t in ids if t not in specials]

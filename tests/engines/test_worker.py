@@ -4,9 +4,11 @@ the CLI's generate."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 
@@ -18,6 +20,7 @@ from engines.store_io import LocalStore
 from engines.worker import create_app
 from kvstore.config import StoreConfig, TierConfig
 from kvstore.store import Store
+from kvstore.testing.engines import ThreadServer as LiveServer
 
 ECFG = EngineConfig(block_size=4, num_blocks=96, max_batch_tokens=32)
 PROMPT = [3, 14, 15, 92, 65, 35, 89, 79, 32, 38, 46, 26, 43, 38, 32, 79, 50, 28, 8]
@@ -53,9 +56,30 @@ def test_generate_and_stream(gqa_model: Path) -> None:
             lines = [ln[6:] for ln in s.iter_lines() if ln.startswith("data: ")]
         assert lines[-1] == "[DONE]"
         assert [json.loads(x)["token_id"] for x in lines[:-2]] == want
+        # the first event carries the prefix hit: here the prompt's full blocks from the
+        # request above, all but the last token's block
+        assert json.loads(lines[0])["cached_tokens"] == (len(PROMPT) - 1) // 4 * 4
+        assert json.loads(lines[0])["prompt_tokens"] == len(PROMPT)
         assert json.loads(lines[-2])["finish_reason"] == "length"
         assert c.post("/generate", json={"prompt_ids": [1000]}).status_code == 400
         assert c.post("/prefill", json={"prompt_ids": PROMPT}).status_code == 409  # no store
+
+
+def test_a_stream_whose_caller_leaves_is_aborted(gqa_model: Path) -> None:
+    server = LiveServer(create_app(Engine(gqa_model, ECFG))).start()
+    try:
+        body = {"prompt_ids": PROMPT, "max_tokens": 300, "ignore_eos": True, "stream": True}
+        with httpx.stream("POST", f"{server.url}/generate", json=body, timeout=60) as s:
+            next(s.iter_lines())  # the first token, then hang up
+        deadline = time.monotonic() + 30
+        while (stats := httpx.get(f"{server.url}/stats").json())["inflight"]:
+            assert time.monotonic() < deadline, stats
+            time.sleep(0.05)
+        engine = stats["engine"]
+        assert engine["running"] == 0 and engine["free_blocks"] == ECFG.num_blocks
+        assert engine["computed_tokens"] < len(PROMPT) + 200, engine  # not run to the end
+    finally:
+        server.stop()
 
 
 def test_disaggregated_prefill_then_decode(gqa_model: Path, store: Store) -> None:

@@ -1,0 +1,91 @@
+"""The router's OpenAI API without workers: stop strings held back and cut, usage over
+choices, and errors (validation, refusals, internal) in OpenAI's shape only under ``/v1``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from engines.router.api.choices import Choice, usage
+from engines.router.app import create_app
+from engines.router.core import Router
+
+
+class Pieces:
+    """A decoder stand-in: token ``t`` decodes to ``pieces[t]``."""
+
+    def __init__(self, pieces: list[str]) -> None:
+        self.pieces = pieces
+
+    def push(self, token: int) -> str:
+        return self.pieces[token]
+
+
+def choice(pieces: list[str], stops: tuple[str, ...], index: int = 0, prompt: int = 0,
+           cached: int = 0) -> Choice:
+    c = Choice(index, prompt, [1, 2, 3], {}, Pieces(pieces), stops)  # type: ignore[arg-type]
+    c.cached_tokens = cached
+    return c
+
+
+def test_a_stop_string_across_tokens_is_cut_and_never_sent() -> None:
+    c = choice(["Hel", "lo", " wor", "ld"], ("o w",))
+    sent = [c.push(0), c.push(1), c.push(2)]
+    assert [d.text for d in sent] == ["Hel", "l", ""]  # "o" waited: it may begin "o w"
+    assert sent[-1].finish_reason == "stop" and c.finish_reason == "stop"
+    assert c.text == "Hell" and c.token_ids == [0, 1, 2]
+
+
+def test_held_text_is_sent_when_it_turns_out_not_to_stop() -> None:
+    c = choice(["ab", "c", "x", "c"], ("cd",))
+    assert [c.push(t).text for t in (0, 1, 2, 3)] == ["ab", "", "cx", ""]
+    last = c.finish("length")
+    assert (last.text, last.finish_reason, c.text) == ("c", "length", "abcxc")
+
+
+def test_without_stops_text_goes_out_at_once() -> None:
+    c = choice(["a", "b"], ())
+    assert [c.push(0).text, c.push(1).text, c.finish("length").text] == ["a", "b", ""]
+
+
+def test_usage_counts_a_prompt_once_with_its_least_cached_choice() -> None:
+    cs = [choice(["a"], (), 0, 0, cached=8), choice(["a"], (), 1, 0, cached=4),
+          choice(["a"], (), 2, 1, cached=0)]
+    for c in cs:
+        c.push(0)
+    assert usage(cs) == {"prompt_tokens": 6, "completion_tokens": 3, "total_tokens": 9,
+                         "prompt_tokens_details": {"cached_tokens": 4}}
+
+
+@pytest.fixture
+def app_client(monkeypatch: pytest.MonkeyPatch) -> Any:
+    router = Router(["http://127.0.0.1:1"])  # never answers: nothing is routed
+
+    def broken(body: dict[str, Any]) -> Any:
+        raise KeyError("boom")
+
+    monkeypatch.setattr(router, "stream", broken)
+    with TestClient(create_app(router, served_model_name="m"),
+                    raise_server_exceptions=False) as c:
+        yield c
+
+
+def test_errors_in_openai_shape_under_v1_only(app_client: TestClient) -> None:
+    r = app_client.post("/v1/completions", json={"model": "m", "prompt": [1], "max_tokens": 0})
+    assert r.status_code == 400
+    assert r.json() == {"error": {"message": "max_tokens: Input should be greater than or "
+                                             "equal to 1", "type": "invalid_request_error",
+                                  "param": "max_tokens", "code": None}}
+    r = app_client.post("/v1/completions", content=b"{not json",
+                        headers={"content-type": "application/json"})
+    assert r.status_code == 400 and "not valid JSON" in r.json()["error"]["message"]
+    r = app_client.post("/v1/completions", json={"model": "other", "prompt": [1]})
+    assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
+    r = app_client.post("/v1/embeddings", json={})
+    assert r.status_code == 404 and r.json()["error"]["type"] == "invalid_request_error"
+    r = app_client.post("/v1/completions", json={"model": "m", "prompt": [1]})
+    assert r.status_code == 500 and r.json()["error"]["type"] == "server_error"
+    assert "KeyError" in r.json()["error"]["message"]
+    assert app_client.get("/nowhere").json() == {"detail": "Not Found"}  # FastAPI's own
