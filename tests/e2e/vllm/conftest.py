@@ -128,6 +128,17 @@ class EngineProc:
         assert "error" not in result, f"{result['error']}\n{self.tail()}"
         return result
 
+    def generate_each(self, prompts: list[list[int]], max_tokens: int = 8) -> dict[str, Any]:
+        """:meth:`generate` one prompt at a time (its batch, so its numbers, depend on it
+        alone), the results put together as one call's."""
+        results = [self.generate([p], max_tokens) for p in prompts]
+        metrics: dict[str, float] = {}
+        for r in results:
+            for k, v in r["metrics"].items():
+                metrics[k] = metrics.get(k, 0.0) + v
+        return {"tokens": [r["tokens"][0] for r in results],
+                "cached": [r["cached"][0] for r in results], "metrics": metrics}
+
     def close(self) -> None:
         if self.proc.poll() is None:
             try:

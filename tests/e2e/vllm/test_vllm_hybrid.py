@@ -141,15 +141,7 @@ def test_hybrid_and_mla_models_load_stored_prefixes_and_match_baseline(
         return s
 
     def run(proc: Any, prompts: list[list[int]]) -> dict[str, Any]:
-        if not alone:
-            return dict(proc.generate(prompts))
-        results = [proc.generate([p]) for p in prompts]
-        metrics: dict[str, float] = {}
-        for r in results:
-            for k, v in r["metrics"].items():
-                metrics[k] = metrics.get(k, 0.0) + v
-        return {"tokens": [r["tokens"][0] for r in results],
-                "cached": [r["cached"][0] for r in results], "metrics": metrics}
+        return dict(proc.generate_each(prompts) if alone else proc.generate(prompts))
 
     every = STORED + ASKED
     base = engine(spec(None))

@@ -104,13 +104,7 @@ def test_qwen3_next_loads_stored_states_and_matches_baseline(
 
     def run(proc: Any, prompts: list[list[int]]) -> dict[str, Any]:
         # one prompt at a time: each prompt's chunks, so its states, depend on it alone
-        results = [proc.generate([p]) for p in prompts]
-        metrics: dict[str, float] = {}
-        for r in results:
-            for k, v in r["metrics"].items():
-                metrics[k] = metrics.get(k, 0.0) + v
-        return {"tokens": [r["tokens"][0] for r in results],
-                "cached": [r["cached"][0] for r in results], "metrics": metrics}
+        return dict(proc.generate_each(prompts))
 
     base = engine(spec(None))
     baseline = run(base, STORED + ASKED)["tokens"]
