@@ -25,10 +25,11 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from connectors.vllm.metadata import BlockTransfer, KVStoreConnectorMetadata
+from connectors.vllm.req_state import ReqState
+from connectors.vllm.save_plan import SavePlan
 from connectors.vllm.seg_links import Pins, SegLink, release_all, window_hit
 from connectors.vllm.segments import Segment
 from connectors.vllm.stats import KVStoreConnectorStats
@@ -46,23 +47,6 @@ if TYPE_CHECKING:
 
 # Under "vllm." so that records show in vLLM's own log format and level.
 logger = logging.getLogger(f"vllm.{__name__}")
-
-
-@dataclass(slots=True)
-class _Req:
-    request: Request
-    block_ids: list[list[int]] = field(default_factory=list)  # per KV cache group
-    # per segment, leading blocks the store holds or a queued save will hold (a sliding
-    # segment: whose windows need no saving)
-    saved: list[int] = field(default_factory=list)
-    branch: int = 0  # where the store's full prefix ended beyond a hit: a proven branch point
-    hit_blocks: int = 0  # leading blocks the last lookup found
-    hit_tiers: list[str] = field(default_factory=list)
-    # the last lookup's grant per segment (and where it starts), until a load takes them
-    grants: list[tuple[int, Grant] | None] = field(default_factory=list)
-    granted_at: float = 0.0
-    grant_pins: list[Pins] = field(default_factory=list)  # the grants', while no load holds them
-    load_pins: list[Pins] = field(default_factory=list)  # held for the in-flight load
 
 
 class SchedulerSide:
@@ -96,7 +80,7 @@ class SchedulerSide:
         self._save = save
         self._prefetch = prefetch
         self.load_async = load_async or self._hybrid
-        self._reqs: dict[str, _Req] = {}
+        self._reqs: dict[str, ReqState] = {}
         self._loads: list[BlockTransfer] = []
         # requests with synchronous loads, by the step that planned them: their pins go two
         # steps later, when the load has run even under vLLM's async scheduling (which plans
@@ -104,13 +88,14 @@ class SchedulerSide:
         self._sync_now: list[Pins] = []
         self._sync_steps: deque[list[Pins]] = deque()
         self.stats = KVStoreConnectorStats()
+        self._saves = SavePlan(self._segs, block_size, self.stats)
 
     # -- request arrives ---------------------------------------------------------------------
 
     def on_new_request(self, request: Request) -> None:
         """Track ``request`` and start moving its stored blocks to the store's fastest tier
         before the scheduler asks for them."""
-        self._reqs[request.request_id] = _Req(request)
+        self._reqs[request.request_id] = ReqState(request)
         if self._hasher is not None:
             self._check_hashes(request)
         if self._load and self._prefetch and request.block_hashes:
@@ -187,7 +172,7 @@ class SchedulerSide:
             self._sync_now.extend(pins)
         self.stats.add("hit_tokens", num_external_tokens)
 
-    def _plan_load(self, request: Request, st: _Req, i: int, seg: SegLink,
+    def _plan_load(self, request: Request, st: ReqState, i: int, seg: SegLink,
                    ids: list[list[int]], start: int, end: int,
                    grant: tuple[int, Grant] | None, pins: Pins) -> None:
         """Load segment ``i``'s blocks ``start..end`` that vLLM gave pages to (a sliding
@@ -239,76 +224,9 @@ class SchedulerSide:
         self._sync_now = []
         if len(self._sync_steps) > 2:
             release_all(self._sync_steps.popleft())
-        if not self._save:
-            return meta
-        seen: set[tuple[int, bytes]] = set()  # two requests sharing a prefix save it once
-        for new in so.scheduled_new_reqs:
-            st = self._reqs.get(new.req_id)
-            if st is not None:
-                st.block_ids = [list(g) for g in new.block_ids]
-                self._plan_save(st, new.num_computed_tokens, so, meta, seen)
-        cached = so.scheduled_cached_reqs
-        for i, req_id in enumerate(cached.req_ids):
-            st = self._reqs.get(req_id)
-            if st is None:
-                continue
-            new_ids = cached.new_block_ids[i]
-            if req_id in cached.resumed_req_ids:
-                # A resumed request was preempted: its pages are all new.
-                st.block_ids = [list(g) for g in new_ids] if new_ids else []
-            elif new_ids:
-                if not st.block_ids:
-                    st.block_ids = [[] for _ in new_ids]
-                for mine, more in zip(st.block_ids, new_ids, strict=True):
-                    mine.extend(more)
-            self._plan_save(st, cached.num_computed_tokens[i], so, meta, seen)
+        if self._save:
+            self._saves.step(so, self._reqs, meta)
         return meta
-
-    def _plan_save(
-        self,
-        st: _Req,
-        num_computed: int,
-        so: SchedulerOutput,
-        meta: KVStoreConnectorMetadata,
-        seen: set[tuple[int, bytes]],
-    ) -> None:
-        req_id = st.request.request_id
-        # Tokens whose KV exists after this step; speculative tokens may yet be rejected.
-        done = num_computed + so.num_scheduled_tokens.get(req_id, 0)
-        done -= len(so.scheduled_spec_decode_tokens.get(req_id, ()))
-        groups = st.block_ids
-        full = min(done // self._bs, len(st.request.block_hashes),
-                   *(len(g) for g in groups)) if groups else 0
-        if not st.saved:
-            st.saved = [0] * len(self._segs)
-        if full <= min(st.saved):
-            return
-        # where the prompt ends (a later turn, or the prompt sent again, hits there) and where
-        # another prompt branched off this one's prefix
-        prompt = st.request.num_prompt_tokens
-        ends = (prompt // self._bs, (prompt - 1) // self._bs, st.branch)
-        # blocks new to the store: a store of every layer would save them in every segment
-        new = max((st.saved[i] for i, seg in enumerate(self._segs) if not seg.window), default=0)
-        for i, seg in enumerate(self._segs):
-            ids = [groups[g] for g in seg.groups]
-            where, hashes = [], []
-            for b in range(st.saved[i], full):
-                h = bytes(st.request.block_hashes[b])
-                if (i, h) in seen or not all(g[b] for g in ids):
-                    continue
-                if not seg.keeps(b, ends):
-                    if b >= new:
-                        self.stats.add("window_skipped_bytes", seg.block_bytes)
-                    continue
-                seen.add((i, h))
-                where.append(b)
-                hashes.append(h)
-            if where:
-                meta.saves.append(BlockTransfer(
-                    req_id, [ids[0][b] for b in where], hashes, segment=i,
-                    extra_ids=[[g[b] for b in where] for g in ids[1:]],
-                ))
-            st.saved[i] = max(st.saved[i], full)
 
     def update_connector_output(self, output: KVConnectorOutput) -> None:
         """Unpin the blocks of loads the workers finished (or gave up on)."""
@@ -335,10 +253,10 @@ class SchedulerSide:
 
     # -- helpers -----------------------------------------------------------------------------
 
-    def _state(self, request: Request) -> _Req:
+    def _state(self, request: Request) -> ReqState:
         st = self._reqs.get(request.request_id)
         if st is None:  # the scheduler may skip on_new_request for resumed streaming inputs
-            st = self._reqs[request.request_id] = _Req(request)
+            st = self._reqs[request.request_id] = ReqState(request)
         return st
 
     def _check_hashes(self, request: Request) -> None:
