@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -19,6 +17,7 @@ import pytest
 from engines.decoder.config import EngineConfig
 from engines.decoder.runner import Engine
 from engines.decoder.sampler import SamplingParams
+from kvstore.testing.cli import assert_one_line
 from kvstore.testing.engines import engine_proc, router_proc
 from kvstore.testing.proc import ROOT, console_script, free_port
 
@@ -29,24 +28,6 @@ ROUTER = console_script("kvstore-router", "engines.router.cli")
 def run(cmd: list[str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=300,
                           cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"})
-
-
-def assert_one_line(done: subprocess.CompletedProcess[str], *words: str) -> None:
-    assert done.returncode == 2, (done.returncode, done.stderr)
-    assert "Traceback" not in done.stderr, done.stderr
-    lines = [line for line in done.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, done.stderr
-    for word in words:
-        assert word in lines[0], lines[0]
-
-
-@pytest.fixture
-def listening() -> Iterator[int]:
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.bind(("127.0.0.1", 0))
-        s.listen()
-        yield s.getsockname()[1]
 
 
 def test_engine_model_folder_that_is_not_there(tmp_path: Path) -> None:

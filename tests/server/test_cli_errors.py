@@ -5,13 +5,12 @@ setting and what to do, exit code 2, never a traceback and never after saying it
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from kvstore.testing.cli import assert_one_line as one_line
 from kvstore.testing.proc import ROOT, free_port
 from kvstore.testing.server import ServerProc, kvstore_cmd
 from kvstore.tiers.segment import memory_available
@@ -27,23 +26,7 @@ def serve(tmp: Path, *args: str, data_dir: Path | None = None, port: int | None 
 
 
 def assert_one_line(run: subprocess.CompletedProcess[str], *words: str) -> str:
-    assert run.returncode == 2, (run.returncode, run.stderr)
-    assert "Traceback" not in run.stderr and "kvstore serving" not in run.stderr, run.stderr
-    lines = [line for line in run.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, run.stderr
-    for word in words:
-        assert word in lines[0], lines[0]
-    return lines[0]
-
-
-@pytest.fixture
-def listening() -> Iterator[int]:
-    """A loopback port some other process listens on."""
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.bind(("127.0.0.1", 0))
-        s.listen()
-        yield s.getsockname()[1]
+    return one_line(run, *words, never=("Traceback", "kvstore serving"))
 
 
 def test_yaml_with_a_syntax_error(tmp_path: Path) -> None:
