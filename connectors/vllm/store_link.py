@@ -156,6 +156,16 @@ class StoreLink:
             with contextlib.suppress(StoreUnavailable):
                 self._call(lambda c: c.release_grant(self.namespace, list(hashes), wait=False))
 
+    @property
+    def lease_s(self) -> float:
+        """How long this link's pins and grants hold: its ``lease_s``, cut to the server's
+        ``max_lease_s`` once the link has reached the server."""
+        with self._lock:
+            client = self._client
+        if client is None:
+            return self.cfg.lease_s
+        return float(client.lease_s(self.cfg.lease_s))
+
     def granted_slab(self, instance: str) -> SlabMapping | None:
         """This process's mapping of the slab of store ``instance``, if this link is
         connected to that instance through shared memory; None otherwise (fetch instead)."""

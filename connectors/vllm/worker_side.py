@@ -182,7 +182,7 @@ class WorkerSide:
                 or time.monotonic() - t.granted_at > link.cfg.lease_s / 2:
             return ok
         slab = link.granted_slab(t.instance)
-        if slab is None:
+        if slab is None or time.monotonic() - t.granted_at > link.lease_s / 2:
             return ok
         idx = [i for i, ext in enumerate(t.extents) if ext is not None]
         src = np.frombuffer(slab.buf, dtype=np.uint8)

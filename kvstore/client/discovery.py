@@ -34,6 +34,7 @@ class ServerInfo:
     shm_slot_bytes: int = 0
     shm_gen_offset: int | None = None  # where the slots' generations start in the segment
     shm_offered: bool = False  # a slab to map (by name, or a memfd over the Unix socket)
+    max_lease_s: float | None = None  # the server cuts longer leases to this (None: unknown)
 
 
 def info_url(url: str) -> str:
@@ -79,6 +80,7 @@ def parse_info(url: str, doc: dict[str, Any], transport: str = "auto") -> Server
             shm_slot_bytes=int(shm.get("slot_bytes") or 0),
             shm_gen_offset=None if shm.get("gen_offset") is None else int(shm["gen_offset"]),
             shm_offered=bool(shm) and local,
+            max_lease_s=None if doc.get("max_lease_s") is None else float(doc["max_lease_s"]),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise ProtocolError(f"{url}: unexpected /v1/info answer: {exc}") from None

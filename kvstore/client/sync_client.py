@@ -137,6 +137,13 @@ class KVStoreClient:
             return None
         return link.slab if instance and link.info.instance == instance else None
 
+    def lease_s(self, asked: float) -> float:
+        """How long a pin asked for ``asked`` seconds holds: cut to the server's
+        ``max_lease_s`` once the client has discovered the server."""
+        info = self._core.info
+        cap = info.max_lease_s if info is not None else None
+        return asked if cap is None else min(asked, cap)
+
     @property
     def shm_active(self) -> bool:
         """Whether block bytes move through shared memory (known after the first call)."""

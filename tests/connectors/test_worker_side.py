@@ -156,6 +156,40 @@ def test_granted_blocks_are_copied_from_the_slab_without_asking_the_store(
         link.close()
 
 
+def test_a_grant_older_than_half_the_servers_lease_is_not_trusted(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The connector asks for 60 s leases; a server that cuts them to 4 s frees the granted
+    # slots 4 s later, so a grant 3 s old is fetched again instead of copied from the slab.
+    import time
+
+    from kvstore.testing.server import ServerProc
+
+    srv = ServerProc(tmp_path / "data", "--max-lease-s", "4").start()
+    side, caches, link = _worker(srv)
+    sched = side._make_link()
+    hashes = [os.urandom(32) for _ in range(2)]
+    blocks = [os.urandom(side.layout.block_bytes) for _ in range(2)]
+    try:
+        assert link.put(hashes, blocks)
+        grant = sched.lookup_grant(hashes)
+        assert sched.lease_s == 4.0 and link.cfg.lease_s == 60.0
+        for age, round_trips in [(3.0, 1), (0.0, 0)]:
+            before = _acquires(srv)
+            side.start_load(KVStoreConnectorMetadata(loads=[BlockTransfer(
+                "r", [1, 2], hashes, notify=False, extents=grant.extents,
+                instance=grant.instance, granted_at=time.monotonic() - age,
+                granted_ns=sched.namespace)]))
+            assert side.take_load_errors() == set()
+            assert _pages_hold(caches, [1, 2], blocks)
+            assert _acquires(srv) == before + round_trips, age
+    finally:
+        sched.close()
+        side.shutdown(1.0)
+        link.close()
+        srv.stop()
+
+
 def test_a_rank_that_only_reads_shared_blocks_saves_nothing(server: Any) -> None:
     # MLA: every tensor-parallel rank holds the same latent; rank 0 stores it, the others
     # (built with save=False) load rank 0's blocks and never store their own copy
