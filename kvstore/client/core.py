@@ -88,8 +88,12 @@ class ClientCore:
             exc, KVStoreUnavailableError | ProtocolError)
 
     def unavailable(self, exc: BaseException) -> KVStoreUnavailableError:
-        """The error once the retry failed too."""
-        return KVStoreUnavailableError(f"kvstore at {self.url}: {str(exc) or repr(exc)}")
+        """The error once the retry failed too (named once: a message that already names the
+        server is kept as it is)."""
+        text = str(exc) or repr(exc)
+        if self.url in text:
+            return KVStoreUnavailableError(text)
+        return KVStoreUnavailableError(f"kvstore at {self.url}: {text}")
 
     def close(self) -> None:
         with self._lock:

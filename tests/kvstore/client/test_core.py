@@ -193,3 +193,15 @@ def test_exchange_raises_what_the_steps_do_not_handle() -> None:
     assert ex.call is not None
     with pytest.raises(ConnectionResetError):
         ex.fail(ConnectionResetError("gone"))
+
+
+def test_an_unreachable_server_is_named_once_in_the_error() -> None:
+    from kvstore.client import KVStoreClient
+    from kvstore.client.errors import KVStoreUnavailableError
+    from kvstore.testing.proc import free_port
+
+    url = f"http://127.0.0.1:{free_port()}"
+    with KVStoreClient(url, timeout=2.0) as client, \
+            pytest.raises(KVStoreUnavailableError) as err:
+        client.lookup("ns", H)
+    assert str(err.value).count(url) == 1, str(err.value)
