@@ -230,6 +230,9 @@ class ServerSettings(BaseSettings):
         if self.host_capacity == 0 and self.disk_capacity == 0 and self.device_capacity == 0 \
                 and self.s3_bucket is None:
             raise ValueError("configure at least one tier (host, disk, device or s3 capacity)")
+        if self.device != "cpu" and self.device_capacity == 0:
+            raise ValueError(f"device {self.device!r} is used only by the device tier: set "
+                             "device_capacity too (e.g. --device-capacity 4GiB)")
         return self
 
     @classmethod

@@ -45,6 +45,7 @@ def test_yaml_that_is_a_list(tmp_path: Path) -> None:
     (("--policy", "fifo"), ("--policy", "known: lfu, lru, s3fifo")),
     (("--log-level", "verbose"), ("--log-level", "'debug'", "verbose")),
     (("--host-capacity", "lots"), ("--host-capacity", "512MiB")),
+    (("--device", "cuda:0"), ("--device", "cuda:0", "--device-capacity")),
 ])
 def test_bad_values(tmp_path: Path, args: tuple[str, ...], words: tuple[str, ...]) -> None:
     assert_one_line(serve(tmp_path, *args), *words)
