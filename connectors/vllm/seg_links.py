@@ -80,13 +80,18 @@ def window_hit(segs: Sequence[SegLink], hashes: Sequence[Any], end: int, local: 
 def _window_end(seg: SegLink, hashes: Sequence[Any], end: int, local: int) -> int:
     """The last boundary at or before ``end`` with ``seg``'s window stored before it. Each
     lookup asks for the window backwards, so the answer's length says where the nearest
-    missing block is, and the next candidate boundary lies just before it."""
-    for _ in range(MAX_WINDOW_LOOKUPS):
+    missing block is, and no boundary after it can do. The first candidates are ``end`` and
+    the boundary just before its miss (a prompt's end is kept wherever it lies); after that
+    the search jumps to the stride boundary at or before each miss, where windows are kept,
+    so a long window is found in a few lookups, not one per block."""
+    stride = seg.segment.stride_blocks if seg.segment is not None else 0
+    for attempt in range(MAX_WINDOW_LOOKUPS):
         if end <= local:
             return 0
         start = max(0, end - seg.window)
         run, _tiers = seg.link.lookup_tiers([hashes[i] for i in range(end - 1, start - 1, -1)])
         if run >= end - start:
             return end
-        end -= run + 1
+        miss = end - run - 1  # the nearest block not stored: a window must end at or before it
+        end = miss if attempt == 0 or not stride else miss // stride * stride
     return 0

@@ -36,10 +36,12 @@ def _request(req_id: str, tokens: list[int]) -> Any:
                    block_hasher=get_request_block_hasher(BS, sha256))
 
 
-def _side(server: Any) -> tuple[SchedulerSide, StoreLink, StoreLink]:
+def _side(server: Any, window_tokens: int = WINDOW
+          ) -> tuple[SchedulerSide, StoreLink, StoreLink]:
     cfg = ConnectorConfig(server.url, timeout_s=2.0)
     segs = []
-    for i, (kind, window, k) in enumerate([("sliding", WINDOW, 2), ("full", 0, 0)]):
+    for i, (kind, window, k) in enumerate([("sliding", window_tokens, window_tokens // BS),
+                                           ("full", 0, 0)]):
         lay = KVLayout("m", 1, 1, 2, BS, "float32", "test", kind=kind, window=window,
                        model_kv="x")
         assert lay.block_bytes == BLOCK_BYTES
@@ -88,6 +90,29 @@ def test_hit_needs_the_whole_prefix_and_only_the_window_before_its_end(server: A
     assert full.put(other.block_hashes, [bytes(BLOCK_BYTES)] * 6)
     side.on_new_request(other)
     assert side.get_num_new_matched_tokens(other, 0) == 0
+
+
+def test_a_window_kept_far_behind_the_prefix_is_found_in_few_lookups(server: Any) -> None:
+    # A real model's window is long (Gemma 3: 1024 tokens, 64 blocks of 16): the stored
+    # window before the last stride boundary can lie more blocks back than the lookups
+    # allowed one block at a time; the search jumps to stride boundaries instead.
+    side, sliding, full = _side(server, window_tokens=12 * BS)  # windows kept every 24 blocks
+    req = _request("far", _tokens(40 * BS + 5, 3))
+    hashes = req.block_hashes
+    assert full.put(hashes[:39], [bytes(BLOCK_BYTES)] * 39)
+    assert sliding.put(hashes[12:24], [bytes(BLOCK_BYTES)] * 12)
+    calls = 0
+    lookup = sliding.lookup_tiers
+
+    def counted(h: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        return lookup(h)
+
+    sliding.lookup_tiers = counted  # type: ignore[method-assign]
+    side.on_new_request(req)
+    assert side.get_num_new_matched_tokens(req, 0) == 24 * BS
+    assert calls <= 4  # 39, 38, then the stride boundary 24 (twice: once per round)
 
 
 def test_loads_go_to_each_groups_pages_and_skip_null_ones(server: Any) -> None:
