@@ -99,12 +99,12 @@ class Traffic:
 @contextlib.contextmanager
 def busy_server(root: Path, *flags: str, token: str | None = None, s3: bool = True,
                 **traffic: object) -> Iterator[tuple[ServerProc, Traffic]]:
-    """A ``kvstore serve`` with small host (1 MiB) and disk (2 MiB) tiers over an S3 tier on a
-    throwaway SeaweedFS (unless ``s3`` is False), and :class:`Traffic` running against it;
+    """A ``kvstore serve`` with small host and disk tiers (128 blocks each) over an S3 tier on
+    a throwaway SeaweedFS (unless ``s3`` is False), and :class:`Traffic` running against it;
     everything stops on exit. ``flags`` go to ``kvstore serve``."""
     with contextlib.ExitStack() as stack:
         env: dict[str, str] = {}
-        args = list(flags)
+        args = ["--host-slot-bytes", str(BLOCK), *flags]
         if token is not None:
             args += ["--token", token]
         if s3:
@@ -114,7 +114,7 @@ def busy_server(root: Path, *flags: str, token: str | None = None, s3: bool = Tr
             weed.start()
             s3_args, env = weed.serve_args()
             args += s3_args
-        server = ServerProc(root / "data", *args, env=env, host_capacity="1MiB",
+        server = ServerProc(root / "data", *args, env=env, host_capacity="2MiB",
                             disk_capacity="2MiB")
         stack.callback(server.stop)
         server.start()
