@@ -28,17 +28,21 @@ BLOCK = 16384  # bytes per block: small, so that a few MiB of tier fill and evic
 class Traffic:
     """Rounds of traffic over ``namespaces``; each round puts ``fresh`` new blocks per
     namespace, gets a mix of recent blocks (hits), old ones (some evicted: misses) and unknown
-    ones (misses), prefetches a few and pins a few for ``pin_s``."""
+    ones (misses), prefetches a few and pins two for ``pin_s``, releasing its oldest pins past
+    ``max_pins`` per namespace (a tenant's pins count against its quota)."""
 
     def __init__(self, url: str, token: str | None = None, *,
                  namespaces: tuple[str, ...] = ("chat", "code"), fresh: int = 8,
-                 pause_s: float = 0.05, pin_s: float = 30.0, seed: int = 0) -> None:
+                 pause_s: float = 0.05, pin_s: float = 30.0, max_pins: int = 12,
+                 seed: int = 0) -> None:
         self.client = KVStoreClient(url, token, transport="tcp")
         self.namespaces, self.fresh, self.pause_s, self.pin_s = namespaces, fresh, pause_s, pin_s
         self.rounds = 0
         self.error: BaseException | None = None
         self._rng = random.Random(seed)
         self._stored: dict[str, list[bytes]] = {ns: [] for ns in namespaces}
+        self._pinned: dict[str, list[bytes]] = {ns: [] for ns in namespaces}
+        self.max_pins = max_pins
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="kvstore-traffic", daemon=True)
         self._payload = os.urandom(BLOCK)
@@ -63,8 +67,17 @@ class Traffic:
             wanted += [os.urandom(32) for _ in range(self.fresh // 4 + i)]
             self.client.get(ns, wanted)
             self.client.prefetch(ns, self._rng.sample(stored, min(len(stored), 2)))
-            self.client.pin(ns, hashes[:2], self.pin_s)
+            self._pin(ns, hashes[:2])
         self.rounds += 1
+
+    def _pin(self, ns: str, hashes: list[bytes]) -> None:
+        pinned = self._pinned[ns]
+        self.client.pin(ns, hashes, self.pin_s)
+        pinned.extend(hashes)
+        if len(pinned) > self.max_pins:
+            old = pinned[:len(pinned) - self.max_pins]
+            del pinned[:len(old)]
+            self.client.release(ns, old)
 
     def wait_rounds(self, n: int, timeout_s: float = 60.0) -> None:
         """Block until ``n`` rounds are done (RuntimeError on a traffic error or timeout)."""

@@ -1,7 +1,8 @@
 // kvstore's dashboard: polls /v1/stats and /healthz of the server that served this page and
 // draws the history it has seen since it opened, as plain SVG. No library, no external asset.
 // A token (when the server wants one) comes from the form or from #token=... in the address
-// (a fragment never reaches the server or its logs); it is kept for this tab only.
+// (a fragment never reaches the server or its logs); it is kept for this tab only. URLs are
+// relative to the page, so that it also works behind a proxy that adds a path prefix.
 "use strict";
 
 (() => {
@@ -229,7 +230,7 @@
 
   async function poll() {
     try {
-      const [stats, health] = await Promise.all([getJSON("/v1/stats"), getJSON("/healthz")]);
+      const [stats, health] = await Promise.all([getJSON("v1/stats"), getJSON("healthz")]);
       samples.push({ t: Date.now() / 1000, stats, health });
       if (samples.length > KEEP) samples.shift();
       $("auth").hidden = true;

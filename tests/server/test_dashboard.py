@@ -1,10 +1,12 @@
 """``GET /dashboard`` in headless Chromium (Debian's ``chromium``, driven by Playwright) against
 a real ``kvstore serve`` with a token, host, disk and S3 tiers, while a real client keeps it
 busy: the page asks for the token, then draws every chart from the server's polls, and the
-numbers it shows are the server's own (``/v1/stats`` once the traffic stops)."""
+numbers it shows are the server's own (``/v1/stats`` once the traffic stops). A tenant's token
+shows the tenant's own namespace and no tiers, as ``/v1/stats`` does."""
 
 from __future__ import annotations
 
+import json
 import secrets
 import time
 from collections.abc import Iterator
@@ -23,9 +25,10 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
                  "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]
 TOKEN = secrets.token_hex(16)
+TENANT_TOKEN = secrets.token_hex(16)
 CHARTS = {
     "chart-tier-hits": {"host", "disk", "s3"},
-    "chart-ns-hits": {"chat", "code"},
+    "chart-ns-hits": {"chat", "code", "acme-chat"},
     "chart-occupancy": {"host", "disk", "s3"},
     "chart-evictions": {"host", "disk", "s3"},
     "chart-bytes": {"in", "out"},
@@ -34,11 +37,22 @@ CHARTS = {
 }
 
 
+Busy = tuple[ServerProc, Traffic, Traffic]  # the server, the admin's traffic, a tenant's
+
+
 @pytest.fixture(scope="module")
-def busy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProc, Traffic]]:
-    with busy_server(tmp_path_factory.mktemp("dash"), token=TOKEN, pause_s=0.1) as running:
-        running[1].wait_rounds(3)
-        yield running
+def busy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Busy]:
+    tenants = json.dumps({"acme": TENANT_TOKEN})
+    with busy_server(tmp_path_factory.mktemp("dash"), "--tenant-tokens", tenants, token=TOKEN,
+                     pause_s=0.1) as (server, traffic):
+        tenant = Traffic(server.url, TENANT_TOKEN, namespaces=("acme-chat",), pause_s=0.2)
+        tenant.start()
+        try:
+            traffic.wait_rounds(3)
+            tenant.wait_rounds(2)
+            yield server, traffic, tenant
+        finally:
+            tenant.stop()
 
 
 @pytest.fixture(scope="module")
@@ -69,9 +83,8 @@ def series(page: Any, chart: str) -> dict[str, dict[str, str]]:
             for p in page.query_selector_all(f"#{chart} path.series")}
 
 
-def test_dashboard_draws_the_servers_numbers(busy: tuple[ServerProc, Traffic], browser: Any,
-                                            tmp_path: Path) -> None:
-    server, traffic = busy
+def test_dashboard_draws_the_servers_numbers(busy: Busy, browser: Any, tmp_path: Path) -> None:
+    server, traffic, tenant = busy
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
@@ -86,7 +99,9 @@ def test_dashboard_draws_the_servers_numbers(busy: tuple[ServerProc, Traffic], b
     live = series(page, "chart-bytes")
     assert float(live["in"]["last"]) > 0 and float(live["out"]["last"]) > 0
 
-    traffic.halt()  # the counters hold still (the client stays: its pins too)
+    traffic.halt()  # the counters hold still (the clients stay: their pins too)
+    tenant.halt()
+    assert traffic.error is None and tenant.error is None, (traffic.error, tenant.error)
     wait_polls(page, wait_polls(page, 1) + 3)
     shot = tmp_path / "dashboard.png"
     page.screenshot(path=str(shot), full_page=True)
@@ -117,8 +132,25 @@ def test_dashboard_draws_the_servers_numbers(busy: tuple[ServerProc, Traffic], b
     assert all("401" in e for e in errors), errors
 
 
-def test_page_is_public_and_self_contained(busy: tuple[ServerProc, Traffic]) -> None:
-    server, _ = busy
+def test_a_tenant_sees_its_namespace_and_no_tiers(busy: Busy, browser: Any) -> None:
+    server, _, tenant = busy
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(f"{server.url}/dashboard?interval=300#token={TENANT_TOKEN}")
+    deadline = time.monotonic() + 60
+    while int(page.get_attribute("body", "data-polls") or 0) < 5:  # traffic between polls
+        assert time.monotonic() < deadline
+        tenant.round()
+        time.sleep(0.1)
+    assert "token" not in page.url  # the fragment is taken out of the address
+    assert set(series(page, "chart-ns-hits")) == {"acme-chat"}
+    assert series(page, "chart-tier-hits") == {}
+    assert "no tier rows" in page.text_content("#chart-tier-hits")  # an SVG: no inner_text
+    assert page.inner_text("#pinned") == "\u2013"  # the page's "no value"
+    assert page.inner_text("#namespaces tbody").split()[0] == "acme-chat"
+
+
+def test_page_is_public_and_self_contained(busy: Busy) -> None:
+    server = busy[0]
     r = httpx.get(f"{server.url}/dashboard", timeout=30)
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
     assert "default-src 'self'" in r.headers["content-security-policy"]
