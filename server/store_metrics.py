@@ -35,7 +35,8 @@ BACKEND = {
 Stats = Callable[[], dict[str, Any]]
 
 
-def _family(name: str, kind: str, text: str, labels: list[str]) -> Metric:
+def _family(name: str, kind: str, text: str,
+            labels: list[str]) -> CounterMetricFamily | GaugeMetricFamily:
     if kind == "counter":
         return CounterMetricFamily(name, text, labels=labels)
     return GaugeMetricFamily(name, text, labels=labels)

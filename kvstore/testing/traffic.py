@@ -21,6 +21,7 @@ from pathlib import Path
 from kvstore.client import KVStoreClient
 from kvstore.testing.seaweed import SeaweedServer
 from kvstore.testing.server import ServerProc
+from kvstore.types import BlockHash
 
 BLOCK = 16384  # bytes per block: small, so that a few MiB of tier fill and evict
 
@@ -40,8 +41,8 @@ class Traffic:
         self.rounds = 0
         self.error: BaseException | None = None
         self._rng = random.Random(seed)
-        self._stored: dict[str, list[bytes]] = {ns: [] for ns in namespaces}
-        self._pinned: dict[str, list[bytes]] = {ns: [] for ns in namespaces}
+        self._stored: dict[str, list[BlockHash]] = {ns: [] for ns in namespaces}
+        self._pinned: dict[str, list[BlockHash]] = {ns: [] for ns in namespaces}
         self.max_pins = max_pins
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="kvstore-traffic", daemon=True)
@@ -57,20 +58,20 @@ class Traffic:
         """One round over every namespace (also callable without the thread)."""
         for i, ns in enumerate(self.namespaces):
             stored = self._stored[ns]
-            hashes = [os.urandom(32) for _ in range(self.fresh)]
+            hashes = [BlockHash(os.urandom(32)) for _ in range(self.fresh)]
             self.client.put(ns, hashes, [self._payload] * len(hashes))
             stored.extend(hashes)
             recent = stored[-4 * self.fresh:]
             # namespaces differ in reuse, so that their hit rates differ
             wanted = self._rng.sample(recent, min(len(recent), self.fresh * (2 - i % 2)))
             wanted += self._rng.sample(stored, min(len(stored), self.fresh // 2))
-            wanted += [os.urandom(32) for _ in range(self.fresh // 4 + i)]
+            wanted += [BlockHash(os.urandom(32)) for _ in range(self.fresh // 4 + i)]
             self.client.get(ns, wanted)
             self.client.prefetch(ns, self._rng.sample(stored, min(len(stored), 2)))
             self._pin(ns, hashes[:2])
         self.rounds += 1
 
-    def _pin(self, ns: str, hashes: list[bytes]) -> None:
+    def _pin(self, ns: str, hashes: list[BlockHash]) -> None:
         pinned = self._pinned[ns]
         self.client.pin(ns, hashes, self.pin_s)
         pinned.extend(hashes)
