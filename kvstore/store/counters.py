@@ -117,9 +117,12 @@ class Tally:
         self.ns(namespace).corrupt_dropped += 1
         self.totals.corrupt_dropped += 1
 
-    def prefetched(self, count: int) -> None:
-        self.tiers[0].prefetched += count
-        self.totals.prefetched += count
+    def prefetched(self, namespaces: list[str]) -> None:
+        """Prefetch onboarded one block of each of ``namespaces`` to the top tier."""
+        self.tiers[0].prefetched += len(namespaces)
+        self.totals.prefetched += len(namespaces)
+        for name in namespaces:
+            self.ns(name).prefetched += 1
 
     def reads(self, namespaces: list[str], served_by: list[int], hits: list[bool]) -> None:
         """One get per block: ``served_by[i]`` is the tier that served block ``i`` (-1: a

@@ -40,3 +40,13 @@ def test_pinned_bytes_count_each_block_once(make_store: StoreFactory) -> None:
     store.release("m", hashes[:2], owner="a")
     store.release("m", hashes[:2], owner="b")
     assert store.stats()["totals"]["pinned_bytes"] == 0
+
+
+def test_prefetch_counts_per_namespace(make_store: StoreFactory) -> None:
+    store = make_store(host=4, disk=64)
+    hashes, data = blocks(8)
+    store.put("m", hashes, data)  # the first four are demoted to disk
+    store.prefetch("m", hashes[:2]).result()
+    doc = store.stats()
+    assert doc["namespaces"]["m"]["prefetched"] == doc["totals"]["prefetched"] == 2
+    assert doc["tiers"]["host"]["prefetched"] == 2
