@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 VLLM_STAMP := $(VENV)/.vllm-installed
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: venv vllm serve test lint bench gpu-wheels gpu-check clean
+.PHONY: venv vllm chromium serve test lint bench gpu-wheels gpu-check clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -39,7 +39,17 @@ serve: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
-test: $(STAMP) $(VLLM_STAMP)
+# The dashboard test drives Debian's chromium headless through playwright (which downloads no
+# browser of its own); CI runs `make test` as root on a fresh clone.
+CHROMIUM := /usr/bin/chromium
+
+$(CHROMIUM):
+	apt-get update -q
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium
+
+chromium: $(CHROMIUM)
+
+test: $(STAMP) $(VLLM_STAMP) $(CHROMIUM)
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest $(PYTEST_ARGS)
 

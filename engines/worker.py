@@ -9,7 +9,7 @@ worker stored them.
 
 Routes: ``POST /generate`` (JSON or ``stream`` SSE), ``POST /prefill``, ``GET /info`` (block
 geometry and hash recipe, for routers), ``GET /kv/events?since=N`` (residency events),
-``GET /stats``, ``GET /health``.
+``GET /stats``, ``GET /metrics`` (Prometheus, :mod:`engines.worker_metrics`), ``GET /health``.
 
 A streamed generation's first event carries the prompt's prefix hit (``cached_tokens``, known
 once the prompt is scheduled) beside its token, so that a caller that stops reading early (the
@@ -30,12 +30,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import FastAPI, HTTPException
-from fastapi.responses import StreamingResponse
+from fastapi.responses import Response, StreamingResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, Field
 
 from engines.decoder.runner import Engine
 from engines.decoder.sampler import SamplingParams
 from engines.decoder.scheduler import Sequence
+from engines.worker_metrics import WorkerMetrics
 
 ROLES = ("both", "prefill", "decode")
 
@@ -68,6 +70,7 @@ class Pending:
     tokens: asyncio.Queue[int | None] = field(default_factory=asyncio.Queue)
     seq: Sequence | None = None
     error: str | None = None
+    last_token_at: float | None = None  # when the engine produced its latest token
 
     def push(self, item: int | None) -> None:
         self.loop.call_soon_threadsafe(self.tokens.put_nowait, item)
@@ -77,8 +80,9 @@ class EngineLoop:
     """Runs ``engine.step()`` in a dedicated thread. ``lock`` guards the engine for readers
     (stats, residency events) between steps."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, metrics: WorkerMetrics | None = None) -> None:
         self.engine = engine
+        self.metrics = metrics
         self.lock = threading.Lock()
         # a new request, a Pending to abort, or None to stop; one queue keeps them in order
         self.inbox: queue.Queue[tuple[list[int], SamplingParams, Pending] | Pending | None] = \
@@ -125,6 +129,8 @@ class EngineLoop:
                     continue
             for seq in stepped:
                 p = self.pending[seq]
+                if self.metrics is not None:
+                    p.last_token_at = self.metrics.token(seq, p.last_token_at)
                 p.push(seq.tokens[-1])
                 if seq.finished:
                     p.push(None)
@@ -162,8 +168,15 @@ def create_app(engine: Engine, role: str = "both") -> FastAPI:
     """The worker's ASGI app; starts and stops the engine thread with the app's lifespan."""
     if role not in ROLES:
         raise ValueError(f"role must be one of {ROLES}, got {role!r}")
-    loop = EngineLoop(engine)
     counters = {"requests": 0, "prefills": 0, "generated_tokens": 0, "cached_tokens": 0}
+
+    def snapshot() -> dict[str, Any]:
+        with loop.lock:
+            return {"role": role, **counters, "engine": engine.stats(),
+                    "inflight": len(loop.pending)}
+
+    metrics = WorkerMetrics(snapshot)
+    loop = EngineLoop(engine, metrics)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -293,9 +306,12 @@ def create_app(engine: Engine, role: str = "both") -> FastAPI:
 
     @app.get("/stats")
     async def stats() -> dict[str, Any]:
-        with loop.lock:
-            return {"role": role, **counters, "engine": engine.stats(),
-                    "inflight": len(loop.pending)}
+        return snapshot()
+
+    @app.get("/metrics", response_class=Response)
+    def prometheus() -> Response:
+        """Prometheus text exposition (a thread: the scrape may wait for the engine lock)."""
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/health")
     async def health() -> dict[str, Any]:

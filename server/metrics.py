@@ -1,58 +1,64 @@
-"""Prometheus metrics: the store's counters read at scrape time, plus request counters and
-latencies of both planes. One registry per server (not the global one), so that several
-servers in one process (tests) never collide.
+"""Prometheus metrics of one server: the store's series (:mod:`server.store_metrics`), request
+counters and latencies of both planes, open connections by plane, ``kvstore_build_info`` and
+prometheus-client's process, platform and GC collectors. One registry per server (not the
+global one), so that several servers in one process (tests) never collide.
 
-Series: ``kvstore_tier_<counter>`` labelled ``tier``, ``kvstore_namespace_<counter>``
-labelled ``namespace``, ``kvstore_<counter>`` for totals, and
-``kvstore_requests_total{plane,op,status}`` / ``kvstore_request_seconds{plane,op}``.
+Series here: ``kvstore_requests_total{plane,op,status}``, ``kvstore_request_seconds{plane,op}``,
+``kvstore_connections_open{plane}`` (``rest``, ``tcp``, ``unix``),
+``kvstore_dataplane_connections_total`` (accepted), ``kvstore_build_info{version,protocol,
+python}``, ``process_*``, ``python_*``.
 """
 
 from __future__ import annotations
 
+import platform
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client import CollectorRegistry, Counter, Histogram, Info
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.gc_collector import GCCollector
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
-COUNTERS = ("queries", "hits", "misses", "evictions", "promotions", "demotions",
-            "corrupt_dropped")
-GAUGES = ("hit_rate", "blocks", "bytes", "capacity_bytes")
+from kvstore import __version__
+from kvstore.protocol.frame import PROTOCOL_VERSION
+from server.store_metrics import HealthCollector, StoreCollector
+
+__all__ = ["ServerMetrics", "tenant_registry"]
 
 
-class StoreCollector(Collector):
-    """Turns ``store.stats()`` into metric families at each scrape."""
+class ConnectionsCollector(Collector):
+    """``kvstore_connections_open{plane}``, each plane's count read at scrape time from the
+    callable its listener registered."""
 
-    def __init__(self, stats: Callable[[], dict[str, Any]]) -> None:
-        self._stats = stats
+    def __init__(self) -> None:
+        self.sources: dict[str, Callable[[], int]] = {}
 
     def collect(self) -> Iterator[Metric]:
-        doc = self._stats()
-        scopes = (("", None, {"": doc.get("totals", {})}),
-                  ("tier_", "tier", doc.get("tiers", {})),
-                  ("namespace_", "namespace", doc.get("namespaces", {})))
-        for prefix, label, groups in scopes:
-            labels = [label] if label else []
-            for key in COUNTERS + GAUGES:
-                name = f"kvstore_{prefix}{key}"
-                family: CounterMetricFamily | GaugeMetricFamily
-                if key in COUNTERS:
-                    family = CounterMetricFamily(name, f"{key} ({label or 'total'})", labels=labels)
-                else:
-                    family = GaugeMetricFamily(name, f"{key} ({label or 'total'})", labels=labels)
-                for group, values in groups.items():
-                    if key in values:
-                        family.add_metric([group] if label else [], float(values[key]))
-                yield family
+        family = GaugeMetricFamily("kvstore_connections_open", "open connections by plane",
+                                   labels=["plane"])
+        for plane, count in sorted(self.sources.items()):
+            family.add_metric([plane], float(count()))
+        yield family
 
 
 class ServerMetrics:
-    """The registry a server exposes at ``/metrics``."""
+    """The registry a server exposes at ``/metrics`` (the admin's view)."""
 
-    def __init__(self, stats: Callable[[], dict[str, Any]]) -> None:
+    def __init__(self, stats: Callable[[], dict[str, Any]],
+                 health: Callable[[], dict[str, Any]] | None = None) -> None:
         self.registry = CollectorRegistry()
         self.registry.register(StoreCollector(stats))
+        if health is not None:
+            self.registry.register(HealthCollector(health))
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        GCCollector(registry=self.registry)
+        Info("kvstore_build", "the running kvstore", registry=self.registry).info(
+            {"version": __version__, "protocol": str(PROTOCOL_VERSION),
+             "python": platform.python_version()})
         self.requests = Counter("kvstore_requests", "requests served", ["plane", "op", "status"],
                                 registry=self.registry)
         self.latency = Histogram("kvstore_request_seconds", "request latency", ["plane", "op"],
@@ -60,10 +66,16 @@ class ServerMetrics:
                                  buckets=(1e-4, 5e-4, 1e-3, 5e-3, 0.01, 0.05, 0.1, 0.5, 1, 5))
         self.connections = Counter("kvstore_dataplane_connections", "data plane connections "
                                    "accepted", registry=self.registry)
+        self._open = ConnectionsCollector()
+        self.registry.register(self._open)
 
     def observe(self, plane: str, op: str, status: str, seconds: float) -> None:
         self.requests.labels(plane, op, status).inc()
         self.latency.labels(plane, op).observe(seconds)
+
+    def watch_connections(self, plane: str, count: Callable[[], int]) -> None:
+        """Report ``count()`` as the open connections of ``plane`` at each scrape."""
+        self._open.sources[plane] = count
 
 
 def tenant_registry(stats: Callable[[], dict[str, Any]]) -> CollectorRegistry:

@@ -148,16 +148,19 @@ async def serve(settings: ServerSettings) -> int:
 async def _serve_store(settings: ServerSettings, store: StoreAPI, rest: list[socket.socket],
                        data: list[socket.socket]) -> int:
     info = build_info(settings, store)
-    metrics = ServerMetrics(store.stats)
+    metrics = ServerMetrics(store.stats, store.health)
     tier = durable_tier(settings)
     app = create_app(store, settings, info, metrics, tier)
     plane = DataPlane(store, settings, info.model_dump(), Authenticator(settings), metrics, tier)
     await plane.start(data)
+    rest_conns: set[object] = set()
+    metrics.watch_connections("rest", rest_conns.__len__)
     server = _Uvicorn(uvicorn.Config(
         app, host=settings.host, port=settings.port, log_level=settings.log_level,
         access_log=False, lifespan="off", timeout_graceful_shutdown=int(settings.shutdown_grace_s),
         timeout_keep_alive=30,  # requests in flight: server.rest.gate; half-open: conn_guard
-        http=guarded_http(settings.rest_header_timeout_s, settings.rest_max_pending_connections),
+        http=guarded_http(settings.rest_header_timeout_s, settings.rest_max_pending_connections,
+                          live=rest_conns),
     ))
     loop = asyncio.get_running_loop()
 

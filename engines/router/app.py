@@ -1,6 +1,6 @@
 """The router's HTTP face: the OpenAI-compatible ``/v1`` routes (:mod:`engines.router.api`),
-``GET /stats`` and ``GET /health``. Translation only; routing is
-:class:`engines.router.core.Router`."""
+``GET /stats``, ``GET /health`` and ``GET /metrics`` (:mod:`engines.router.metrics`).
+Translation only; routing is :class:`engines.router.core.Router`."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from engines.router.api import errors
 from engines.router.api.routes import make_routes
 from engines.router.api.tokenizer import Tokenizer
 from engines.router.core import NoWorker, Router
+from engines.router.metrics import RouterMetrics
 
 
 def create_app(router: Router, tokenizer_dir: str | Path | None = None,
@@ -33,6 +34,7 @@ def create_app(router: Router, tokenizer_dir: str | Path | None = None,
 
     app = FastAPI(title="kvstore router", lifespan=lifespan)
     errors.install(app)
+    app.include_router(RouterMetrics(router).routes())
     app.include_router(make_routes(router, tokenizer, served_model_name))
 
     @app.get("/stats")

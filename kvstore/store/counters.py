@@ -20,6 +20,9 @@ COUNTERS = (
     "corrupt_dropped",
     "prefetched",
     "dropped",
+    "stored",
+    "bytes_in",
+    "bytes_out",
 )
 
 
@@ -34,6 +37,9 @@ class Counters:
     corrupt_dropped: int = 0  # blocks whose checksum failed; never returned
     prefetched: int = 0  # blocks onboarded to the top tier by prefetch
     dropped: int = 0  # blocks that left the store for good (last tier full, refused)
+    stored: int = 0  # new blocks that clients' puts stored (not those already there)
+    bytes_in: int = 0  # payload bytes of the ``stored`` blocks
+    bytes_out: int = 0  # payload bytes of the hits served (for a tier: those it served)
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -55,9 +61,28 @@ class Tally:
         self.tiers = [Counters() for _ in range(tiers)]
         self.namespaces: dict[str, Counters] = {}
         self.totals = Counters()
+        # every block of a namespace has its size: bytes are counted from these
+        self.block_bytes: dict[str, int] = {}
 
     def ns(self, name: str) -> Counters:
         return self.namespaces.setdefault(name, Counters())
+
+    def registered(self, name: str, block_bytes: int) -> None:
+        """Namespace ``name`` exists (its rows show, zero, in the stats)."""
+        self.ns(name)
+        self.block_bytes[name] = block_bytes
+
+    def forgotten(self, name: str) -> None:
+        """Namespace ``name`` was deleted: its rows go."""
+        self.namespaces.pop(name, None)
+        self.block_bytes.pop(name, None)
+
+    def stored(self, name: str, count: int) -> None:
+        """A put stored ``count`` new blocks of namespace ``name``."""
+        size = count * self.block_bytes.get(name, 0)
+        for c in (self.ns(name), self.totals):
+            c.stored += count
+            c.bytes_in += size
 
     def evicted(self, pos: int, count: int) -> None:
         """``count`` blocks left tier ``pos`` to make room (demoted or dropped)."""
@@ -92,9 +117,12 @@ class Tally:
         self.ns(namespace).corrupt_dropped += 1
         self.totals.corrupt_dropped += 1
 
-    def prefetched(self, count: int) -> None:
-        self.tiers[0].prefetched += count
-        self.totals.prefetched += count
+    def prefetched(self, namespaces: list[str]) -> None:
+        """Prefetch onboarded one block of each of ``namespaces`` to the top tier."""
+        self.tiers[0].prefetched += len(namespaces)
+        self.totals.prefetched += len(namespaces)
+        for name in namespaces:
+            self.ns(name).prefetched += 1
 
     def reads(self, namespaces: list[str], served_by: list[int], hits: list[bool]) -> None:
         """One get per block: ``served_by[i]`` is the tier that served block ``i`` (-1: a
@@ -102,10 +130,12 @@ class Tally:
         bottom = len(self.tiers) - 1
         for name, pos, hit in zip(namespaces, served_by, hits, strict=True):
             ns = self.ns(name)
+            out = self.block_bytes.get(name, 0) if hit else 0
             for c in (ns, self.totals):
                 c.queries += 1
                 c.hits += hit
                 c.misses += not hit
+                c.bytes_out += out
             last = pos if hit else bottom
             for p in range(last + 1):
                 t = self.tiers[p]
@@ -113,3 +143,4 @@ class Tally:
                 served = hit and p == pos
                 t.hits += served
                 t.misses += not served
+                t.bytes_out += out if served else 0

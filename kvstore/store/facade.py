@@ -71,7 +71,7 @@ class Store:
         self._prefetcher = ThreadPoolExecutor(
             max_workers=config.prefetch_workers, thread_name_prefix="kvstore-prefetch")
         for ns in self._book.load():
-            self._count_namespace(ns.name)
+            self._count_namespace(ns)
         self._reader.index_persistent()
 
     @classmethod
@@ -87,7 +87,7 @@ class Store:
         new = self._book.register(ns)
         if new:
             with self._lock:
-                self._count_namespace(ns.name)
+                self._count_namespace(ns)
         return new
 
     def delete_namespace(self, name: str) -> int:
@@ -101,7 +101,7 @@ class Store:
                 self._host.unreserve_namespace(name)
                 dropped = self._host.delete_blocks(self._ledger.keys_of(name), remember=False)
                 self._ghosts.forget_namespace(name)
-                self._tally.namespaces.pop(name, None)
+                self._tally.forgotten(name)
                 self._ledger.forget_usage(name)
         except BaseException:
             self._book.relist(ns)
@@ -141,7 +141,9 @@ class Store:
             self._check_open()
             if self._book.layout_id(namespace) != ns.layout_id:  # deleted meanwhile
                 raise UnknownNamespaceError(f"unknown namespace {namespace!r}")
-            return self._placer.put(items, start, named_tier=tier is not None)
+            result = self._placer.put(items, start, named_tier=tier is not None)
+            self._tally.stored(namespace, result.stored)
+            return result
 
     def get(self, namespace: str, hashes: Sequence[BlockHash], *,
             promote: bool | None = None) -> list[bytes | None]:
@@ -360,10 +362,10 @@ class Store:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _count_namespace(self, name: str) -> None:
+    def _count_namespace(self, ns: Namespace) -> None:
         """Give a registered namespace its (zero) rows in the stats."""
-        self._tally.ns(name)
-        self._ledger.usage(name)
+        self._tally.registered(ns.name, ns.block_bytes)
+        self._ledger.usage(ns.name)
 
     def _lease(self, lease_s: float | None) -> float:
         """The lease every pinning call gets: ``lease_s`` (the config's default when None) cut

@@ -166,6 +166,8 @@ class HostPath:
                     refused += 1
             existing += len(keys) - len(set(keys))  # the same block twice: written once
             self._publish(host, mine)
+            if mine:
+                self._tally.stored(mine[0][0], len(mine))
         return PutResult(len(mine), existing, refused)
 
     def abort_write(self, keys: list[BlockKey], *, owner: str) -> int:
@@ -225,6 +227,7 @@ class HostPath:
                 self._ledger.reserve(key, Entry(ns.block_bytes, None, ns.layout_id))
                 self._reservations[key] = (owner, math.inf, ext)
             self._publish(host, [k for k, _ in fresh])
+            self._tally.stored(ns.name, len(fresh))
         return PutResult(len(fresh), existing, refused), [p for _, p in fresh]
 
     def _check_commit(self, host: int, nowait: bool) -> None:

@@ -137,6 +137,11 @@ class LeaseTable:
         """Bytes of the blocks ``tenant`` holds pinned (expired pins count until dropped)."""
         return self._bytes.get(tenant, 0)
 
+    def total_bytes(self) -> int:
+        """Bytes of every pinned block, each once however many owners pin it (expired pins
+        count until dropped)."""
+        return sum(next(iter(owners.values())).size for owners in self._pins.values() if owners)
+
     def pinned_keys(self) -> list[BlockKey]:
         return list(self._pins)
 

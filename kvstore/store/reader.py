@@ -158,7 +158,8 @@ class Reader:
         if todo:
             datas = self.read(todo, promote=True, count=False)
             with self._lock:
-                self._tally.prefetched(sum(d is not None for d in datas))
+                self._tally.prefetched([k[0] for k, d in zip(todo, datas, strict=True)
+                                        if d is not None])
         with self._lock:
             return sum(1 for k in keys if (e := self._ledger.get(k)) is not None and e.holds(0))
 

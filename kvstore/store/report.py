@@ -75,6 +75,7 @@ class Report:
                 charged_bytes=sum(t.used_bytes() for t in self._stack.tiers),
                 capacity_bytes=capacity,
                 pinned=len(self._leases),
+                pinned_bytes=self._leases.total_bytes(),
             )
             return {"totals": totals, "tiers": tiers, "namespaces": namespaces}
 

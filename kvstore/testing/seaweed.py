@@ -136,6 +136,14 @@ class SeaweedServer(ChildProc):
             **extra,
         }
 
+    def serve_args(self, prefix: str = "kvstore/") -> tuple[list[str], dict[str, str]]:
+        """``kvstore serve`` flags for an S3 tier on this server, and the environment that
+        carries its credentials (the server reads them as boto3 does)."""
+        flags = ["--s3-endpoint", self.endpoint_url, "--s3-bucket", self.bucket,
+                 "--s3-prefix", prefix, "--s3-region", "us-east-1"]
+        env = {"AWS_ACCESS_KEY_ID": self.access_key, "AWS_SECRET_ACCESS_KEY": self.secret_key}
+        return flags, env
+
     # -- internals ------------------------------------------------------------------------
     def _spawn(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)

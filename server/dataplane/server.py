@@ -61,6 +61,8 @@ class DataPlane:
         self._reaper: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._closing = False
+        metrics.watch_connections("tcp", lambda: self.open_connections(unix=False))
+        metrics.watch_connections("unix", lambda: self.open_connections(unix=True))
 
     async def _run(self, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
@@ -92,6 +94,10 @@ class DataPlane:
                         len(self.pending) + 1)
             oldest._fail(FrameError("busy", "too many connections waiting to authenticate "
                                             "(max_pending_connections); say hello sooner"))
+
+    def open_connections(self, *, unix: bool) -> int:
+        """Connections open now over the Unix socket (``unix``) or TCP."""
+        return sum(c.session.unix == unix for c in list(self.connections))
 
     def promote(self, conn: Connection) -> bool:
         """Count ``conn`` as established; False if ``max_connections`` are already."""

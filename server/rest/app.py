@@ -29,7 +29,7 @@ from server.errors import (
     map_error,
 )
 from server.metrics import ServerMetrics
-from server.rest import blocks, explain, health, namespaces, ops
+from server.rest import blocks, dashboard, explain, health, namespaces, ops
 from server.rest.gate import GateMiddleware
 from server.rest.limits import BodyBudget, BodyLimitMiddleware, BodyRefused, RouteLimits
 from server.rest.schemas import InfoOut
@@ -107,7 +107,8 @@ def create_app(store: StoreAPI, settings: ServerSettings, info: InfoOut, metrics
     app.state.registry = metrics.registry
     app.state.durable_tier = durable_tier
     app.state.closing = False
-    for router in (namespaces.router, ops.router, explain.router, blocks.router, health.router):
+    for router in (namespaces.router, ops.router, explain.router, blocks.router, health.router,
+                   dashboard.router):
         app.include_router(router)
     for exc_type in _MAPPED:
         app.add_exception_handler(exc_type, _mapped_error)

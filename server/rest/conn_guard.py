@@ -27,9 +27,12 @@ _TIMEOUT_REPLY = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain\r\n
 
 
 def guarded_http(header_timeout_s: float, max_pending: int,
-                 base: type[asyncio.Protocol] = AutoHTTPProtocol) -> type[asyncio.Protocol]:
+                 base: type[asyncio.Protocol] = AutoHTTPProtocol,
+                 live: set[Any] | None = None) -> type[asyncio.Protocol]:
     """A protocol class for ``uvicorn.Config(http=...)``; each call has its own pending set,
-    so each server counts only its own connections."""
+    so each server counts only its own connections. ``live``, when given, holds the open
+    connections (for the metrics)."""
+    opened: set[Any] = set() if live is None else live
     base_cls: Any = base
     pending: OrderedDict[Any, None] = OrderedDict()  # oldest first
 
@@ -38,6 +41,7 @@ def guarded_http(header_timeout_s: float, max_pending: int,
 
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
             super().connection_made(transport)
+            opened.add(self)
             self._arm()
 
         def data_received(self, data: bytes) -> None:
@@ -49,6 +53,7 @@ def guarded_http(header_timeout_s: float, max_pending: int,
                 self._disarm()
 
         def connection_lost(self, exc: Exception | None) -> None:
+            opened.discard(self)
             self._disarm()
             super().connection_lost(exc)
 

@@ -7,7 +7,8 @@ dependency runs only after the whole body has been received and parsed: an unaut
 leaves with ``Connection: close`` and the body is never read.
 
 Requests that pass the gate count against ``max_connections`` (503 above it). Public paths
-(``/healthz`` and the API documents) skip the token check, and ``/healthz`` is never counted,
+(``/healthz``, the API documents and the dashboard's page, which holds no data) skip the token
+check, and ``/healthz`` is never counted,
 so that probes answer even when the server is saturated.
 """
 
@@ -18,11 +19,12 @@ from typing import Any
 
 from server.auth import Authenticator
 from server.errors import AuthError
+from server.rest.dashboard import PATHS as DASHBOARD_PATHS
 
 Scope = dict[str, Any]
 
 PUBLIC_PATHS = frozenset({"/healthz", "/docs", "/docs/oauth2-redirect", "/redoc",
-                          "/openapi.json"})
+                          "/openapi.json", *DASHBOARD_PATHS})
 UNCOUNTED_PATHS = frozenset({"/healthz"})
 
 

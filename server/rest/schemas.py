@@ -147,10 +147,17 @@ class Counters(BaseModel):
     promotions: Count
     demotions: Count
     corrupt_dropped: Count
+    prefetched: Count = Field(0, description="blocks onboarded to the top tier by prefetch")
+    dropped: Count = Field(0, description="blocks that left the store for good")
+    stored: Count = Field(0, description="new blocks that puts stored")
+    bytes_in: Count = Field(0, description="payload bytes of the stored blocks")
+    bytes_out: Count = Field(0, description="payload bytes of the hits served (in a tier: "
+                             "the hits it served)")
 
 
 class TierCounters(Counters):
     logical_bytes: Count = Field(description="payload bytes of the blocks the tier holds")
+    occupancy: float = Field(0.0, ge=0, description="bytes / capacity_bytes")
 
 
 class StatsOut(BaseModel):

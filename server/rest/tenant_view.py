@@ -14,7 +14,8 @@ from kvstore.store import StoreAPI
 from server.auth import Principal
 
 SUMMED = ("queries", "hits", "misses", "evictions", "promotions", "demotions",
-          "corrupt_dropped", "prefetched", "dropped", "blocks", "bytes")
+          "corrupt_dropped", "prefetched", "dropped", "stored", "bytes_in", "bytes_out",
+          "blocks", "bytes")
 
 
 def visible_stats(store: StoreAPI, principal: Principal) -> dict[str, Any]:

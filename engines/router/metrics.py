@@ -1,0 +1,118 @@
+"""The router's Prometheus metrics at ``GET /metrics``: routing decisions by policy, outcome
+and worker, prompt and prefix-hit tokens, each worker's state, and histograms of time to first
+token and inter-token latency as the router sees them (from the request to the worker's first
+token, and between tokens).
+
+Counters are read from :meth:`Router.stats` at scrape time, so the routing code carries no
+metrics calls. The latencies need each token's arrival: :class:`RouterMetrics` wraps the
+router's ``stream`` (the path every OpenAI request takes) once, at app assembly.
+
+Series: ``kvstore_router_decisions_total{policy,worker,outcome}`` (``routed``: served;
+``failed``: the worker failed it and the request moved on; ``no_worker``, worker ``none``:
+every worker failed), ``kvstore_router_requests_total{policy}``,
+``kvstore_router_retries_total``, ``kvstore_router_prompt_tokens_total{worker}``,
+``kvstore_router_hit_tokens_total{worker}``, ``kvstore_router_store_prefix_tokens_total``,
+``kvstore_router_worker_up{worker,role}``, ``kvstore_router_worker_inflight{worker}``,
+``kvstore_router_worker_queued_tokens{worker}``,
+``kvstore_router_worker_resident_blocks{worker}``, ``kvstore_router_ttft_seconds``,
+``kvstore_router_itl_seconds``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncGenerator, Iterator
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from engines.router.core import Router
+
+# seconds: a tiny CPU model answers in milliseconds, a real one in tenths to seconds
+TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1)
+
+
+class RoutingCollector(Collector):
+    """:meth:`Router.stats` as metric families, read at each scrape."""
+
+    def __init__(self, router: Router) -> None:
+        self._router = router
+
+    def collect(self) -> Iterator[Metric]:
+        doc = self._router.stats()
+        policy, workers = doc["policy"], doc["workers"]
+        decisions = CounterMetricFamily("kvstore_router_decisions",
+                                        "routing decisions by outcome",
+                                        labels=["policy", "worker", "outcome"])
+        for url, w in workers.items():
+            decisions.add_metric([policy, url, "routed"], w["routed"])
+            decisions.add_metric([policy, url, "failed"], w["failures"])
+        decisions.add_metric([policy, "none", "no_worker"], doc["failed"])
+        yield decisions
+        requests = CounterMetricFamily("kvstore_router_requests", "requests served",
+                                       labels=["policy"])
+        requests.add_metric([policy], doc["requests"])
+        yield requests
+        yield CounterMetricFamily("kvstore_router_retries",
+                                  "attempts moved to another worker", value=doc["retries"])
+        yield CounterMetricFamily("kvstore_router_store_prefix_tokens",
+                                  "prompt tokens kvstore held when routed",
+                                  value=doc["store_prefix_tokens"])
+        per_worker = (("prompt_tokens", "counter", "prompt tokens routed"),
+                      ("hit_tokens", "counter", "prefix tokens the worker did not compute"),
+                      ("inflight", "gauge", "requests running"),
+                      ("queued_tokens", "gauge", "estimated tokens of work running"),
+                      ("resident_blocks", "gauge", "blocks the router knows the worker holds"))
+        for key, kind, text in per_worker:
+            name = f"kvstore_router_{key}" if kind == "counter" else f"kvstore_router_worker_{key}"
+            family = (CounterMetricFamily(name, text, labels=["worker"]) if kind == "counter"
+                      else GaugeMetricFamily(name, text, labels=["worker"]))
+            for url, w in workers.items():
+                family.add_metric([url], w[key])
+            yield family
+        up = GaugeMetricFamily("kvstore_router_worker_up", "1 while the worker takes requests",
+                               labels=["worker", "role"])
+        for url, w in workers.items():
+            up.add_metric([url, w["role"]], float(bool(w["up"])))
+        yield up
+
+
+class RouterMetrics:
+    """The router's registry; wraps ``router.stream`` to time its tokens."""
+
+    def __init__(self, router: Router) -> None:
+        self.registry = CollectorRegistry()
+        self.registry.register(RoutingCollector(router))
+        self.ttft = Histogram("kvstore_router_ttft_seconds", "request to first token",
+                              buckets=TTFT_BUCKETS, registry=self.registry)
+        self.itl = Histogram("kvstore_router_itl_seconds", "between consecutive tokens",
+                             buckets=ITL_BUCKETS, registry=self.registry)
+        self._stream = router.stream
+        router.stream = self._timed  # type: ignore[method-assign]
+
+    async def _timed(self, body: dict[str, Any]) -> AsyncGenerator[dict[str, Any], None]:
+        last = time.perf_counter()
+        first = True
+        async with contextlib.aclosing(self._stream(body)) as events:
+            async for ev in events:
+                if "token_id" in ev:
+                    now = time.perf_counter()
+                    (self.ttft if first else self.itl).observe(now - last)
+                    first, last = False, now
+                yield ev
+
+    def routes(self) -> APIRouter:
+        api = APIRouter()
+
+        @api.get("/metrics", response_class=Response)
+        def metrics() -> Response:
+            """Prometheus text exposition of the router's series."""
+            return Response(generate_latest(self.registry), media_type=CONTENT_TYPE_LATEST)
+
+        return api

@@ -1,0 +1,101 @@
+"""The store's series for Prometheus, read from ``store.stats()`` and ``store.health()`` at
+each scrape: counters and gauges per tier, per namespace and in total, whether each tier is
+up, and the back-end counters a tier reports (the S3 tier's write-back queue and faults).
+
+Names: ``kvstore_<key>`` for totals, ``kvstore_tier_<key>{tier}``,
+``kvstore_namespace_<key>{namespace}``; ``kvstore_up`` and ``kvstore_tier_up{tier}`` (1 or 0);
+``kvstore_tier_backend_<key>{tier}`` for a tier's back-end counters (``BACKEND``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from kvstore.store.counters import COUNTERS
+
+GAUGES = ("hit_rate", "blocks", "bytes", "capacity_bytes", "logical_bytes", "occupancy",
+          "charged_bytes", "pinned", "pinned_bytes")
+# a tier's back-end document (the S3 tier's ``stats()``): key -> (kind, help)
+BACKEND = {
+    "pending": ("gauge", "blocks queued for upload (write-back queue depth)"),
+    "pending_bytes": ("gauge", "bytes queued for upload"),
+    "queue_bytes": ("gauge", "capacity of the write-back queue in bytes"),
+    "degraded": ("gauge", "1 while the back end fails (reads then miss without asking it)"),
+    "uploaded": ("counter", "blocks uploaded"),
+    "errors": ("counter", "failed back-end requests"),
+    "dropped": ("counter", "uploads given up after retries"),
+    "corrupt": ("counter", "objects whose body failed their checksum"),
+    "recoveries": ("counter", "times the back end recovered from a fault"),
+    "discovered": ("counter", "blocks adopted from other nodes"),
+}
+Stats = Callable[[], dict[str, Any]]
+
+
+def _family(name: str, kind: str, text: str,
+            labels: list[str]) -> CounterMetricFamily | GaugeMetricFamily:
+    if kind == "counter":
+        return CounterMetricFamily(name, text, labels=labels)
+    return GaugeMetricFamily(name, text, labels=labels)
+
+
+class StoreCollector(Collector):
+    """``store.stats()`` as metric families; a family is emitted only where some row has
+    its key (a tenant's view has no tiers, a namespace no occupancy)."""
+
+    def __init__(self, stats: Stats) -> None:
+        self._stats = stats
+
+    def collect(self) -> Iterator[Metric]:
+        doc = self._stats()
+        scopes = (("", None, {"": doc.get("totals", {})}),
+                  ("tier_", "tier", doc.get("tiers", {})),
+                  ("namespace_", "namespace", doc.get("namespaces", {})))
+        for prefix, label, groups in scopes:
+            for key in COUNTERS + GAUGES:
+                rows = [(g, v[key]) for g, v in groups.items() if key in v]
+                if not rows:
+                    continue
+                family = _family(f"kvstore_{prefix}{key}",
+                                 "counter" if key in COUNTERS else "gauge",
+                                 f"{key} ({label or 'total'})", [label] if label else [])
+                for group, value in rows:
+                    family.add_metric([group] if label else [], float(value))
+                yield family
+        yield from self._backends(doc.get("tiers", {}))
+
+    @staticmethod
+    def _backends(tiers: dict[str, Any]) -> Iterator[Metric]:
+        for key, (kind, text) in BACKEND.items():
+            rows = [(t, v["backend"][key]) for t, v in tiers.items()
+                    if isinstance(v.get("backend"), dict) and key in v["backend"]]
+            if rows:
+                family = _family(f"kvstore_tier_backend_{key}", kind, text, ["tier"])
+                for tier, value in rows:
+                    family.add_metric([tier], float(value))
+                yield family
+
+
+class HealthCollector(Collector):
+    """``kvstore_up`` (the store serves) and ``kvstore_tier_up{tier}`` from
+    ``store.health()``; a probe that raises reads as down, never as a failed scrape."""
+
+    def __init__(self, health: Stats) -> None:
+        self._health = health
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            doc = self._health()
+        except Exception:
+            doc = {"ok": False, "tiers": {}}
+        up = GaugeMetricFamily("kvstore_up", "1 when the store can serve")
+        up.add_metric([], float(bool(doc.get("ok"))))
+        yield up
+        tiers = GaugeMetricFamily("kvstore_tier_up", "1 when the tier's back end serves",
+                                  labels=["tier"])
+        for name, tier in doc.get("tiers", {}).items():
+            tiers.add_metric([name], float(bool(tier.get("ok"))))
+        yield tiers
