@@ -102,20 +102,42 @@ def commands(body: str) -> list[str]:
     return out + ([pending] if pending else [])
 
 
-def backgrounded(cmd: str, ports: dict[int, int]) -> str:
-    """``cmd`` as written, or, for a server started in the foreground, run in the background
-    and waited for."""
-    code = re.sub(r"\s+#.*$", "", cmd.strip())  # these lines quote no '#'
+def server_start(code: str, ports: dict[int, int]) -> tuple[str, str] | None:
+    """The readiness check (URL, text its body must hold) of a command that starts a server
+    in the foreground; None for any other command."""
     if not SERVER.match(code) or code.endswith("&"):
-        return cmd
+        return None
     port = re.search(r"--port (\d+)", code)
     if code.startswith("kvstore serve"):
-        url, text = f"http://127.0.0.1:{port[1] if port else ports[8470]}/healthz", ""
-    elif code.startswith("kvstore-router"):
-        url, text = f"http://127.0.0.1:{port[1] if port else ports[8490]}/health", '"ready":true'
-    else:
-        url, text = f"http://127.0.0.1:{port[1] if port else ports[8480]}/health", ""
-    return f"{code} &\n__ready $! {url} '{text}'\n"
+        return f"http://127.0.0.1:{port[1] if port else ports[8470]}/healthz", ""
+    if code.startswith("kvstore-router"):
+        return f"http://127.0.0.1:{port[1] if port else ports[8490]}/health", '"ready":true'
+    return f"http://127.0.0.1:{port[1] if port else ports[8480]}/health", ""
+
+
+def shell_steps(body: str, ports: dict[int, int]) -> list[str]:
+    """A shell block's commands as written, but for servers started in the foreground: those
+    run in the background, and the script waits until they are ready before the next command
+    that is not a server start (at once for ``kvstore serve``, which workers need up when they
+    start), as a reader with a terminal per server would."""
+    steps: list[str] = []
+    waits: list[str] = []
+    for cmd in commands(body):
+        code = re.sub(r"(^|\s+)#.*$", "", cmd.strip())  # these lines quote no '#'
+        ready = server_start(code, ports)
+        if ready is None:
+            if code:
+                steps += waits
+                waits = []
+            steps.append(cmd)
+            continue
+        var = f"__server_{len(steps)}"
+        steps.append(f"{code} &\n{var}=$!\n")
+        waits.append(f"__ready ${var} {ready[0]} '{ready[1]}'\n")
+        if code.startswith("kvstore serve"):
+            steps += waits
+            waits = []
+    return steps + waits
 
 
 def script(blocks: list[Block], ports: dict[int, int], folder: Path) -> str:
@@ -127,7 +149,7 @@ def script(blocks: list[Block], ports: dict[int, int], folder: Path) -> str:
             (folder / f"quickstart_{i}.py").write_text(body)
             parts.append(f"python quickstart_{i}.py\n")
         else:
-            parts += [backgrounded(cmd, ports) for cmd in commands(body)]
+            parts += shell_steps(body, ports)
     return "".join(parts)
 
 

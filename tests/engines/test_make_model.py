@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -48,7 +49,8 @@ def test_the_engine_loads_and_generates(made: Path) -> None:
 def test_transformers_loads_the_checkpoint_and_the_tokenizer(made: Path) -> None:
     from transformers import AutoTokenizer, LlamaForCausalLM
 
-    _, info = LlamaForCausalLM.from_pretrained(made, output_loading_info=True)
+    loaded: Any = LlamaForCausalLM.from_pretrained(made, output_loading_info=True)
+    info = loaded[1]
     assert not any(info.values()), info  # no missing, unexpected or mismatched tensor
     tok = AutoTokenizer.from_pretrained(made)
     vocab = words(64)
