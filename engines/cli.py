@@ -142,8 +142,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_make_model(args: argparse.Namespace) -> int:
+    import importlib.util
+
     from engines import tiny_model
 
+    missing = [m for m in ("safetensors", "tokenizers") if importlib.util.find_spec(m) is None]
+    if missing:  # checked first: a folder is never left with weights and no tokenizer
+        raise CommandError(f"make-model needs {' and '.join(missing)}: pip install "
+                           "'kvstore[engine]'")
     folder = Path(args.path)
     if folder.exists() and not folder.is_dir():
         raise CommandError(f"{args.path} is a file; give a folder to write the model into")
