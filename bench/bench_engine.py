@@ -49,6 +49,7 @@ from engines.decoder.sampler import SamplingParams
 from engines.router.app import create_app as router_app
 from engines.router.core import Router
 from engines.store_io import RemoteStore
+from engines.tiny_model import llama_config, write_checkpoint
 from engines.worker import create_app as worker_app
 from kvstore.testing.engines import ThreadServer
 
@@ -56,16 +57,10 @@ VOCAB = 512
 
 
 def make_model(path: Path, quick: bool) -> Path:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    size = dict(hidden_size=128, intermediate_size=344, num_hidden_layers=2,
-                num_attention_heads=4) if quick else dict(
-        hidden_size=256, intermediate_size=688, num_hidden_layers=4, num_attention_heads=8)
-    cfg = LlamaConfig(vocab_size=VOCAB, num_key_value_heads=2, max_position_embeddings=8192,
-                      **size)
-    LlamaForCausalLM(cfg).to(torch.float32).save_pretrained(path)
-    return path
+    size = dict(hidden=128, intermediate=344, layers=2, heads=4) if quick else dict(
+        hidden=256, intermediate=688, layers=4, heads=8)
+    cfg = llama_config(vocab=VOCAB, kv_heads=2, max_position_embeddings=8192, **size)
+    return write_checkpoint(path, cfg, seed=0)
 
 
 # -- decoder vs transformers -----------------------------------------------------------------

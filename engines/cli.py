@@ -1,5 +1,6 @@
-"""``kvstore-engine``: ``generate`` (one prompt, prints the output ids as JSON) and ``serve``
-(an HTTP worker, see :mod:`engines.worker`).
+"""``kvstore-engine``: ``generate`` (one prompt, prints the output ids as JSON), ``serve`` (an
+HTTP worker, see :mod:`engines.worker`) and ``make-model`` (a random Llama with a tokenizer, see
+:mod:`engines.tiny_model`).
 
 A start that cannot work (no checkpoint at ``--model``, no kvstore at ``--kvstore``, a taken
 ``--port``, a bad flag) is one line naming the flag and exit code 2 (:mod:`kvstore.cli_kit`).
@@ -140,9 +141,59 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_make_model(args: argparse.Namespace) -> int:
+    import importlib.util
+
+    from engines import tiny_model
+
+    missing = [m for m in ("safetensors", "tokenizers") if importlib.util.find_spec(m) is None]
+    if missing:  # checked first: a folder is never left with weights and no tokenizer
+        raise CommandError(f"make-model needs {' and '.join(missing)}: pip install "
+                           "'kvstore[engine]'")
+    folder = Path(args.path)
+    if folder.exists() and not folder.is_dir():
+        raise CommandError(f"{args.path} is a file; give a folder to write the model into")
+    if folder.is_dir() and any(folder.iterdir()) and not args.force:
+        raise CommandError(f"{args.path} is a folder that is not empty; give a new folder, or "
+                           "--force to write over the model files in it")
+    try:
+        config = tiny_model.llama_config(
+            layers=args.layers, hidden=args.hidden, heads=args.heads, kv_heads=args.kv_heads,
+            intermediate=args.intermediate, vocab=args.vocab,
+            max_position_embeddings=args.max_position)
+        tiny_model.make_model(folder, config, seed=args.seed)
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
+    except OSError as exc:
+        raise CommandError(f"cannot write {args.path}: {exc.strerror or exc}") from None
+    print(f"{args.path}: random Llama, {args.layers} layers, hidden {args.hidden}, "
+          f"{args.heads} heads ({config['num_key_value_heads']} KV), vocabulary {args.vocab} "
+          f"(words w{len(tiny_model.SPECIAL_WORDS)}..w{args.vocab - 1}), seed {args.seed}; "
+          f"use it as --model and --tokenizer")
+    return 0
+
+
+def _make_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("path", metavar="PATH", help="folder to write (created if missing)")
+    p.add_argument("--layers", type=int, default=2, help="decoder layers")
+    p.add_argument("--hidden", type=int, default=64, help="hidden size")
+    p.add_argument("--heads", type=int, default=4, help="attention (query) heads")
+    p.add_argument("--kv-heads", type=int, default=2,
+                   help="key/value heads (grouped-query attention; --heads for plain MHA)")
+    p.add_argument("--intermediate", type=int, default=None,
+                   help="MLP size (default: 2 x --hidden)")
+    p.add_argument("--vocab", type=int, default=512,
+                   help="vocabulary: the special words, then w7, w8, ...")
+    p.add_argument("--max-position", type=int, default=2048, help="longest sequence")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random weights (default: 0)")
+    p.add_argument("--force", action="store_true",
+                   help="write into a folder that is not empty (its model files are replaced)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = cli_kit.Parser(prog=PROG, description="The built-in decoder engine: generate for "
-                            "one prompt, or serve an HTTP worker.")
+                            "one prompt, serve an HTTP worker, or make a random model to try "
+                            "them with.")
     cli_kit.add_version(parser)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     g = sub.add_parser("generate", help="generate for one token-id prompt; prints the output "
@@ -167,6 +218,10 @@ def build_parser() -> argparse.ArgumentParser:
                    choices=("critical", "error", "warning", "info", "debug", "trace"),
                    help="uvicorn's log level")
     s.set_defaults(handler=cmd_serve)
+    m = sub.add_parser("make-model", help="write a random Llama checkpoint and a word-level "
+                                          "tokenizer into a folder (no download)")
+    _make_model_args(m)
+    m.set_defaults(handler=cmd_make_model)
     return parser
 
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:  # torch is imported where a dtype is made, so that --help stays quick
+    import torch
 
 ROPE_TYPES = ("default", "linear", "llama3")  # rope scalings the decoder implements exactly
 
@@ -21,17 +22,19 @@ DEFAULT_NUM_BLOCKS = 512  # blocks in the paged cache
 DEFAULT_MAX_BATCH_TOKENS = 512  # tokens per forward step; longer prompts prefill in chunks
 DEFAULT_MAX_SEQS = 32  # sequences in one running batch
 
-_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+DTYPES = ("float32", "float16", "bfloat16")
 
 
 def parse_dtype(name: str | torch.dtype) -> torch.dtype:
     """``"float32"``/``"bfloat16"``/``"float16"`` (or a ``torch.dtype``) to ``torch.dtype``."""
+    import torch
+
     if isinstance(name, torch.dtype):
         return name
-    try:
-        return _DTYPES[name]
-    except KeyError:
-        raise ValueError(f"unknown dtype {name!r}; known: {', '.join(_DTYPES)}") from None
+    if name not in DTYPES:
+        raise ValueError(f"unknown dtype {name!r}; known: {', '.join(DTYPES)}")
+    dtype: torch.dtype = getattr(torch, name)
+    return dtype
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,9 +43,13 @@ def create_app(router: Router, tokenizer_dir: str | Path | None = None,
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
-        """The router is alive; ``ready`` says whether a worker could take a request now."""
+        """The router is alive; ``ready`` says whether a request could be served now: a worker
+        is up, and a prefill worker too when the router has prefill workers (a request needs
+        both then)."""
         try:
             router.check_ready()
+            if router.prefill:
+                router.check_ready(router.prefill)
             ready = True
         except NoWorker:
             ready = False

@@ -58,7 +58,7 @@ def test_mha_matches_transformers(mha_model: Path) -> None:
 
 def test_llama3_rope_and_tied_embeddings(tmp_path: Path) -> None:
     path = make_checkpoint(
-        tmp_path, seed=3, num_key_value_heads=1, tie_word_embeddings=True,
+        tmp_path, seed=3, kv_heads=1, tie_word_embeddings=True,
         rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                       "high_freq_factor": 4.0, "original_max_position_embeddings": 16},
     )

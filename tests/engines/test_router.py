@@ -17,6 +17,7 @@ from engines.router.app import create_app as router_app
 from engines.router.core import Router
 from engines.worker import create_app as worker_app
 from kvstore.testing.engines import ThreadServer as LiveServer
+from kvstore.testing.proc import free_port
 from tests.engines.conftest import WORDS, make_tokenizer
 
 ECFG = EngineConfig(block_size=4, num_blocks=96, max_batch_tokens=64)
@@ -61,6 +62,18 @@ def test_cached_prefix_goes_to_its_worker_and_falls_back(
         assert stats["workers"][home]["failures"] >= 1
         assert stats["workers"][home]["routed"] >= 4
         assert stats["hit_tokens"] >= 60
+
+
+def test_ready_needs_a_prefill_worker_when_there_are_prefill_workers(
+        workers: list[LiveServer]) -> None:
+    """A request needs a prefill worker too then: ``ready`` is what a client may wait for."""
+    nobody = f"http://127.0.0.1:{free_port()}"
+    with TestClient(router_app(Router([workers[0].url], prefill_workers=[nobody]))) as c:
+        assert c.get("/health").json()["ready"] is False
+        r = c.post("/v1/completions", json={"prompt": [1, 2, 3], "max_tokens": 2})
+        assert r.status_code == 503 and "prefill" in r.json()["error"]["message"], r.text
+    with TestClient(router_app(Router([workers[0].url]))) as c:
+        assert c.get("/health").json()["ready"] is True
 
 
 def test_round_robin_alternates_and_streams(gqa_model: Path,

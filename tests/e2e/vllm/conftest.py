@@ -1,7 +1,8 @@
 """Fixtures for end-to-end tests of the vLLM connector against the real CPU engine.
 
-- ``tiny_llama``: a random Llama checkpoint (GQA, head_dim 32) built with ``transformers`` in a
-  temp folder once per session; no weights are downloaded.
+- ``tiny_llama``: a random Llama checkpoint (GQA, head_dim 32) written by
+  :mod:`engines.tiny_model` (``kvstore-engine make-model``) in a temp folder once per session;
+  no weights are downloaded.
 - ``kvstore_server``: a real ``kvstore serve`` subprocess on free loopback ports (one per test
   module), which a test may stop, start again (same ports, same data folder) or corrupt.
 - ``engine``: a factory of :class:`EngineProc`, each one vLLM engine in a fresh process
@@ -49,13 +50,10 @@ def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> str:
     """
     out = tmp_path_factory.mktemp("tiny-llama")
     code = f"""
-import torch
-from transformers import LlamaConfig, LlamaForCausalLM
-cfg = LlamaConfig(vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-    num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=2048,
-    initializer_range=0.2, tie_word_embeddings=False)
-torch.manual_seed(0)
-LlamaForCausalLM(cfg).save_pretrained({str(out)!r})
+from engines.tiny_model import llama_config, write_checkpoint
+cfg = llama_config(layers=2, hidden=128, heads=4, kv_heads=2, intermediate=256, vocab=512,
+    head_dim=32, max_position_embeddings=2048, initializer_range=0.2, tie_word_embeddings=False)
+write_checkpoint({str(out)!r}, cfg, seed=0)
 """
     subprocess.run([PY, "-c", code], check=True, timeout=300, cwd=ROOT)
     return str(out)
