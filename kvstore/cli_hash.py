@@ -30,7 +30,7 @@ def add_parser(subparsers: Any) -> None:
         ),
     )
     p.add_argument("--algo", choices=ALGOS, default="sha256", help="hash algorithm (vLLM's "
-                   "--prefix-caching-hash-algo; default sha256)")
+                   "--prefix-caching-hash-algo)")
     p.add_argument("--seed", default=None, help="the PYTHONHASHSEED vLLM runs with (omit when "
                    "it is unset; required for xxhash and xxhash_cbor)")
     p.add_argument("--block-size", type=int, required=True, help="tokens per block")
