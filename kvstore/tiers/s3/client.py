@@ -27,7 +27,7 @@ DEFAULT_PROBE_INTERVAL_S = 1.0  # seconds between health probes while degraded
 DEFAULT_MULTIPART_THRESHOLD = 16 << 20  # bytes: larger objects upload in parts
 DEFAULT_FLUSH_TIMEOUT_S = 60.0  # seconds flush()/close() wait for the write-back queue
 DEFAULT_GROUP_BLOCKS = 8  # consecutive blocks per object (1 = one object per block), max 16
-DEFAULT_GROUP_BYTES = 8 << 20  # bytes: a group object is at most this large
+DEFAULT_GROUP_BYTES = 2 << 20  # bytes: a group object is at most this large (larger blocks: alone)
 
 AUTH_CODES = frozenset(
     {

@@ -52,6 +52,10 @@ class Holdings:
         self.used = 0
         self.dead_bytes = 0
 
+    def find(self, key: BlockKey) -> Held | None:
+        """Meta and location of a live block, read together (safe without the lock)."""
+        return self._live.get(key)
+
     def get(self, key: BlockKey) -> BlockMeta | None:
         held = self._live.get(key)
         return held.meta if held is not None else None

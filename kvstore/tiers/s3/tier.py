@@ -181,23 +181,26 @@ class S3Tier(Tier):
         everything not queued while S3 is degraded."""
         out: list[bytes | None] = [None] * len(keys)
         remote: dict[BlockKey, list[tuple[int, int, BlockKey]]] = {}
+        sizes: dict[BlockKey, int] = {}  # group -> its block size
         for i, key in enumerate(keys):
-            meta, where = self._held.get(key), self._held.where(key)
-            if meta is None or where is None:
+            held = self._held.find(key)
+            if held is None:
                 continue
+            (_, _, size), where = held
             p = self._queue.get(where.group)
             if p is not None and p.meta.keys[where.pos : where.pos + 1] == (key,):
-                at = where.pos * meta.size  # immutable bytes: sharing them is a copy
-                out[i] = p.data if len(p.data) == meta.size else p.data[at : at + meta.size]
+                at = where.pos * size  # immutable bytes: sharing them is a copy
+                out[i] = p.data if len(p.data) == size else p.data[at : at + size]
             else:
                 remote.setdefault(where.group, []).append((i, where.pos, key))
+                sizes[where.group] = size
         if remote and not self.state.degraded:
-            reads = list(remote.items())
+            reads = [(group, members, sizes[group]) for group, members in remote.items()]
             if len(reads) == 1:  # no thread hop for a single object
                 results = [self._read_group(*reads[0])]
             else:
                 results = list(self._reads.map(lambda r: self._read_group(*r), reads))
-            for (_, members), datas in zip(reads, results, strict=True):
+            for (_, members, _), datas in zip(reads, results, strict=True):
                 for (i, _, _), data in zip(members, datas, strict=True):
                     out[i] = data
         with self._lock:
@@ -322,13 +325,10 @@ class S3Tier(Tier):
         self._objects.put_pointer(key, meta, where)
 
     def _read_group(
-        self, group: BlockKey, members: list[tuple[int, int, BlockKey]]
+        self, group: BlockKey, members: list[tuple[int, int, BlockKey]], size: int
     ) -> list[bytes | None]:
-        meta = self._held.get(members[0][2])
-        if meta is None:
-            return [None] * len(members)
         wanted = [(index, key) for _, index, key in members]
-        datas, gone = self._objects.read(group, wanted, meta.size)
+        datas, gone = self._objects.read(group, wanted, size)
         if gone:
             with self._lock:  # gone (evicted or replaced by another node): stop claiming it
                 if self._queue.get(group) is None:
