@@ -85,3 +85,27 @@ def test_store_keeps_serving_when_s3_is_unreachable(make_store: Callable[..., St
     wait_for(lambda: store.health()["tiers"]["s3"]["pending"] == 0, what="queue drained")
     assert store.health()["tiers"]["s3"]["dropped"] >= 1
     assert store.get("m", hashes[:1]) == [None]  # demoted and dropped: a miss, not an error
+
+
+def test_demoted_chains_land_grouped_and_another_node_reads_them_by_group(
+    make_store: Callable[..., Store],
+) -> None:
+    node_a, node_b = make_store(host_blocks=16), make_store(host_blocks=64)
+    chains = [[os.urandom(32) for _ in range(8)] for _ in range(6)]
+    data = {h: os.urandom(BLOCK) for chain in chains for h in chain}
+    for chain in chains:  # the host tier overflows: demotions go down in batches
+        node_a.put("m", chain, [data[h] for h in chain])
+    node_a.flush()
+    s3 = node_a.tier("s3").stats()
+    assert s3["blocks"] >= 16 and s3["objects"] * 2 <= s3["blocks"]  # grouped, not 1:1
+    first = chains[0]
+    assert node_b.lookup("m", first) == (8, ["s3"] * 8)
+    tier = node_b.tier("s3")
+    gets = [0]
+    tier.client.meta.events.register(  # type: ignore[attr-defined]
+        "before-send.s3.GetObject", lambda **_: gets.__setitem__(0, gets[0] + 1)
+    )
+    assert node_b.get("m", first) == [data[h] for h in first]
+    assert gets[0] < 8
+    node_a.check_integrity()
+    node_b.check_integrity()
