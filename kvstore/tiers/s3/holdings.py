@@ -11,6 +11,9 @@ this node knows of it dies. Until then a dead member put again with the same met
 Accounting: ``used`` counts live blocks only (so evicting a block frees its bytes, as in every
 tier); ``dead_bytes`` counts the dead members still stored because a live member shares their
 object, so this node's footprint in the bucket is ``used + dead_bytes``.
+
+Memory: a live block costs one dict entry (key -> its group's record) plus two list slots in
+the record (its key and meta); a location is computed when asked for, not stored per block.
 """
 
 from __future__ import annotations
@@ -30,38 +33,53 @@ class Held(NamedTuple):
 
 @dataclass(slots=True)
 class GroupRecord:
-    """The members of one group object that this node knows, by index, and which are live."""
+    """The members of group object ``name`` that this node knows, by position (None: a
+    position it does not know), and which are live (a bit mask)."""
 
-    slots: dict[int, tuple[BlockKey, BlockMeta]] = field(default_factory=dict)
-    alive: set[int] = field(default_factory=set)
+    name: BlockKey
+    keys: list[BlockKey | None] = field(default_factory=list)
+    metas: list[BlockMeta | None] = field(default_factory=list)
+    alive: int = 0  # bit i set: member i is live
     dead_size: int = 0  # bytes of known dead members
 
-    def names(self, group: BlockKey) -> list[BlockKey]:
+    def pos(self, key: BlockKey, *, live: bool) -> int:
+        """The position of ``key`` (live or dead as asked), or -1."""
+        for i, k in enumerate(self.keys):
+            if k == key and bool(self.alive >> i & 1) == live:
+                return i
+        return -1
+
+    def names(self) -> list[BlockKey]:
         """The keys of the group object and of its known members' pointers."""
-        return [group, *(k for i, (k, _) in sorted(self.slots.items()) if i)]
+        return [self.name, *(k for k in self.keys[1:] if k is not None)]
 
 
 class Holdings:
     """Live blocks and their group records. Not thread-safe: the tier calls it under its
-    lock (single-key reads such as ``get`` and ``in`` are safe without it)."""
+    lock (:meth:`find`, :meth:`get` and ``in`` are safe without it)."""
 
     def __init__(self) -> None:
-        self._live: dict[BlockKey, Held] = {}
+        self._live: dict[BlockKey, GroupRecord] = {}
         self._groups: dict[BlockKey, GroupRecord] = {}
-        self._dead: dict[BlockKey, BlockKey] = {}  # dead member -> its group, for revival
+        self._dead: dict[BlockKey, GroupRecord] = {}  # dead member -> its group, for revival
         self.used = 0
         self.dead_bytes = 0
 
     def find(self, key: BlockKey) -> Held | None:
-        """Meta and location of a live block, read together (safe without the lock)."""
-        return self._live.get(key)
+        """Meta and location of a live block."""
+        record = self._live.get(key)
+        if record is None:
+            return None
+        pos = record.pos(key, live=True)
+        meta = record.metas[pos] if pos >= 0 else None
+        return Held(meta, Where(record.name, pos)) if meta is not None else None
 
     def get(self, key: BlockKey) -> BlockMeta | None:
-        held = self._live.get(key)
+        held = self.find(key)
         return held.meta if held is not None else None
 
     def where(self, key: BlockKey) -> Where | None:
-        held = self._live.get(key)
+        held = self.find(key)
         return held.where if held is not None else None
 
     def __contains__(self, key: object) -> bool:
@@ -90,32 +108,38 @@ class Holdings:
         names of objects that died because of the older copy (for the caller to delete)."""
         dead = self.forget(key)
         record = self._groups.get(where.group)
-        slot = record.slots.get(where.pos) if record is not None else None
-        if record is not None and slot is not None and slot[0] != key:
-            self.lose(where.group)  # the object lists another block there: ours is stale
-            record = None
+        pos = where.pos
+        if record is not None and pos < len(record.keys):
+            there = record.keys[pos]
+            if there is not None and there != key:
+                self.lose(where.group)  # the object lists another block there: ours is stale
+                record = None
+            elif there == key:  # a dead member comes back
+                old = record.metas[pos]
+                size = old.size if old is not None else 0
+                record.dead_size -= size
+                self.dead_bytes -= size
+                self._dead.pop(key, None)
         if record is None:
-            record = self._groups[where.group] = GroupRecord()
-        if slot is not None and slot[0] == key and where.pos not in record.alive:
-            record.dead_size -= slot[1].size  # a dead member comes back
-            self.dead_bytes -= slot[1].size
-            self._dead.pop(key, None)
-        record.slots[where.pos] = (key, meta)
-        record.alive.add(where.pos)
-        self._live[key] = Held(meta, where)
+            record = self._groups[where.group] = GroupRecord(where.group)
+        if pos >= len(record.keys):
+            grow = pos + 1 - len(record.keys)
+            record.keys += [None] * grow
+            record.metas += [None] * grow
+        record.keys[pos] = key
+        record.metas[pos] = meta
+        record.alive |= 1 << pos
+        self._live[key] = record
         self.used += meta.size
         return dead
 
     def revivable(self, key: BlockKey, meta: BlockMeta) -> Where | None:
         """Where ``key`` is stored as a dead member with this meta, if it is."""
-        group = self._dead.get(key)
-        record = self._groups.get(group) if group is not None else None
-        if group is None or record is None:
+        record = self._dead.get(key)
+        if record is None or self._groups.get(record.name) is not record:
             return None
-        for index, (member, member_meta) in record.slots.items():
-            if member == key and member_meta == meta and index not in record.alive:
-                return Where(group, index)
-        return None
+        pos = record.pos(key, live=False)
+        return Where(record.name, pos) if pos >= 0 and record.metas[pos] == meta else None
 
     def revive(self, key: BlockKey, meta: BlockMeta) -> bool:
         """Make a dead member live again if its object still holds it with this meta."""
@@ -127,20 +151,21 @@ class Holdings:
     def forget(self, key: BlockKey) -> list[BlockKey]:
         """Count ``key`` dead. Returns the names to delete (the group object and its members'
         pointers) when that was the last live member of its group, else nothing."""
-        held = self._live.pop(key, None)
-        if held is None:
+        record = self._live.pop(key, None)
+        if record is None:
             return []
-        self.used -= held.meta.size
-        group = held.where.group
-        record = self._groups[group]
-        record.alive.discard(held.where.pos)
+        pos = record.pos(key, live=True)
+        meta = record.metas[pos]
+        size = meta.size if meta is not None else 0
+        self.used -= size
+        record.alive &= ~(1 << pos)
         if record.alive:
-            record.dead_size += held.meta.size
-            self.dead_bytes += held.meta.size
-            self._dead[key] = group
+            record.dead_size += size
+            self.dead_bytes += size
+            self._dead[key] = record
             return []
-        self._drop_record(group, record)
-        return record.names(group)
+        self._drop_record(record)
+        return record.names()
 
     def lose(self, group: BlockKey) -> list[BlockKey]:
         """Forget a group object that is gone or replaced (never delete it: it may be
@@ -148,16 +173,18 @@ class Holdings:
         record = self._groups.get(group)
         if record is None:
             return []
-        lost = [record.slots[i][0] for i in record.alive]
-        for key in lost:
-            held = self._live.pop(key)
-            self.used -= held.meta.size
-        self._drop_record(group, record)
+        lost: list[BlockKey] = []
+        for pos, (key, meta) in enumerate(zip(record.keys, record.metas, strict=True)):
+            if key is not None and meta is not None and record.alive >> pos & 1:
+                del self._live[key]
+                self.used -= meta.size
+                lost.append(key)
+        self._drop_record(record)
         return lost
 
-    def _drop_record(self, group: BlockKey, record: GroupRecord) -> None:
-        del self._groups[group]
+    def _drop_record(self, record: GroupRecord) -> None:
+        del self._groups[record.name]
         self.dead_bytes -= record.dead_size
-        for index, (member, _) in record.slots.items():
-            if index not in record.alive and self._dead.get(member) == group:
-                del self._dead[member]
+        for key in record.keys:
+            if key is not None and self._dead.get(key) is record:
+                del self._dead[key]

@@ -3,7 +3,10 @@ and pointer metadata, and the accounting and deletion rule of the holdings."""
 
 from __future__ import annotations
 
+import pytest
+
 from kvstore.tiers.base import BlockMeta
+from kvstore.tiers.s3.client import S3Settings
 from kvstore.tiers.s3.grouping import cut
 from kvstore.tiers.s3.holdings import Holdings
 from kvstore.tiers.s3.layout import (
@@ -85,3 +88,12 @@ def test_holdings_lose_a_replaced_object_without_deleting_it() -> None:
     held.hold(k(5), m(), Where(k(0), 1))
     assert not held.get(k(1)) and not held.get(k(2)) and held.where(k(5)) == Where(k(0), 1)
     assert held.used == 10
+
+
+def test_group_settings_are_validated() -> None:
+    assert S3Settings(bucket="b").group_blocks == 8
+    for bad in (0, 17):
+        with pytest.raises(ValueError, match="group_blocks"):
+            S3Settings(bucket="b", group_blocks=bad)
+    with pytest.raises(ValueError, match="group_bytes"):
+        S3Settings(bucket="b", group_bytes=0)
