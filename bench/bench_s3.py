@@ -50,7 +50,7 @@ from kvstore.testing.seaweed import SeaweedServer
 from kvstore.tiers.base import BlockMeta
 from kvstore.tiers.s3 import S3Tier
 from kvstore.tiers.s3.client import S3Settings, make_client
-from kvstore.tiers.s3.grouping import cut
+from kvstore.tiers.s3.grouping import Item, cut
 from kvstore.tiers.s3.layout import Where, group_headers, object_key, pointer_headers
 from kvstore.types import BlockKey
 
@@ -80,8 +80,8 @@ class Raw:
     def name(self, key: BlockKey) -> str:
         return object_key(self.settings.key_prefix, key)
 
-    def put(self, groups: list[list[tuple[BlockKey, bytes, BlockMeta]]]) -> None:
-        def one_group(g: list[tuple[BlockKey, bytes, BlockMeta]]) -> None:
+    def put(self, groups: list[list[Item]]) -> None:
+        def one_group(g: list[Item]) -> None:
             keys, metas = [k for k, _, _ in g], [m for _, _, m in g]
             self.client.put_object(
                 Bucket=self.bucket,
@@ -98,8 +98,8 @@ class Raw:
         pointers = [(k, m, Where(g[0][0], i)) for g in groups for i, (k, _, m) in enumerate(g) if i]
         list(self.pool.map(one_pointer, pointers))
 
-    def get(self, groups: list[list[tuple[BlockKey, bytes, BlockMeta]]]) -> list[bytes]:
-        def one(g: list[tuple[BlockKey, bytes, BlockMeta]]) -> bytes:
+    def get(self, groups: list[list[Item]]) -> list[bytes]:
+        def one(g: list[Item]) -> bytes:
             span = sum(m.size for _, _, m in g)
             resp = self.client.get_object(
                 Bucket=self.bucket, Key=self.name(g[0][0]), Range=f"bytes=0-{span - 1}"

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kvstore.tiers.base import BlockMeta
+from kvstore.tiers.base import BlockMeta, Buffer
 from kvstore.types import BlockKey
 
-Item = tuple[BlockKey, bytes, BlockMeta]
+Item = tuple[BlockKey, Buffer, BlockMeta]
 
 
 def cut(items: Sequence[Item], max_blocks: int, max_bytes: int) -> list[list[Item]]:

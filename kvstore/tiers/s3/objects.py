@@ -120,29 +120,37 @@ class S3Objects:
                 Key=object_key(s.key_prefix, group),
                 Range=f"bytes={first * size}-{(last + 1) * size - 1}",
             )
-            body: bytes = resp["Body"].read()
+            stream = resp["Body"]
         except Exception as exc:
             if error_code(exc) == "InvalidRange":  # shorter now: replaced by another group
                 return out, True
             return out, self.report(exc) == MISSING
-        self.health.ok()
-        info = parse_group(resp.get("Metadata", {}), group[1])
-        start, total = _content_range(resp.get("ContentRange"), len(body))
-        if info is None or info.size != size or total != len(info.hashes) * size:
-            self._corrupt(group, len(members))
+        try:
+            info = parse_group(resp.get("Metadata", {}), group[1])
+            start, total = _content_range(resp.get("ContentRange"), resp.get("ContentLength", -1))
+            if info is None or info.size != size or total != len(info.hashes) * size:
+                self._corrupt(group, len(members))
+                return out, False
+            # One bytes object per block, straight off the stream: no body to slice and copy.
+            if first * size > start:
+                stream.read(first * size - start)
+            pieces = [stream.read(size) for _ in range(first, last + 1)]
+        except Exception as exc:
+            self.report(exc)
             return out, False
-        view = memoryview(body)
+        finally:
+            stream.close()
+        self.health.ok()
         gone = False
         for n, (index, key) in enumerate(members):
             if index >= len(info.hashes) or info.hashes[index] != key[1]:
                 gone = True  # the object holds other blocks now
                 continue
-            at = index * size - start
-            piece = view[at : at + size]
+            piece = pieces[index - first]
             if len(piece) != size or checksum(piece) != info.sums[index]:
                 self._corrupt(key, 1)
                 continue
-            out[n] = body if len(body) == size else bytes(piece)
+            out[n] = piece
         return out, gone
 
     def head(self, key: BlockKey) -> tuple[tuple[BlockMeta, Where] | None, bool]:

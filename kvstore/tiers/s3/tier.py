@@ -127,32 +127,33 @@ class S3Tier(Tier):
             raise TierUnavailableError("s3 tier is closed")
         if self.state.auth_failed:
             raise TierUnavailableError(self.state.last_error)
-        copies = [(key, bytes(buf), meta) for key, buf, meta in items]
-        for key, data, meta in copies:
-            if len(data) != meta.size:
+        for key, buf, meta in items:
+            if memoryview(buf).nbytes != meta.size:
                 raise ValueError(
-                    f"block {key[1].hex()} has {len(data)} bytes, meta says {meta.size}"
+                    f"block {key[1].hex()} has {memoryview(buf).nbytes} bytes, "
+                    f"meta says {meta.size}"
                 )
-        last = {key: i for i, (key, _, _) in enumerate(copies)}  # a key twice: the last wins
-        copies = [c for i, c in enumerate(copies) if last[c[0]] == i]
-        s = self.settings
+        last = {key: i for i, (key, _, _) in enumerate(items)}  # a key twice: the last wins
+        blocks = [it for i, it in enumerate(items) if last[it[0]] == i]
+        # Objects are cut and copied out of the caller's buffers (one copy) before taking the
+        # lock, assuming every block is new; the rare batch that holds known blocks is cut
+        # again under the lock.
+        batches = self._objects_of(blocks)
         with self._lock:
             held = self._held
-            fresh = [c for c in copies if held.get(c[0]) != c[2]]
+            fresh = [b for b in blocks if held.get(b[0]) != b[2]]
             revive = [(k, m) for k, _, m in fresh if held.revivable(k, m) is not None]
-            fresh = [c for c in fresh if held.revivable(c[0], c[2]) is None]
+            fresh = [b for b in fresh if held.revivable(b[0], b[2]) is None]
             replaced = sum(m.size for k, _, _ in fresh if (m := held.get(k)))
             need = sum(m.size for _, _, m in fresh) + sum(m.size for _, m in revive)
             if held.used - replaced + need > self.capacity_bytes:
                 raise CapacityError(
-                    f"s3 tier: {len(copies)} blocks do not fit ({held.used} of "
+                    f"s3 tier: {len(blocks)} blocks do not fit ({held.used} of "
                     f"{self.capacity_bytes} bytes used)"
                 )
-            batches = [
-                (self._name(g[0][0]), g[0][1] if len(g) == 1 else b"".join(d for _, d, _ in g),
-                 Batch(tuple(k for k, _, _ in g), tuple(m for _, _, m in g)))
-                for g in cut(fresh, s.group_blocks, s.group_bytes)
-            ]
+            if len(fresh) != len(blocks):
+                batches = self._objects_of(fresh)
+            batches = [(self._name(first), data, batch) for first, data, batch in batches]
             self._queue.submit(batches)  # raises when full: then nothing below happens
             for key, meta in revive:
                 held.revive(key, meta)
@@ -163,6 +164,17 @@ class S3Tier(Tier):
                     self._known.clear_negative(key)
         if dead:
             self._background.submit(self._delete_objects, dead)
+
+    def _objects_of(
+        self, blocks: Sequence[tuple[BlockKey, Buffer, BlockMeta]]
+    ) -> list[tuple[BlockKey, bytes, Batch]]:
+        """``blocks`` cut into objects (``grouping.cut``): first key, body, members."""
+        s = self.settings
+        return [
+            (g[0][0], bytes(g[0][1]) if len(g) == 1 else b"".join(d for _, d, _ in g),
+             Batch(tuple(k for k, _, _ in g), tuple(m for _, _, m in g)))
+            for g in cut(blocks, s.group_blocks, s.group_bytes)
+        ]
 
     def _name(self, first: BlockKey) -> BlockKey:
         """The name of a new object whose first block is ``first``: ``first`` itself, unless
