@@ -84,10 +84,9 @@ class S3Objects:
             self.client.put_object(Bucket=s.bucket, Key=object_name, Body=data, Metadata=headers)
         self.health.ok()
 
-    def put_pointer(self, key: BlockKey, meta: BlockMeta, where: Where) -> bool:
-        """Write the empty object that lets another node find ``key`` in its group. Never
-        raises: a failed pointer is reported and the block stays readable by this node (others
-        read a miss and recompute)."""
+    def put_pointer(self, key: BlockKey, meta: BlockMeta, where: Where) -> str:
+        """Write the empty object that lets another node find ``key`` in its group. Returns
+        "" on success, else the failure's kind (reported). Never raises."""
         s = self.settings
         try:
             self.client.put_object(
@@ -97,10 +96,9 @@ class S3Objects:
                 Metadata=pointer_headers(meta, where),
             )
         except Exception as exc:
-            self.report(exc)
-            return False
+            return self.report(exc)
         self.health.ok()
-        return True
+        return ""
 
     def read(
         self, group: BlockKey, members: Sequence[tuple[int, BlockKey]], size: int

@@ -45,7 +45,7 @@ from kvstore.tiers.s3.holdings import Holdings
 from kvstore.tiers.s3.known import KnownBlocks
 from kvstore.tiers.s3.layout import Where
 from kvstore.tiers.s3.objects import Batch, S3Objects
-from kvstore.tiers.s3.writeback import WriteBack
+from kvstore.tiers.s3.writeback import RETRYABLE, WriteBack
 from kvstore.types import BlockKey
 
 log = logging.getLogger("kvstore.s3")
@@ -330,11 +330,18 @@ class S3Tier(Tier):
             self._background.submit(self._put_pointer, pointer)
 
     def _put_pointer(self, pointer: tuple[BlockKey, BlockMeta, Where]) -> None:
+        """Write one pointer, retrying transient failures as uploads do. One that still
+        fails leaves the block readable by this node; other nodes miss it and recompute."""
         key, meta, where = pointer
-        with self._lock:  # deleted or moved meanwhile, or the name holds live blocks
-            if self._held.where(key) != where or self._held.names_group(key):
+        s = self.settings
+        for attempt in range(s.demote_retries + 1):
+            with self._lock:  # deleted or moved meanwhile, or the name holds live blocks
+                if self._held.where(key) != where or self._held.names_group(key):
+                    return
+            kind = self._objects.put_pointer(key, meta, where)
+            if kind not in RETRYABLE or self._closed or attempt == s.demote_retries:
                 return
-        self._objects.put_pointer(key, meta, where)
+            time.sleep(min(s.retry_backoff_max_s, s.retry_backoff_s * 2**attempt))
 
     def _read_group(
         self, group: BlockKey, members: list[tuple[int, int, BlockKey]], size: int

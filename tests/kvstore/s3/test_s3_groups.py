@@ -5,9 +5,13 @@ and the deletion rule (an object goes when its last live block does) keeps accou
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
+
+from botocore.awsrequest import AWSResponse
 
 from kvstore.testing.seaweed import SeaweedServer
 from kvstore.tiers.s3 import S3Tier
+from tests.kvstore.s3.faults import Faults
 from tests.kvstore.s3.test_s3_sharing import count_requests
 from tests.kvstore.tiers.contract import KiB, block, item, key
 
@@ -170,3 +174,22 @@ def test_restart_finds_grouped_blocks_by_scan(make_tier: MakeTier) -> None:
     found = dict(second.scan())
     assert found == {k: item(k, v)[2] for k, v in blocks.items()}
     assert second.get_many(list(blocks)) == list(blocks.values())
+
+
+class PointerFaults(Faults):
+    """Faults for pointer writes only (empty PutObject bodies)."""
+
+    def __call__(self, request: Any, event_name: str = "", **kw: Any) -> AWSResponse | None:
+        if request.headers.get("Content-Length") not in ("0", b"0"):
+            return None
+        return super().__call__(request, event_name, **kw)
+
+
+def test_a_pointer_write_that_fails_transiently_is_retried(make_tier: MakeTier) -> None:
+    writer = make_tier()
+    faults = PointerFaults(503, "SlowDown", ops={"PutObject"}, count=2).attach(writer.client)
+    blocks = put_chain(writer, 2)  # one group object, one pointer: it fails twice, then lands
+    assert faults.hits == 2
+    reader = make_tier()
+    assert reader.discover([key(1)]) == [item(key(1), blocks[key(1)])[2]]
+    assert reader.get_many([key(1)]) == [blocks[key(1)]]
