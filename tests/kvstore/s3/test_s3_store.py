@@ -109,3 +109,34 @@ def test_demoted_chains_land_grouped_and_another_node_reads_them_by_group(
     assert gets[0] < 8
     node_a.check_integrity()
     node_b.check_integrity()
+
+
+def test_evictions_from_a_full_s3_tier_keep_accounting_and_the_bucket_in_step(
+    seaweed: SeaweedServer, prefix: str
+) -> None:
+    options = seaweed.options(prefix=prefix, **FAST)
+    config = StoreConfig(
+        (
+            TierConfig("host", 8 * BLOCK, options={"slot_bytes": BLOCK}),
+            TierConfig("s3", 24 * BLOCK, options=options),
+        )
+    )
+    store = Store(config)
+    store.register_namespace(NS)
+    try:
+        chains = [[os.urandom(32) for _ in range(8)] for _ in range(10)]
+        data = {h: os.urandom(BLOCK) for chain in chains for h in chain}
+        for chain in chains:  # 80 blocks through 8 host slots into 24 S3 blocks' room
+            store.put("m", chain, [data[h] for h in chain])
+            store.flush()
+            store.check_integrity()
+        tier = store.tier("s3")
+        stats = tier.stats()  # type: ignore[attr-defined]
+        assert 0 < stats["used_bytes"] <= tier.capacity_bytes
+        resp = seaweed.client().list_objects_v2(Bucket=seaweed.bucket, Prefix=f"{prefix}/")
+        stored = sum(o["Size"] for o in resp.get("Contents", []))
+        assert stored == stats["used_bytes"] + stats["dead_bytes"]  # nothing leaked
+        last = chains[-1]
+        assert store.get("m", last) == [data[h] for h in last]
+    finally:
+        store.close()
