@@ -22,6 +22,7 @@ from concurrent.futures import Executor
 
 from kvstore.tiers.base import BlockMeta
 from kvstore.tiers.s3.holdings import Holdings
+from kvstore.tiers.s3.layout import Group, Where
 from kvstore.tiers.s3.objects import S3Objects
 from kvstore.types import BlockKey
 
@@ -74,11 +75,73 @@ class KnownBlocks:
         out: list[BlockMeta | None] = [None] * len(keys)
         window = 2 * self._objects.settings.max_workers
         for start in range(0, len(keys), window):
-            metas = self._discover(keys[start : start + window])
+            chunk = keys[start : start + window]
+            self._find_runs(chunk, keys[start:])
+            end = self._prefix_end(chunk)  # blocks after a known miss cannot extend the prefix
+            metas = self._discover(chunk[:end]) + [None] * (len(chunk) - end)
             out[start : start + len(metas)] = metas
             if any(m is None for m in metas):
                 break
         return out
+
+    def _prefix_end(self, chunk: Sequence[BlockKey]) -> int:
+        """Index of the first key of ``chunk`` known not to be in S3 (else its length)."""
+        now = time.monotonic()
+        for i, key in enumerate(chunk):
+            if key not in self.held and self._negative.get(key, 0.0) > now:
+                return i
+        return len(chunk)
+
+    def _find_runs(self, chunk: Sequence[BlockKey], chain: Sequence[BlockKey]) -> None:
+        """Learn whole runs of the chain with few requests: HEAD every ``group_blocks``-th
+        unknown key of ``chunk`` and its last one (up to the first known miss), then the
+        group objects their pointers name; every block of ``chain`` that those objects list
+        is adopted without a HEAD of its own. A probe S3 answers "not there" is cached as a
+        miss. The caller HEADs what is still unknown."""
+        step = self._objects.settings.group_blocks
+        unknown = [k for k in chunk[: self._prefix_end(chunk)] if k not in self.held]
+        if step == 1 or not unknown or self._objects.health.degraded:
+            return
+        # every step-th key, and the last: a run that ends the chunk is found whole even when
+        # it starts before it (a chain that starts inside a group)
+        probes = unknown[::step] + ([unknown[-1]] if (len(unknown) - 1) % step else [])
+        heads = list(self._reads.map(self._objects.head_group, probes))
+        groups: dict[BlockKey, Group] = {}
+        named: set[BlockKey] = set()
+        for key, (found, group, _) in zip(probes, heads, strict=True):
+            if group is not None:
+                groups[key] = group
+            elif found is not None and found[1].group != key:
+                named.add(found[1].group)
+        named -= set(groups)
+        if named:
+            more = list(self._reads.map(self._objects.head_group, sorted(named)))
+            groups.update({n: g for n, (_, g, _) in zip(sorted(named), more, strict=True) if g})
+        where: dict[BlockKey, tuple[BlockMeta, Where]] = {}
+        for name, group in groups.items():
+            for pos, (h, csum) in enumerate(zip(group.hashes, group.sums, strict=True)):
+                meta = BlockMeta(group.layout_id, csum, group.size)
+                where[(name[0], h)] = (meta, Where(name, pos))
+        for key, (found, _, _) in zip(probes, heads, strict=True):
+            if found is not None:
+                where.setdefault(key, found)
+        expiry = time.monotonic() + self._objects.settings.negative_ttl_s
+        with self._lock:
+            for key in chain:
+                if key in where and key not in self.held:
+                    self._adopt(key, *where[key])
+            for key, (found, _, definitive) in zip(probes, heads, strict=True):
+                if found is None and definitive:
+                    self._negative[key] = expiry
+
+    def _adopt(self, key: BlockKey, meta: BlockMeta, where: Where) -> bool:
+        """Hold a block another node wrote if it fits. Caller holds ``lock``."""
+        if self.held.used + meta.size > self._capacity_bytes:
+            self.counts["over_capacity"] += 1
+            return False
+        self.held.hold(key, meta, where)
+        self.counts["discovered"] += 1
+        return True
 
     def _discover(self, keys: Sequence[BlockKey]) -> list[BlockMeta | None]:
         out: list[BlockMeta | None] = [None] * len(keys)
@@ -104,14 +167,9 @@ class KnownBlocks:
                 for i, (found, definitive) in zip(ask, answers, strict=True):
                     key = keys[i]
                     if found is not None:
-                        meta, where = found
-                        if key not in self.held:
-                            if self.held.used + meta.size > self._capacity_bytes:
-                                self.counts["over_capacity"] += 1
-                                continue
-                            self.held.hold(key, meta, where)
-                            self.counts["discovered"] += 1
-                        out[i] = meta
+                        if key not in self.held and not self._adopt(key, *found):
+                            continue
+                        out[i] = found[0]
                     elif definitive:
                         self._negative[key] = expiry
                 self._prune_negative(now)

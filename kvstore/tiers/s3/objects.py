@@ -28,6 +28,8 @@ from kvstore.tiers.s3.client import (
 )
 from kvstore.tiers.s3.health import S3Health
 from kvstore.tiers.s3.layout import (
+    META_MEMBERS,
+    Group,
     Where,
     group_headers,
     object_key,
@@ -154,13 +156,25 @@ class S3Objects:
     def head(self, key: BlockKey) -> tuple[tuple[BlockMeta, Where] | None, bool]:
         """(meta and location, definitive): None with definitive True means S3 says "not
         there"; None with definitive False, that it could not say or the object is not ours."""
+        found, _, definitive = self.head_group(key)
+        return found, definitive
+
+    def head_group(
+        self, key: BlockKey
+    ) -> tuple[tuple[BlockMeta, Where] | None, Group | None, bool]:
+        """:meth:`head`, plus the members of the object named ``key`` when it is a group
+        object of the right length (an alias too): one HEAD then finds a whole run."""
         s = self.settings
         try:
             resp = self.client.head_object(Bucket=s.bucket, Key=object_key(s.key_prefix, key))
         except Exception as exc:
-            return None, self.report(exc) == MISSING
+            return None, None, self.report(exc) == MISSING
         self.health.ok()
-        return parse_head(key, resp.get("Metadata", {}), int(resp.get("ContentLength", -1))), True
+        metadata, length = resp.get("Metadata", {}), int(resp.get("ContentLength", -1))
+        group = parse_group(metadata, key[1]) if META_MEMBERS in metadata else None
+        if group is not None and length != len(group.hashes) * group.size:
+            group = None
+        return parse_head(key, metadata, length), group, True
 
     def delete(self, keys: Sequence[BlockKey]) -> None:
         """Delete the objects named after ``keys`` (groups, pointers, single blocks), up to

@@ -193,3 +193,20 @@ def test_a_pointer_write_that_fails_transiently_is_retried(make_tier: MakeTier) 
     reader = make_tier()
     assert reader.discover([key(1)]) == [item(key(1), blocks[key(1)])[2]]
     assert reader.get_many([key(1)]) == [blocks[key(1)]]
+
+
+def test_prefix_discovery_learns_whole_runs_from_group_objects(make_tier: MakeTier) -> None:
+    writer = make_tier()
+    blocks = put_chain(writer, 64)  # 8 objects of 8
+    reader = make_tier(max_workers=16)  # windows of 32 keys
+    heads = count_requests(reader, "HeadObject")
+    chain = [*blocks, key(999)]
+    metas = reader.discover(chain, prefix=True)
+    assert metas == [item(k, v)[2] for k, v in blocks.items()] + [None]
+    assert heads[0] <= 12  # 5 probes per window of 32 and one for the miss, not 65
+    tail = make_tier()  # a chain that starts inside a group: its pointer names the group
+    heads = count_requests(tail, "HeadObject")
+    assert all(tail.discover(list(blocks)[3:16], prefix=True))
+    assert heads[0] <= 4
+    assert tail.get_many(list(blocks)[3:16]) == list(blocks.values())[3:16]
+    assert not tail.contains(key(2))  # members outside the asked chain are not adopted
