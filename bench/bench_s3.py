@@ -19,6 +19,9 @@ Puts are ``put_many`` of the chain followed by ``flush()`` (every object and poi
 uploaded); gets are ``get_many`` of the chain (every block verified against its checksum).
 Rows: ``s3 put``/``s3 get`` against raw grouped (target 0.90, DESIGN.md section 6), and
 ``chain put``/``chain get`` against per block (get target 3.0, issue 15; put informational).
+``first read`` is what another node pays the first time: a fresh tier on the same prefix
+looks the chain up (``discover(prefix=True)``) and reads it, grouped against per block
+(informational).
 Blocks of ``group_bytes`` or more are stored alone whatever ``group_blocks`` says (their rows
 say "(alone)": both layouts are then the same, so the chain rows carry no target).
 Both sides use a client configured alike (path style, s3v4, pool size, botocore checksums only
@@ -152,7 +155,7 @@ def measure_size(
         options = server.options(prefix=prefix, max_workers=workers, queue_bytes=2 * count * size)
         return S3Tier(4 * count * size, **{**options, **extra})
 
-    ours, single = tier(f"ours-{size}"), tier(f"single-{size}", group_blocks=1)
+    ours, single = tier(f"ours-{size}"), tier(f"single-{size}", group_blocks=1)  # writers
     raw = Raw(server.options(prefix=f"raw-{size}"), workers)
     s = ours.settings
     groups = cut(items, s.group_blocks, s.group_bytes)
@@ -182,6 +185,22 @@ def measure_size(
     puts = {"ours": putter(ours), "single": putter(single), "raw": lambda: raw.put(groups)}
     gets = {"ours": getter(ours), "single": getter(single), "raw": lambda: raw.get(groups)}
     times: dict[str, list[float]] = {f"{op}-{c}": [] for op in ("put", "get") for c in puts}
+    times.update({"first-ours": [], "first-single": []})
+
+    def first_read(name: str) -> float:
+        """Seconds a node that knows none of the chain takes to look it up and read it."""
+        extra = {} if name == "ours" else {"group_blocks": 1}
+        reader = tier(f"{name}-{size}", **extra)
+        try:
+            start = time.perf_counter()
+            found = reader.discover(keys, prefix=True)
+            got = reader.get_many(keys)
+            took = time.perf_counter() - start
+        finally:
+            reader.close()
+        if any(m is None for m in found) or any(g is None for g in got):
+            sys.exit(f"a fresh reader missed blocks of {size} bytes")
+        return took
     try:
         for name in puts:  # warm-up: connections open, objects exist
             puts[name]()
@@ -195,6 +214,8 @@ def measure_size(
             for _ in range(GET_ROUNDS):
                 for name in order:
                     times[f"get-{name}"].append(timed(gets[name]))
+            for name in ("ours", "single") if rep % 2 == 0 else ("single", "ours"):
+                times[f"first-{name}"].append(first_read(name))
             bar.update()
     finally:
         ours.close()
@@ -213,6 +234,8 @@ def measure_size(
             "ours, one object per block", None),
         row(f"chain get {label}{alone}", size, times["get-ours"], times["get-single"], nbytes,
             "ours, one object per block", chain),
+        row(f"first read {label}{alone}", size, times["first-ours"], times["first-single"],
+            nbytes, "ours, one object per block", None),
     ]
 
 
@@ -252,7 +275,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workers", type=int, default=16, help="threads (and connections)")
     args = parser.parse_args(argv)
     reps = 3 if args.quick else 9
-    sizes = {256 * KiB: 24 if args.quick else 128, 2 * MiB: 12 if args.quick else 48}
+    sizes = {256 * KiB: 24 if args.quick else 128, 2 * MiB: 8 if args.quick else 48}
 
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="bench-s3-") as tmp:
