@@ -22,7 +22,7 @@ from concurrent.futures import Executor
 
 from kvstore.tiers.base import BlockMeta
 from kvstore.tiers.s3.holdings import Holdings
-from kvstore.tiers.s3.layout import Group, Where
+from kvstore.tiers.s3.layout import MAX_GROUP_BLOCKS, Group, Where
 from kvstore.tiers.s3.objects import S3Objects
 from kvstore.types import BlockKey
 
@@ -126,8 +126,8 @@ class KnownBlocks:
             if found is not None:
                 where.setdefault(key, found)
         expiry = time.monotonic() + self._objects.settings.negative_ttl_s
-        with self._lock:
-            for key in chain:
+        with self._lock:  # a listed run reaches at most a group's length past the chunk
+            for key in chain[: len(chunk) + MAX_GROUP_BLOCKS] if where else ():
                 if key in where and key not in self.held:
                     self._adopt(key, *where[key])
             for key, (found, _, definitive) in zip(probes, heads, strict=True):
