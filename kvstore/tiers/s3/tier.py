@@ -247,7 +247,9 @@ class S3Tier(Tier):
 
         ``prefix=True`` is for hash chains: keys are asked in windows of ``2 * max_workers``
         and asking stops after the first window with a miss, so the lookup of a long chain
-        that S3 holds only the start of costs a window, not a HEAD per block."""
+        that S3 holds only the start of costs a window, not a HEAD per block. Within a window
+        a few HEADs find the group objects of the chain's runs, whose listings answer for
+        their blocks (``known.KnownBlocks``)."""
         return self._known.discover(keys, prefix=prefix)
 
     def scan(self) -> Iterator[tuple[BlockKey, BlockMeta]]:
