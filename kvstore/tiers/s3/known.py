@@ -1,85 +1,69 @@
-"""What one node knows of an S3 bucket that several nodes share, and how it learns more.
+"""How one node learns what an S3 bucket that several nodes share holds.
 
 A node knows a block when it wrote it, found it in the start-up :meth:`KnownBlocks.scan`, or
 adopted it in :meth:`KnownBlocks.discover`, which HEADs (in parallel) keys it does not know
-yet, so that a block another node wrote is found. A "not there" answer is cached for
-``negative_ttl_s`` (the negative cache), so a miss storm costs one request per key per TTL.
+yet, so that a block another node wrote is found: the HEAD of a block's key answers with its
+meta and where its bytes are (its own object, or a member of a group: see ``layout``). A "not
+there" answer is cached for ``negative_ttl_s`` (the negative cache), so a miss storm costs one
+request per key per TTL.
 
-``used`` counts the blocks this node knows, not the whole bucket: several nodes share one
-bucket, each charging its own view against its own capacity, and one node's eviction deletes
-an object that another node may still list (that node then reads a miss and forgets it).
+What is known lives in :class:`~kvstore.tiers.s3.holdings.Holdings`; its ``used`` counts the
+blocks this node knows, not the whole bucket: several nodes share one bucket, each charging
+its own view against its own capacity, and one node's eviction deletes an object that another
+node may still list (that node then reads a miss and forgets it).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Executor
 
 from kvstore.tiers.base import BlockMeta
+from kvstore.tiers.s3.holdings import Holdings
+from kvstore.tiers.s3.layout import MAX_GROUP_BLOCKS, Group, Where
 from kvstore.tiers.s3.objects import S3Objects
-from kvstore.tiers.s3.writeback import Pending
 from kvstore.types import BlockKey
 
 _NEGATIVE_CACHE_MAX = 100_000  # entries before expired ones are pruned
 
 
 class KnownBlocks:
-    """The blocks this node knows (meta and total size), the negative cache and the sharing
-    counters (``discovered``, ``negative_hits``, ``over_capacity``).
+    """Discovery, the start-up scan and the negative cache over ``held`` (the tier's
+    :class:`Holdings`), with the sharing counters (``discovered``, ``negative_hits``,
+    ``over_capacity``).
 
-    ``lock`` is the tier's lock, so that the tier can check capacity, queue and remember in
-    one step: hold it for :meth:`remember`, :meth:`forget`, :meth:`clear_negative` and to
-    read ``used`` or ``counts`` consistently; :meth:`discover` and :meth:`scan` take it
-    themselves (call them without it); :meth:`get` and ``in`` are single dict reads, safe
-    without it. ``queued`` answers for blocks still in the write-back queue; ``reads`` is the
-    pool that runs the HEADs."""
+    ``lock`` is the tier's lock, which also guards ``held``: hold it for
+    :meth:`clear_negative` and :meth:`mark_missing`; :meth:`discover` and :meth:`scan` take
+    it themselves (call them without it). ``reads`` is the pool that runs the HEADs."""
 
     def __init__(
         self,
         objects: S3Objects,
         reads: Executor,
-        queued: Callable[[BlockKey], Pending | None],
+        held: Holdings,
         capacity_bytes: int,
         lock: threading.Lock,
     ) -> None:
         self._objects = objects
         self._reads = reads
-        self._queued = queued
+        self.held = held
         self._capacity_bytes = capacity_bytes
         self._lock = lock
-        self._known: dict[BlockKey, BlockMeta] = {}
-        self.used = 0
         self._negative: dict[BlockKey, float] = {}  # key -> monotonic expiry of "not in S3"
         self.counts = dict.fromkeys(("discovered", "negative_hits", "over_capacity"), 0)
-
-    # -- the known blocks -----------------------------------------------------------------
-    def get(self, key: BlockKey) -> BlockMeta | None:
-        return self._known.get(key)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._known
-
-    def __len__(self) -> int:
-        return len(self._known)
-
-    def remember(self, key: BlockKey, meta: BlockMeta) -> None:
-        """Caller holds ``lock``."""
-        old = self._known.get(key)
-        self.used += meta.size - (old.size if old is not None else 0)
-        self._known[key] = meta
-
-    def forget(self, key: BlockKey) -> None:
-        """Caller holds ``lock``."""
-        old = self._known.pop(key, None)
-        if old is not None:
-            self.used -= old.size
 
     def clear_negative(self, key: BlockKey) -> None:
         """Drop a cached "not in S3" answer (this node just wrote the key). Caller holds
         ``lock``."""
         self._negative.pop(key, None)
+
+    def mark_missing(self, key: BlockKey) -> None:
+        """Cache "not in S3" for a key whose bytes turned out to be gone (a pointer whose
+        group was deleted), so discovery does not adopt it again at once. Caller holds
+        ``lock``."""
+        self._negative[key] = time.monotonic() + self._objects.settings.negative_ttl_s
 
     # -- learning more --------------------------------------------------------------------
     def discover(self, keys: Sequence[BlockKey], *, prefix: bool = False) -> list[BlockMeta | None]:
@@ -91,11 +75,73 @@ class KnownBlocks:
         out: list[BlockMeta | None] = [None] * len(keys)
         window = 2 * self._objects.settings.max_workers
         for start in range(0, len(keys), window):
-            metas = self._discover(keys[start : start + window])
+            chunk = keys[start : start + window]
+            self._find_runs(chunk, keys[start:])
+            end = self._prefix_end(chunk)  # blocks after a known miss cannot extend the prefix
+            metas = self._discover(chunk[:end]) + [None] * (len(chunk) - end)
             out[start : start + len(metas)] = metas
             if any(m is None for m in metas):
                 break
         return out
+
+    def _prefix_end(self, chunk: Sequence[BlockKey]) -> int:
+        """Index of the first key of ``chunk`` known not to be in S3 (else its length)."""
+        now = time.monotonic()
+        for i, key in enumerate(chunk):
+            if key not in self.held and self._negative.get(key, 0.0) > now:
+                return i
+        return len(chunk)
+
+    def _find_runs(self, chunk: Sequence[BlockKey], chain: Sequence[BlockKey]) -> None:
+        """Learn whole runs of the chain with few requests: HEAD every ``group_blocks``-th
+        unknown key of ``chunk`` and its last one (up to the first known miss), then the
+        group objects their pointers name; every block of ``chain`` that those objects list
+        is adopted without a HEAD of its own. A probe S3 answers "not there" is cached as a
+        miss. The caller HEADs what is still unknown."""
+        step = self._objects.settings.group_blocks
+        unknown = [k for k in chunk[: self._prefix_end(chunk)] if k not in self.held]
+        if step == 1 or not unknown or self._objects.health.degraded:
+            return
+        # every step-th key, and the last: a run that ends the chunk is found whole even when
+        # it starts before it (a chain that starts inside a group)
+        probes = unknown[::step] + ([unknown[-1]] if (len(unknown) - 1) % step else [])
+        heads = list(self._reads.map(self._objects.head_group, probes))
+        groups: dict[BlockKey, Group] = {}
+        named: set[BlockKey] = set()
+        for key, (found, group, _) in zip(probes, heads, strict=True):
+            if group is not None:
+                groups[key] = group
+            elif found is not None and found[1].group != key:
+                named.add(found[1].group)
+        named -= set(groups)
+        if named:
+            more = list(self._reads.map(self._objects.head_group, sorted(named)))
+            groups.update({n: g for n, (_, g, _) in zip(sorted(named), more, strict=True) if g})
+        where: dict[BlockKey, tuple[BlockMeta, Where]] = {}
+        for name, group in groups.items():
+            for pos, (h, csum) in enumerate(zip(group.hashes, group.sums, strict=True)):
+                meta = BlockMeta(group.layout_id, csum, group.size)
+                where[(name[0], h)] = (meta, Where(name, pos))
+        for key, (found, _, _) in zip(probes, heads, strict=True):
+            if found is not None:
+                where.setdefault(key, found)
+        expiry = time.monotonic() + self._objects.settings.negative_ttl_s
+        with self._lock:  # a listed run reaches at most a group's length past the chunk
+            for key in chain[: len(chunk) + MAX_GROUP_BLOCKS] if where else ():
+                if key in where and key not in self.held:
+                    self._adopt(key, *where[key])
+            for key, (found, _, definitive) in zip(probes, heads, strict=True):
+                if found is None and definitive:
+                    self._negative[key] = expiry
+
+    def _adopt(self, key: BlockKey, meta: BlockMeta, where: Where) -> bool:
+        """Hold a block another node wrote if it fits. Caller holds ``lock``."""
+        if self.held.used + meta.size > self._capacity_bytes:
+            self.counts["over_capacity"] += 1
+            return False
+        self.held.hold(key, meta, where)
+        self.counts["discovered"] += 1
+        return True
 
     def _discover(self, keys: Sequence[BlockKey]) -> list[BlockMeta | None]:
         out: list[BlockMeta | None] = [None] * len(keys)
@@ -103,8 +149,7 @@ class KnownBlocks:
         now = time.monotonic()
         negative_hits = 0
         for i, key in enumerate(keys):
-            p = self._queued(key)
-            meta = p.meta if p is not None else self._known.get(key)
+            meta = self.held.get(key)
             if meta is not None:
                 out[i] = meta
             elif self._negative.get(key, 0.0) > now:
@@ -119,16 +164,12 @@ class KnownBlocks:
                 answers = list(self._reads.map(head, [keys[i] for i in ask]))
             expiry = time.monotonic() + self._objects.settings.negative_ttl_s
             with self._lock:
-                for i, (meta, definitive) in zip(ask, answers, strict=True):
+                for i, (found, definitive) in zip(ask, answers, strict=True):
                     key = keys[i]
-                    if meta is not None:
-                        if key not in self._known:
-                            if self.used + meta.size > self._capacity_bytes:
-                                self.counts["over_capacity"] += 1
-                                continue
-                            self.remember(key, meta)
-                            self.counts["discovered"] += 1
-                        out[i] = meta
+                    if found is not None:
+                        if key not in self.held and not self._adopt(key, *found):
+                            continue
+                        out[i] = found[0]
                     elif definitive:
                         self._negative[key] = expiry
                 self._prune_negative(now)
@@ -144,13 +185,13 @@ class KnownBlocks:
             return
         try:
             for keys in objects.list_keys():
-                metas = self._reads.map(objects.head, keys)
-                for key, (meta, _) in zip(keys, metas, strict=True):
-                    if meta is None:
+                heads = self._reads.map(objects.head, keys)
+                for key, (found, _) in zip(keys, heads, strict=True):
+                    if found is None:
                         continue
                     with self._lock:
-                        self.remember(key, meta)
-                    yield key, meta
+                        self.held.hold(key, *found)
+                    yield key, found[0]
         except Exception as exc:  # listing failed: report, keep what we have
             objects.report(exc)
 

@@ -1,11 +1,12 @@
 """The S3 tier's bounded write-back queue: demotions return at once, uploads happen behind.
 
-``submit`` copies the blocks into the queue (bounded in bytes, all-or-nothing) and schedules
-one upload task per block on the write pool. While a block waits or uploads it is served from
-the queue. A failed upload is retried with exponential backoff when the failure is transient
-(throttling, unreachable, 5xx) and dropped at once when retrying cannot help (credentials,
-missing bucket); a dropped block is counted and reported through ``on_drop`` so the tier
-forgets it.
+``submit`` takes objects (a group of blocks joined into one body, named after its first key;
+see ``layout``), bounded in bytes, all-or-nothing, and schedules one upload task per object on
+the write pool. While an object waits or uploads its blocks are served from the queue. A
+failed upload is retried with exponential backoff when the failure is transient (throttling,
+unreachable, 5xx) and dropped at once when retrying cannot help (credentials, missing
+bucket); a dropped object is counted and reported through ``on_drop`` so the tier
+forgets its blocks.
 
 Ordering per key: each submit bumps a generation; an upload task whose generation is no longer
 the queued one (overwritten or deleted meanwhile) does nothing, so at most the newest bytes
@@ -21,8 +22,8 @@ from concurrent.futures import Executor
 from typing import Any, NamedTuple
 
 from kvstore.errors import TierUnavailableError
-from kvstore.tiers.base import BlockMeta
 from kvstore.tiers.s3.client import THROTTLED, UNAVAILABLE
+from kvstore.tiers.s3.objects import Batch
 from kvstore.types import BlockKey
 
 RETRYABLE = frozenset({THROTTLED, UNAVAILABLE})
@@ -30,21 +31,21 @@ RETRYABLE = frozenset({THROTTLED, UNAVAILABLE})
 
 class Pending(NamedTuple):
     data: bytes
-    meta: BlockMeta
+    meta: Batch
     gen: int
 
 
 class WriteBack:
     """Bounded write-back queue drained by ``executor``.
 
-    ``upload(key, data, meta)`` writes one object and raises on failure; ``report(exc)``
+    ``upload(name, data, batch)`` writes one object and raises on failure; ``report(exc)``
     records a failure and returns its kind (``client.classify``).
     """
 
     def __init__(
         self,
         executor: Executor,
-        upload: Callable[[BlockKey, bytes, BlockMeta], None],
+        upload: Callable[[BlockKey, bytes, Batch], None],
         report: Callable[[BaseException], str],
         on_drop: Callable[[BlockKey], None],
         on_orphan: Callable[[BlockKey], None],
@@ -74,7 +75,7 @@ class WriteBack:
         self.uploaded = 0
 
     # -- producer side --------------------------------------------------------------------
-    def submit(self, items: Sequence[tuple[BlockKey, bytes, BlockMeta]]) -> None:
+    def submit(self, items: Sequence[tuple[BlockKey, bytes, Batch]]) -> None:
         """Queue every item (bytes already copied by the caller), or none of them: raises
         :class:`TierUnavailableError` when the queue cannot take the whole batch."""
         scheduled: list[tuple[BlockKey, int]] = []
@@ -94,16 +95,16 @@ class WriteBack:
                 self._pending[key] = Pending(data, meta, self._gen)
                 self._bytes += len(data)
                 scheduled.append((key, self._gen))
-        # One task per block: blocks of a batch upload in parallel, each retried on its own.
+        # One task per object: objects of a batch upload in parallel, each retried on its own.
         for key, gen in scheduled:
             self._executor.submit(self._drain, key, gen)
 
     def get(self, key: BlockKey) -> Pending | None:
-        """The queued block (waiting or uploading), if any."""
+        """The queued object named ``key`` (waiting or uploading), if any."""
         return self._pending.get(key)
 
     def cancel(self, keys: Sequence[BlockKey]) -> None:
-        """Forget queued blocks (they were deleted); their uploads will not start."""
+        """Forget queued objects (their blocks were deleted); their uploads will not start."""
         with self._lock:
             for key in keys:
                 p = self._pending.pop(key, None)

@@ -103,9 +103,15 @@ def test_prefix_discovery_stops_after_the_first_window_with_a_miss(make_tier: Ma
     heads = count_requests(reader, "HeadObject")
     metas = reader.discover(chain, prefix=True)
     assert [m is not None for m in metas] == [True] * 6 + [False] * 34
-    assert heads[0] == 8  # two windows of 4, not 40 requests
+    # Window 1: the HEADs of its first and last key (block 0's group object lists blocks 0-5);
+    # window 2: blocks 6 and 7 are not there, the prefix ends. One object per block: 8 HEADs.
+    assert heads[0] == 4
     assert reader.discover(chain, prefix=True)[:6] == metas[:6]
-    assert heads[0] == 8  # known blocks and the negative entries answer the second time
+    assert heads[0] == 4  # known blocks and the negative entries answer the second time
+    single = make_tier(max_workers=2, group_blocks=1)
+    heads = count_requests(single, "HeadObject")
+    assert single.discover(chain, prefix=True) == metas
+    assert heads[0] == 8  # two windows of 4, not 40 requests
 
 
 def test_discovery_does_not_adopt_past_capacity(make_tier: MakeTier) -> None:

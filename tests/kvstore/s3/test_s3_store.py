@@ -85,3 +85,58 @@ def test_store_keeps_serving_when_s3_is_unreachable(make_store: Callable[..., St
     wait_for(lambda: store.health()["tiers"]["s3"]["pending"] == 0, what="queue drained")
     assert store.health()["tiers"]["s3"]["dropped"] >= 1
     assert store.get("m", hashes[:1]) == [None]  # demoted and dropped: a miss, not an error
+
+
+def test_demoted_chains_land_grouped_and_another_node_reads_them_by_group(
+    make_store: Callable[..., Store],
+) -> None:
+    node_a, node_b = make_store(host_blocks=16), make_store(host_blocks=64)
+    chains = [[os.urandom(32) for _ in range(8)] for _ in range(6)]
+    data = {h: os.urandom(BLOCK) for chain in chains for h in chain}
+    for chain in chains:  # the host tier overflows: demotions go down in batches
+        node_a.put("m", chain, [data[h] for h in chain])
+    node_a.flush()
+    s3 = node_a.tier("s3").stats()
+    assert s3["blocks"] >= 16 and s3["objects"] * 2 <= s3["blocks"]  # grouped, not 1:1
+    first = chains[0]
+    assert node_b.lookup("m", first) == (8, ["s3"] * 8)
+    tier = node_b.tier("s3")
+    gets = [0]
+    tier.client.meta.events.register(  # type: ignore[attr-defined]
+        "before-send.s3.GetObject", lambda **_: gets.__setitem__(0, gets[0] + 1)
+    )
+    assert node_b.get("m", first) == [data[h] for h in first]
+    assert gets[0] < 8
+    node_a.check_integrity()
+    node_b.check_integrity()
+
+
+def test_evictions_from_a_full_s3_tier_keep_accounting_and_the_bucket_in_step(
+    seaweed: SeaweedServer, prefix: str
+) -> None:
+    options = seaweed.options(prefix=prefix, **FAST)
+    config = StoreConfig(
+        (
+            TierConfig("host", 8 * BLOCK, options={"slot_bytes": BLOCK}),
+            TierConfig("s3", 24 * BLOCK, options=options),
+        )
+    )
+    store = Store(config)
+    store.register_namespace(NS)
+    try:
+        chains = [[os.urandom(32) for _ in range(8)] for _ in range(10)]
+        data = {h: os.urandom(BLOCK) for chain in chains for h in chain}
+        for chain in chains:  # 80 blocks through 8 host slots into 24 S3 blocks' room
+            store.put("m", chain, [data[h] for h in chain])
+            store.flush()
+            store.check_integrity()
+        tier = store.tier("s3")
+        stats = tier.stats()  # type: ignore[attr-defined]
+        assert 0 < stats["used_bytes"] <= tier.capacity_bytes
+        resp = seaweed.client().list_objects_v2(Bucket=seaweed.bucket, Prefix=f"{prefix}/")
+        stored = sum(o["Size"] for o in resp.get("Contents", []))
+        assert stored == stats["used_bytes"] + stats["dead_bytes"]  # nothing leaked
+        last = chains[-1]
+        assert store.get("m", last) == [data[h] for h in last]
+    finally:
+        store.close()

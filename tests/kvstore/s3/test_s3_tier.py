@@ -140,7 +140,7 @@ def test_scan_can_be_turned_off(make_tier: MakeTier) -> None:
 
 
 def test_corrupted_object_is_a_counted_miss(make_tier: MakeTier, seaweed: SeaweedServer) -> None:
-    tier = make_tier()
+    tier = make_tier(group_blocks=1)  # one object per block (groups: test_s3_groups.py)
     good, other = block(64 * KiB), block(64 * KiB)
     tier.put_many([item(key(1), good), item(key(2), good)])
     tier.flush()
@@ -149,7 +149,7 @@ def test_corrupted_object_is_a_counted_miss(make_tier: MakeTier, seaweed: Seawee
         name = f"{tier.settings.key_prefix}ns/{k[1].hex()}"
         meta = raw.head_object(Bucket=seaweed.bucket, Key=name)["Metadata"]
         raw.put_object(Bucket=seaweed.bucket, Key=name, Body=body, Metadata=meta)
-    reader = make_tier()
+    reader = make_tier(group_blocks=1)
     reader.discover([key(1)])  # key(2)'s size no longer matches: discover refuses it
     assert reader.discover([key(2)]) == [None]
     got = reader.get_many([key(1)])
@@ -163,7 +163,7 @@ def test_corrupted_object_is_a_counted_miss(make_tier: MakeTier, seaweed: Seawee
 def test_delete_removes_the_object_in_the_background(
     make_tier: MakeTier, seaweed: SeaweedServer
 ) -> None:
-    tier = make_tier()
+    tier = make_tier(group_blocks=1)  # one object per block (groups: test_s3_groups.py)
     tier.put_many([item(key(i), block(100)) for i in range(3)])
     tier.flush()
     start = time.monotonic()
