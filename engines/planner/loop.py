@@ -41,7 +41,8 @@ class Planner:
         self.started = time.time()
 
     def emit(self, doc: dict[str, Any]) -> None:
-        doc = {"t": round(time.time() - self.started, 3), **doc}
+        now = time.time()
+        doc = {"t": round(now - self.started, 3), "at": round(now, 3), **doc}
         self.out.write(json.dumps(doc) + "\n")
         self.out.flush()
 

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 import httpx
 
 POOLS = ("prefill", "decode")
+ITL_MIN_TOKENS = 8  # a mean over fewer gaps is noise (the first steps share a batch with prefills)
 
 
 def pool_of(role: str) -> str:
@@ -41,7 +42,8 @@ class WorkerSeen:
     inflight: int = 0
     waiting: int = 0
     cursor: int = 0
-    samples: deque[tuple[float, str, float, float | None]] = field(default_factory=deque)
+    # (at, kind, ttft_s, itl_s, tokens) of finished requests, oldest first
+    samples: deque[tuple[float, str, float, float | None, int]] = field(default_factory=deque)
 
 
 class PoolView(NamedTuple):
@@ -107,7 +109,7 @@ class Observer:
             w.samples.clear()  # judged afresh in its new pool
         w.role, w.cursor = lat["role"], lat["cursor"]
         for f in lat["finished"]:
-            w.samples.append((f["at"], f["kind"], f["ttft_s"], f["itl_s"]))
+            w.samples.append((f["at"], f["kind"], f["ttft_s"], f["itl_s"], f["tokens"]))
         w.inflight = int(stats.get("inflight", 0))
         w.waiting = int(stats.get("engine", {}).get("waiting", 0))
 
@@ -128,9 +130,9 @@ class Observer:
             for w in members:
                 while w.samples and w.samples[0][0] < now - self.window_s:
                     w.samples.popleft()
-                for _, _, ttft, itl in w.samples:
+                for _, _, ttft, itl, tokens in w.samples:
                     ttfts.append(ttft)
-                    if itl is not None:
+                    if itl is not None and tokens >= ITL_MIN_TOKENS:
                         itls.append(itl)
             enough = len(ttfts) >= self.min_samples
             out[name] = PoolView(
