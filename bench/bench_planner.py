@@ -54,7 +54,9 @@ from kvstore.testing.server import ServerProc
 
 VOCAB = 512
 WORKERS = 4
-ECFG = EngineConfig(block_size=16, num_blocks=512, max_batch_tokens=128, max_seqs=4)
+# small batches per worker: a worker moved between pools brings its batch slots, the one
+# capacity that 4 workers sharing 2 cores do not share
+ECFG = EngineConfig(block_size=16, num_blocks=512, max_batch_tokens=64, max_seqs=2)
 
 
 class Arrival(NamedTuple):
@@ -169,6 +171,30 @@ def calibrate(router: str) -> tuple[float, float]:
     return statistics.median(ttfts), statistics.median(itls)
 
 
+def capacity(router: str, prompt_len: int, max_tokens: int, seconds: float,
+             clients: int = 12) -> float:
+    """Requests per second the 2 + 2 fleet completes of one shape, ``clients`` at a time
+    (closed loop): what the machine really sustains, all workers sharing its cores."""
+    shape = Arrival(0, prompt_len, max_tokens, "-")
+
+    async def loop(client: httpx.AsyncClient, k: int, end: float) -> int:
+        rng, done = random.Random(20_000 + k), 0
+        while time.perf_counter() < end:
+            res = await one(client, router, shape,
+                            [rng.randrange(3, VOCAB) for _ in range(prompt_len)], 0.0)
+            done += res.ok
+        return done
+
+    async def go() -> int:
+        async with httpx.AsyncClient(timeout=300) as client:
+            end = time.perf_counter() + seconds
+            return sum(await asyncio.gather(*(loop(client, k, end) for k in range(clients))))
+
+    started = time.perf_counter()
+    n = asyncio.run(go())
+    return n / (time.perf_counter() - started)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="short trace, one repetition")
@@ -177,6 +203,9 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1, help="trace seed")
     ap.add_argument("--slack", type=float, default=4.0,
                     help="targets are the lone request's TTFT and ITL times this")
+    ap.add_argument("--load", type=float, default=1.0,
+                    help="arrival rate of each phase as a fraction of what the even split "
+                         "sustains of it")
     args = ap.parse_args()
     torch.set_num_threads(1)
     duration = 16.0 if args.quick else 60.0
@@ -193,11 +222,11 @@ def main() -> None:
         set_split(urls, router.url, 2)
         lone_ttft, lone_itl = calibrate(router.url)
         ttft_t, itl_t = args.slack * lone_ttft, args.slack * lone_itl
-        # phase A asks ~1.5 lone prefills' worth of work per second (more than 2 prefill
-        # workers hold to target) and phase B ~10 concurrent generations (more than 2 decode
-        # workers' 4 batch slots each): each phase wants 3 workers in its pool
-        rate_a = 1.5 / lone_ttft
-        rate_b = 10.0 / (48 * lone_itl)
+        # each phase arrives at what the even split sustains of its shape when saturated
+        # (measured here): too much for 2 workers in the busy pool, so each phase wants 3
+        seconds = 3.0 if args.quick else 6.0
+        rate_a = args.load * capacity(router.url, 384, 4, seconds)
+        rate_b = args.load * capacity(router.url, 16, 48, seconds)
         trace = two_phase_trace(args.seed, duration, rate_a, rate_b)
         print(f"lone TTFT {lone_ttft * 1000:.0f} ms, ITL {lone_itl * 1000:.1f} ms; targets "
               f"{ttft_t * 1000:.0f} / {itl_t * 1000:.1f} ms; {len(trace)} requests "
@@ -217,7 +246,7 @@ def main() -> None:
             planner = subprocess.Popen(
                 [*console_script("kvstore-planner", "engines.planner.cli"), "--router",
                  router.url, "--ttft-target-s", f"{ttft_t:.4f}", "--itl-target-s",
-                 f"{itl_t:.5f}", "--window-s", "3", "--min-samples", "3", "--interval-s",
+                 f"{itl_t:.5f}", "--window-s", "2", "--min-samples", "3", "--interval-s",
                  "0.5", "--patience", "2", "--cooldown-s", "2", "--max-queue", "2",
                  "--log-ticks"], stdout=out)
             try:

@@ -57,7 +57,7 @@ class Fleet:
             i += 1
             prompt = [(i * 7 + k) % 90 + 3 for k in range(24)]
             httpx.post(f"{self.router.url}/v1/completions", timeout=60, json={
-                "prompt": prompt, "max_tokens": 4, "temperature": 0, "ignore_eos": True})
+                "prompt": prompt, "max_tokens": 12, "temperature": 0, "ignore_eos": True})
 
     def roles(self) -> dict[str, str]:
         return {w.url: httpx.get(f"{w.url}/info").json()["role"]
