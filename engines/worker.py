@@ -304,5 +304,7 @@ def create_app(engine: Engine, role: str = "both", admin_token: str | None = Non
     async def health() -> dict[str, Any]:
         return {"ok": loop.thread.is_alive(), "role": control.role}
 
-    install(app, control)
+    # len() of the scheduler's list and of the pending dict is safe without the engine lock
+    install(app, control, lambda: {"inflight": len(loop.pending),
+                                   "waiting": len(engine.scheduler.waiting)})
     return app

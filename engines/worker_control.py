@@ -13,7 +13,8 @@ serve --admin-token-file``) it needs ``Authorization: Bearer <token>``; without 
 open as the rest of the worker, which binds to loopback by default.
 
 ``GET /latency?since=N`` lists the requests finished after cursor ``N`` (time to first token,
-inter-token latency, kind): the planner keeps its own sliding window over them.
+inter-token latency, kind) and the worker's queue now: the planner keeps its own sliding
+window over them.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import hmac
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -120,8 +122,10 @@ class WorkerControl:
                                 headers={"WWW-Authenticate": "Bearer"})
 
 
-def install(app: FastAPI, control: WorkerControl) -> None:
-    """Add ``POST /admin/role`` and ``GET /latency`` to the worker's app."""
+def install(app: FastAPI, control: WorkerControl,
+            load: Callable[[], dict[str, int]] = dict) -> None:
+    """Add ``POST /admin/role`` and ``GET /latency`` to the worker's app; ``load`` gives the
+    queue figures ``/latency`` adds (read without the engine's lock: a planner polls often)."""
 
     @app.post("/admin/role")
     async def set_role(req: RoleRequest,
@@ -132,5 +136,6 @@ def install(app: FastAPI, control: WorkerControl) -> None:
 
     @app.get("/latency")
     async def latency(since: int = 0) -> dict[str, Any]:
-        """Requests finished after cursor ``since``: ``ttft_s``, ``itl_s``, ``kind``."""
-        return control.since(since)
+        """Requests finished after cursor ``since`` (``ttft_s``, ``itl_s``, ``kind``) and the
+        load now (``inflight``, ``waiting``)."""
+        return {**control.since(since), **load()}

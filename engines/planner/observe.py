@@ -2,8 +2,8 @@
 from them each pool's latency at the chosen percentile over a sliding window.
 
 The router's ``/stats`` names the workers and whether they are up; each worker's ``/latency``
-(:mod:`engines.worker_control`) gives the requests it finished since the last look, and its
-``/stats`` its queue (requests waiting for a batch slot). A pool is the workers of one role:
+(:mod:`engines.worker_control`) gives the requests it finished since the last look and its
+queue (requests waiting for a batch slot). A pool is the workers of one role:
 ``prefill``, or ``decode`` (which also takes ``both``). Samples are filed under the worker's
 role when they were read, and a worker's samples are dropped when its role changes, so a
 moved worker is judged afresh in its new pool.
@@ -101,7 +101,6 @@ class Observer:
                                  .json().get("kvstore"))
             lat = (await self.client.get(f"{w.url}/latency", params={"since": w.cursor},
                                          timeout=5.0)).json()
-            stats = (await self.client.get(f"{w.url}/stats", timeout=5.0)).json()
         except (httpx.HTTPError, ValueError):
             w.up = False
             return
@@ -110,8 +109,7 @@ class Observer:
         w.role, w.cursor = lat["role"], lat["cursor"]
         for f in lat["finished"]:
             w.samples.append((f["at"], f["kind"], f["ttft_s"], f["itl_s"], f["tokens"]))
-        w.inflight = int(stats.get("inflight", 0))
-        w.waiting = int(stats.get("engine", {}).get("waiting", 0))
+        w.inflight, w.waiting = int(lat["inflight"]), int(lat["waiting"])
 
     def set_role(self, url: str, role: str) -> None:
         """Record a switch the planner made (the worker's next ``/latency`` confirms it)."""
