@@ -17,7 +17,12 @@ show each split's goodput against that same best split. ``--plot`` draws pool si
 latency over time in the planner's run.
 
 Limits: every worker shares the same 2 cores, so a worker moved between pools brings its batch
-slots and queue (``max_seqs``, ``max_batch_tokens``) but not more compute, unlike a GPU.
+slots and queue (``max_seqs``, ``max_batch_tokens``) but not more compute, unlike a GPU. Worse,
+two prefill workers computing at once share the cores (processor sharing), so each prompt
+takes about twice as long: on this machine a *larger* prefill pool has the *higher* TTFT, the
+opposite of a fleet where each worker owns its accelerator, and the planner (which adds
+workers to the pool over target) loses to the best fixed split. The timeline of its moves and
+judgements is in the JSON (``timeline``) to show what it saw.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +22,9 @@ from engines.router.app import create_app as router_app
 from engines.router.core import Router
 from engines.store_io import open_store
 from engines.worker import create_app as worker_app
-from kvstore.testing.engines import ThreadServer
+from kvstore.testing.cli import assert_one_line
+from kvstore.testing.engines import ThreadServer, engine_proc
+from kvstore.testing.proc import console_script
 from kvstore.testing.server import ServerProc
 
 ECFG = EngineConfig(block_size=4, num_blocks=128, max_batch_tokens=64)
@@ -150,3 +153,22 @@ async def wave_after(url: str) -> list[list[int]]:
             assert r.status_code == 200, r.text
             out.append(list(r.json()["choices"][0]["token_ids"]))
         return out
+
+
+def test_engine_process_takes_its_admin_token_from_a_file(gqa_model: Path,
+                                                          tmp_path: Path) -> None:
+    engine = console_script("kvstore-engine", "engines.cli")
+    done = subprocess.run([*engine, "serve", "--model", str(gqa_model), "--device", "cpu",
+                           "--admin-token-file", str(tmp_path / "missing")],
+                          capture_output=True, text=True, timeout=300)
+    assert_one_line(done, "--admin-token-file", "missing")
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
+    token_file.chmod(0o600)
+    w = engine_proc(gqa_model, args=("--admin-token-file", str(token_file))).start()
+    try:
+        assert switch(w.url, "decode", token=None).status_code == 401
+        assert switch(w.url, "decode").json()["role"] == "decode"
+        assert httpx.get(f"{w.url}/info").json()["role"] == "decode"
+    finally:
+        w.stop()
