@@ -132,11 +132,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from engines.worker import create_app
+    from engines.worker_control import read_token_file
 
     if args.role == "prefill" and not args.kvstore:
         raise CommandError("--role prefill needs --kvstore: its blocks go to the store")
+    token = None
+    if args.admin_token_file:
+        try:
+            token = read_token_file(args.admin_token_file)
+        except ValueError as exc:
+            raise CommandError(f"--admin-token-file: {exc}") from None
     socks = cli_kit.bind_tcp(args.host, args.port, "--port")  # before the model loads
-    app = create_app(_build(args), role=args.role)
+    app = create_app(_build(args), role=args.role, admin_token=token)
     uvicorn.Server(uvicorn.Config(app, log_level=args.log_level)).run(sockets=socks)
     return 0
 
@@ -213,7 +220,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--port", type=int, default=8480, help="HTTP port")
     s.add_argument("--role", choices=("both", "prefill", "decode"), default="both",
                    help="prefill: computes prompts' KV into kvstore; decode: generates from "
-                        "kvstore's blocks; both: either")
+                        "kvstore's blocks; both: either. POST /admin/role switches it at run "
+                        "time (the SLO planner does)")
+    s.add_argument("--admin-token-file", default=None, metavar="PATH",
+                   help="file holding the bearer token that POST /admin/role needs (default: "
+                        "none, the admin route is as open as the worker)")
     s.add_argument("--log-level", default="warning",
                    choices=("critical", "error", "warning", "info", "debug", "trace"),
                    help="uvicorn's log level")

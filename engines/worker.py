@@ -9,7 +9,9 @@ worker stored them.
 
 Routes: ``POST /generate`` (JSON or ``stream`` SSE), ``POST /prefill``, ``GET /info`` (block
 geometry and hash recipe, for routers), ``GET /kv/events?since=N`` (residency events),
-``GET /stats``, ``GET /metrics`` (Prometheus, :mod:`engines.worker_metrics`), ``GET /health``.
+``GET /stats``, ``GET /metrics`` (Prometheus, :mod:`engines.worker_metrics`), ``GET /health``,
+and for the SLO planner ``POST /admin/role`` (switch the role at run time) and ``GET /latency``
+(see :mod:`engines.worker_control`).
 
 A streamed generation's first event carries the prompt's prefix hit (``cached_tokens``, known
 once the prompt is scheduled) beside its token, so that a caller that stops reading early (the
@@ -37,9 +39,10 @@ from pydantic import BaseModel, Field
 from engines.decoder.runner import Engine
 from engines.decoder.sampler import SamplingParams
 from engines.decoder.scheduler import Sequence
+from engines.worker_control import ROLES, WorkerControl, install
 from engines.worker_metrics import WorkerMetrics
 
-ROLES = ("both", "prefill", "decode")
+__all__ = ["ROLES", "EngineLoop", "Pending", "create_app"]
 
 
 class GenerateRequest(BaseModel):
@@ -164,16 +167,18 @@ def _hex(hashes: list[bytes]) -> list[str]:
     return [h.hex() for h in hashes]
 
 
-def create_app(engine: Engine, role: str = "both") -> FastAPI:
-    """The worker's ASGI app; starts and stops the engine thread with the app's lifespan."""
-    if role not in ROLES:
-        raise ValueError(f"role must be one of {ROLES}, got {role!r}")
+def create_app(engine: Engine, role: str = "both", admin_token: str | None = None) -> FastAPI:
+    """The worker's ASGI app; starts and stops the engine thread with the app's lifespan.
+    ``role`` is the starting role (``POST /admin/role`` switches it, see
+    :mod:`engines.worker_control`); ``admin_token`` guards that route."""
+    control = WorkerControl(role, can_prefill=engine.connector is not None,
+                            admin_token=admin_token)
     counters = {"requests": 0, "prefills": 0, "generated_tokens": 0, "cached_tokens": 0}
 
     def snapshot() -> dict[str, Any]:
         with loop.lock:
-            return {"role": role, **counters, "engine": engine.stats(),
-                    "inflight": len(loop.pending)}
+            return {"role": control.role, **counters, "role_switches": control.switches,
+                    "engine": engine.stats(), "inflight": len(loop.pending)}
 
     metrics = WorkerMetrics(snapshot)
     loop = EngineLoop(engine, metrics)
@@ -207,19 +212,19 @@ def create_app(engine: Engine, role: str = "both") -> FastAPI:
                 "local_hit_tokens": seq.local_hit_tokens,
                 "store_hit_tokens": seq.store_hit_tokens, "ttft_s": ttft}
 
-    def summary(p: Pending, started: float) -> dict[str, Any]:
+    def summary(p: Pending, started: float, kind: str = "generate") -> dict[str, Any]:
         seq = p.seq
         assert seq is not None
         hit = prefix_hit(p)
         counters["generated_tokens"] += len(seq.output)
         counters["cached_tokens"] += hit["cached_tokens"]
+        control.record(kind, hit["ttft_s"], seq.first_token_at, len(seq.output))
         return {"token_ids": seq.output, "finish_reason": seq.finish_reason, **hit,
                 "latency_s": time.perf_counter() - started}
 
     @app.post("/generate")
     async def generate(req: GenerateRequest) -> Any:
-        if role == "prefill":
-            raise HTTPException(409, "this worker only prefills; send /generate to a decoder")
+        control.refuse("generate")
         if req.block_hashes is not None:
             # the handoff must name exactly the blocks we would look up, or the hash recipes
             # differ and every lookup would silently miss
@@ -265,8 +270,7 @@ def create_app(engine: Engine, role: str = "both") -> FastAPI:
     @app.post("/prefill")
     async def prefill(req: PrefillRequest) -> dict[str, Any]:
         """Compute the prompt's KV and store its full blocks; the reply is the handoff."""
-        if role == "decode":
-            raise HTTPException(409, "this worker only decodes")
+        control.refuse("prefill")
         if engine.connector is None:
             raise HTTPException(409, "prefill needs --kvstore: blocks go to the store")
         counters["prefills"] += 1
@@ -274,7 +278,7 @@ def create_app(engine: Engine, role: str = "both") -> FastAPI:
         p = loop.submit(req.prompt_ids, SamplingParams(max_tokens=1, ignore_eos=True))
         first = await collect(p)
         hashes = prompt_hashes(req.prompt_ids)
-        out = summary(p, started)
+        out = summary(p, started, "prefill")
         return {"prompt_ids": req.prompt_ids, "block_hashes": _hex(hashes),
                 "namespace": engine.namespace, "first_token": first[0],
                 "cached_tokens": out["cached_tokens"], "latency_s": out["latency_s"]}
@@ -282,7 +286,7 @@ def create_app(engine: Engine, role: str = "both") -> FastAPI:
     @app.get("/info")
     async def info() -> dict[str, Any]:
         e = engine.ecfg
-        return {"role": role, "model_id": engine.model_cfg.model_id,
+        return {"role": control.role, "model_id": engine.model_cfg.model_id,
                 "block_size": e.block_size, "hash_algo": e.hash_algo, "hash_seed": e.hash_seed,
                 "namespace": engine.namespace, "block_bytes": engine.block_bytes,
                 "num_blocks": e.num_blocks, "kvstore": engine.connector is not None,
@@ -315,6 +319,9 @@ def create_app(engine: Engine, role: str = "both") -> FastAPI:
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
-        return {"ok": loop.thread.is_alive(), "role": role}
+        return {"ok": loop.thread.is_alive(), "role": control.role}
 
+    # len() of the scheduler's list and of the pending dict is safe without the engine lock
+    install(app, control, lambda: {"inflight": len(loop.pending),
+                                   "waiting": len(engine.scheduler.waiting)})
     return app

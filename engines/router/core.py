@@ -38,10 +38,11 @@ from engines import disagg
 from engines.router import workers as worker_view
 from engines.router.workers import POLL_S, RETRY_S, Worker
 from engines.store_io import BlockStore, open_store
+from engines.worker_control import ROLE_HEADER
 from kvstore.keys import BlockHasher
 
 __all__ = ["POLICIES", "POLL_S", "RETRY_S", "NoWorker", "Plan", "Router", "Worker",
-           "WorkerDown"]
+           "WorkerDown", "WrongRole"]
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,15 @@ class Plan(NamedTuple):
 
 class WorkerDown(Exception):
     """The worker could not serve the request (connection refused, 5xx): try another."""
+
+
+class WrongRole(WorkerDown):
+    """The worker's role changed since the request was planned (409 with ``x-kvstore-role``):
+    the router relearns it and tries another worker; the worker is not marked down."""
+
+
+def _wrong_role(r: httpx.Response) -> bool:
+    return r.status_code == 409 and ROLE_HEADER in r.headers
 
 
 class NoWorker(Exception):
@@ -118,11 +128,25 @@ class Router:
                 self.namespace, self.model_id = info["namespace"], info["model_id"]
                 self.max_model_len = int(info.get("max_model_len", 0))
         except (httpx.HTTPError, ValueError, KeyError):
-            w.mark_unknown()
+            if not w.known:  # a known worker's role stays as last heard; /health judges it
+                w.mark_unknown()
             return False
+        if not w.known or w.role != role:
+            log.info("worker %s answered (role %s)", w.url, role)
         w.mark_known(role)
-        log.info("worker %s answered (role %s)", w.url, role)
+        self._place(w)
         return True
+
+    def _place(self, w: Worker) -> None:
+        """Keep ``w`` in the pool its role serves: a worker switched at run time (``POST
+        /admin/role``, the SLO planner) moves between the decode and prefill lists; ``both``
+        stays where it was configured."""
+        if w.role == "prefill" and w in self.workers:
+            self.workers.remove(w)
+            self.prefill.append(w)
+        elif w.role == "decode" and w in self.prefill:
+            self.prefill.remove(w)
+            self.workers.append(w)
 
     def check_ready(self, pool: list[Worker] | None = None) -> None:
         """Raise :class:`NoWorker` (with what the router is waiting for) when no worker of
@@ -199,6 +223,8 @@ class Router:
                                               json={**req_body, "stream": True}) as r:
                     if r.status_code >= 500:
                         raise WorkerDown(f"{w.url}: {r.status_code}")
+                    if _wrong_role(r):
+                        raise WrongRole(f"{w.url} is now {r.headers[ROLE_HEADER]}")
                     if r.status_code >= 400:
                         await r.aread()
                         raise httpx.HTTPStatusError(r.text, request=r.request, response=r)
@@ -222,7 +248,7 @@ class Router:
             except (WorkerDown, *_FAILURES) as exc:
                 if started:
                     raise
-                self._mark_down(w, exc)
+                await self._failed(w, exc)
                 self.totals["retries"] += 1
             finally:
                 w.inflight, w.queued = w.inflight - 1, w.queued - plan.work[w]
@@ -265,6 +291,9 @@ class Router:
             try:
                 handoff = await disagg.prefill(self.client, p.url, body["prompt_ids"])
             except httpx.HTTPStatusError as exc:
+                if _wrong_role(exc.response):
+                    await self.learn(p)
+                    continue
                 if exc.response.status_code < 500:
                     raise
                 self._mark_down(p, exc)
@@ -284,11 +313,13 @@ class Router:
             r = await self.client.post(f"{w.url}/generate", json=req_body)
             if r.status_code >= 500:
                 raise WorkerDown(f"{w.url}: {r.status_code} {r.text[:200]}")
+            if _wrong_role(r):
+                raise WrongRole(f"{w.url} is now {r.headers[ROLE_HEADER]}")
             r.raise_for_status()  # 4xx: the request is bad, another worker would refuse it too
             doc: dict[str, Any] = r.json()
             return doc
         except (WorkerDown, *_FAILURES) as exc:
-            self._mark_down(w, exc)
+            await self._failed(w, exc)
             raise WorkerDown(str(exc)) from exc
         finally:
             w.inflight, w.queued = w.inflight - 1, w.queued - plan.work[w]
@@ -307,6 +338,14 @@ class Router:
         t["hit_tokens"] += hit
         assert self.hasher is not None
         t["store_prefix_tokens"] += stored * self.hasher.block_size
+
+    async def _failed(self, w: Worker, exc: Exception) -> None:
+        """A worker that could not take a request: relearn a switched role, else mark it
+        down."""
+        if isinstance(exc, WrongRole):
+            await self.learn(w)
+        else:
+            self._mark_down(w, exc)
 
     def _mark_down(self, w: Worker, why: object = None) -> None:
         log.warning("worker %s is down: %s", w.url, why)

@@ -94,13 +94,14 @@ async def sync(client: httpx.AsyncClient, w: Worker) -> None:
 async def poll_forever(client: httpx.AsyncClient, workers: Callable[[], list[Worker]],
                        sync_one: Callable[[Worker], Awaitable[None]],
                        learn: Callable[[Worker], Awaitable[bool]]) -> None:
-    """Every ``POLL_S``: ask workers not known yet for ``/info`` through ``learn``, bring back
-    down workers whose ``/health`` answers, and pull the residency events of every live
-    decode-capable worker through ``sync_one``."""
+    """Every ``POLL_S``: ask workers for ``/info`` through ``learn`` (the ones not known yet,
+    and the live ones, whose role may have been switched at run time), bring back down workers
+    whose ``/health`` answers, and pull the residency events of every live decode-capable
+    worker through ``sync_one``."""
     while True:
         await asyncio.sleep(POLL_S)
-        for w in workers():
-            if not w.known:
+        for w in list(workers()):
+            if not w.known or w.up:
                 await learn(w)
             elif not w.up:
                 try:

@@ -1,0 +1,106 @@
+"""``kvstore-planner``: the SLO planner as its own process, beside the router. One flag per
+:class:`~engines.planner.settings.PlannerSettings` field (``--ttft-target-s`` for
+``ttft_target_s``), its help from the field's description and default.
+
+A process of its own rather than a router option: it has its own life (it may stop, restart or
+run in dry-run without touching serving), one planner can watch a router that several
+replicas share, and its output (JSON lines, a metric) is for an autoscaler, not for clients.
+A bad setting is one line naming the flag and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import sys
+from typing import Any
+
+from pydantic import ValidationError
+
+from kvstore import cli_kit
+from kvstore.cli_kit import CommandError
+
+PROG = "kvstore-planner"
+
+
+def flag_of(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from engines.planner.settings import PlannerSettings
+
+    p = cli_kit.Parser(prog=PROG, description="The SLO planner: watches TTFT, ITL and queues "
+                       "of the router's prefill and decode pools against targets and moves "
+                       "workers between the roles (POST /admin/role), or prints a scale "
+                       "recommendation (a JSON line) for an autoscaler.")
+    cli_kit.add_version(p)
+    for name, info in PlannerSettings.model_fields.items():
+        default = info.get_default()
+        shown = "none" if default is None else ("on" if default is True else "off"
+                                                if default is False else default)
+        text = info.description or ""
+        if not info.is_required():
+            text += f" (default: {shown})"
+        options: dict[str, Any] = {"dest": name, "default": None, "help": text}
+        if info.annotation is bool:
+            options["action"] = argparse.BooleanOptionalAction
+        else:
+            options["metavar"] = ("PATH" if name.endswith("_file") else "URL"
+                                  if name == "router" else "N" if info.annotation is int
+                                  else "X")
+            options["required"] = info.is_required()
+        p.add_argument(flag_of(name), **options)
+    return p
+
+
+def settings_from(args: argparse.Namespace) -> Any:
+    from engines.planner.settings import PlannerSettings
+
+    given = {k: v for k, v in vars(args).items() if v is not None}
+    try:
+        return PlannerSettings(**given)
+    except ValidationError as exc:
+        parts = []
+        for err in exc.errors():
+            name = str(err["loc"][0]) if err["loc"] else ""
+            msg = err["msg"].removeprefix("Value error, ")
+            parts.append(f"{flag_of(name)}: {msg}" if name else msg)
+        raise CommandError("invalid settings: " + "; ".join(parts)) from None
+
+
+def run(args: argparse.Namespace) -> int:
+    from engines.planner.loop import Planner
+    from engines.planner.metrics import PlannerMetrics
+    from engines.worker_control import read_token_file
+
+    settings = settings_from(args)
+    token = None
+    if settings.admin_token_file:
+        try:
+            token = read_token_file(settings.admin_token_file)
+        except ValueError as exc:
+            raise CommandError(f"--admin-token-file: {exc}") from None
+    metrics = PlannerMetrics()
+    if settings.metrics_port:
+        try:
+            metrics.serve(settings.metrics_port)
+        except OSError as exc:
+            raise CommandError(f"--metrics-port {settings.metrics_port}: {exc.strerror}; "
+                               "choose another port") from None
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(Planner(settings, token, metrics=metrics).run())
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return cli_kit.run(PROG, lambda: run(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+"""The planner's loop: every ``interval_s`` look at the fleet (:mod:`engines.planner.observe`),
+decide (:mod:`engines.planner.policy`) and act: a move is ``POST /admin/role`` on the chosen
+worker (the router learns the new role from the worker within a second, and a request that
+reaches the worker under its old role is retried elsewhere); a recommendation is one JSON line
+on stdout and the ``kvstore_planner_recommended_workers`` gauge.
+
+Every action (and with ``log_ticks`` every judgement) is one JSON line on stdout, so that an
+autoscaler, a log shipper or a bench can follow it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+import time
+from collections.abc import Callable
+from typing import Any, TextIO
+
+import httpx
+
+from engines.planner.metrics import PlannerMetrics
+from engines.planner.observe import Observer
+from engines.planner.policy import Action, Policy
+from engines.planner.settings import PlannerSettings
+
+log = logging.getLogger(__name__)
+
+
+class Planner:
+    def __init__(self, settings: PlannerSettings, token: str | None = None,
+                 out: TextIO | None = None, metrics: PlannerMetrics | None = None) -> None:
+        self.s, self.token, self.out = settings, token, out or sys.stdout
+        self.policy = Policy(settings)
+        self.metrics = metrics
+        self.client = httpx.AsyncClient(timeout=30.0)
+        self.observer = Observer(self.client, settings.router, window_s=settings.window_s,
+                                 percentile=settings.percentile,
+                                 min_samples=settings.min_samples)
+        self.started = time.time()
+
+    def emit(self, doc: dict[str, Any]) -> None:
+        now = time.time()
+        doc = {"t": round(now - self.started, 3), "at": round(now, 3), **doc}
+        self.out.write(json.dumps(doc) + "\n")
+        self.out.flush()
+
+    async def tick(self) -> Action | None:
+        try:
+            await self.observer.refresh()
+        except httpx.HTTPError as exc:
+            log.warning("router %s did not answer: %s", self.s.router, exc)
+            return None
+        now = time.time()
+        pools = self.observer.pools(now)
+        press = self.policy.pressures(pools)
+        if self.metrics:
+            self.metrics.observe(pools, press)
+        if self.s.log_ticks:
+            self.emit({"event": "tick", **{
+                name: {"workers": len(p.workers), "ttft_s": p.ttft_s, "itl_s": p.itl_s,
+                       "queue": p.queue, "samples": p.samples, "pressure": round(press[name], 3)}
+                for name, p in pools.items()}})
+        action = self.policy.decide(pools, now)
+        if action is None:
+            return None
+        doc = action.doc()
+        if action.kind == "move":  # a pool's name is the role its workers take
+            assert action.donor is not None
+            url = self.observer.donor(action.donor, action.pool)
+            if url is None:
+                doc = {**doc, "event": "recommend",
+                       "reason": doc["reason"] + "; no donor worker can take the role"}
+            else:
+                doc["worker"] = url
+                if not self.s.dry_run and not await self.switch(url, action.pool):
+                    return None
+        if self.metrics:
+            self.metrics.acted(doc)
+        self.emit(doc)
+        return action
+
+    async def switch(self, url: str, role: str) -> bool:
+        headers = {"authorization": f"Bearer {self.token}"} if self.token else {}
+        try:
+            r = await self.client.post(f"{url}/admin/role", json={"role": role},
+                                       headers=headers)
+        except httpx.HTTPError as exc:
+            log.warning("switching %s to %s failed: %s", url, role, exc)
+            return False
+        if r.status_code != 200:
+            log.warning("switching %s to %s refused: %s %s", url, role, r.status_code, r.text)
+            return False
+        self.observer.set_role(url, role)
+        return True
+
+    async def run(self, stop: Callable[[], bool] = lambda: False) -> None:
+        end = self.started + self.s.duration_s if self.s.duration_s else float("inf")
+        try:
+            while not stop() and time.time() < end:
+                started = time.monotonic()
+                await self.tick()
+                await asyncio.sleep(max(0.0, self.s.interval_s - (time.monotonic() - started)))
+        finally:
+            await self.client.aclose()

@@ -1,0 +1,43 @@
+"""The planner's Prometheus metrics (one registry of its own): pool sizes and pressure per
+judgement, moves and recommendations, and the worker count last recommended per pool, which
+an autoscaler can act on."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+
+from engines.planner.observe import PoolView
+
+
+class PlannerMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.workers = Gauge("kvstore_planner_pool_workers", "workers in the pool",
+                             ["pool"], registry=r)
+        self.pressure = Gauge("kvstore_planner_pool_pressure", "the pool's load against its "
+                              "targets (above 1: over target)", ["pool"], registry=r)
+        self.moves = Counter("kvstore_planner_moves", "workers moved into the pool",
+                             ["pool"], registry=r)
+        self.recommendations = Counter("kvstore_planner_recommendations",
+                                       "scale recommendations made", ["pool"], registry=r)
+        self.recommended = Gauge("kvstore_planner_recommended_workers", "the pool's size in "
+                                 "the last recommendation", ["pool"], registry=r)
+
+    def serve(self, port: int) -> None:
+        start_http_server(port, addr="127.0.0.1", registry=self.registry)
+
+    def observe(self, pools: dict[str, PoolView], pressure: dict[str, float]) -> None:
+        for name, p in pools.items():
+            self.workers.labels(name).set(len(p.workers))
+            self.pressure.labels(name).set(pressure[name])
+
+    def acted(self, doc: dict[str, Any]) -> None:
+        if doc["event"] == "move":
+            self.moves.labels(doc["pool"]).inc()
+            return
+        self.recommendations.labels(doc["pool"]).inc()
+        for name, n in doc["desired"].items():
+            self.recommended.labels(name).set(n)

@@ -1,0 +1,141 @@
+"""The worker's face to the SLO planner: its role, switchable at run time (``POST
+/admin/role``), and its recent latencies (``GET /latency``).
+
+A role decides which routes take *new* requests (``prefill``: ``/prefill`` only; ``decode``:
+``/generate`` only; ``both``: either). A switch changes only that gate: requests already
+admitted run to their end in the engine as they were, so a switch drops nothing in flight and
+needs no restart. A request refused for its role is answered 409 with the ``x-kvstore-role``
+header (the worker's role now), which tells a router to learn the new role and try another
+worker rather than fail the request.
+
+``POST /admin/role`` is the worker's one admin route. With an admin token (``kvstore-engine
+serve --admin-token-file``) it needs ``Authorization: Bearer <token>``; without one it is as
+open as the rest of the worker, which binds to loopback by default.
+
+``GET /latency?since=N`` lists the requests finished after cursor ``N`` (time to first token,
+inter-token latency, kind) and the worker's queue now: the planner keeps its own sliding
+window over them.
+"""
+
+from __future__ import annotations
+
+import hmac
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from fastapi import FastAPI, Header, HTTPException
+from pydantic import BaseModel, Field
+
+ROLES = ("both", "prefill", "decode")
+ROLE_HEADER = "x-kvstore-role"
+LATENCY_KEEP = 4096  # finished requests remembered for /latency
+
+
+def read_token_file(path: str) -> str:
+    """The one token in file ``path`` (a file keeps it out of the process list). Raises
+    ``ValueError`` naming the problem."""
+    try:
+        token = Path(path).expanduser().read_text().strip()
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if not token or any(c.isspace() for c in token):
+        raise ValueError(f"{path} must hold one token (no spaces)")
+    return token
+
+
+class RoleRequest(BaseModel):
+    role: str = Field(description="both, prefill or decode")
+
+
+class Finished(NamedTuple):
+    """One finished request as the planner sees it."""
+
+    seq: int  # cursor
+    at: float  # time.time() at the end
+    kind: str  # "prefill" or "generate"
+    ttft_s: float
+    itl_s: float | None  # mean gap between output tokens; None with one token
+    tokens: int
+
+
+class WorkerControl:
+    """The worker's current role and its log of finished requests. The role is read by
+    request handlers on the event loop and written by the admin route on the same loop;
+    the log is appended to from handlers too, so a plain lock is enough."""
+
+    def __init__(self, role: str, *, can_prefill: bool, admin_token: str | None = None) -> None:
+        if role not in ROLES:
+            raise ValueError(f"role must be one of {ROLES}, got {role!r}")
+        self.role = role
+        self.can_prefill = can_prefill
+        self.admin_token = admin_token
+        self.switches = 0
+        self._log: deque[Finished] = deque(maxlen=LATENCY_KEEP)
+        self._cursor = 0
+        self._lock = threading.Lock()
+
+    def refuse(self, route: str) -> None:
+        """Raise the 409 for a new request on ``route`` that the current role does not take."""
+        if route == "prefill" and self.role == "decode":
+            raise HTTPException(409, "this worker only decodes",
+                                headers={ROLE_HEADER: self.role})
+        if route == "generate" and self.role == "prefill":
+            raise HTTPException(409, "this worker only prefills; send /generate to a decoder",
+                                headers={ROLE_HEADER: self.role})
+
+    def switch(self, role: str) -> dict[str, Any]:
+        if role not in ROLES:
+            raise HTTPException(400, f"role must be one of {', '.join(ROLES)}; got {role!r}")
+        if role == "prefill" and not self.can_prefill:
+            raise HTTPException(409, "role prefill needs --kvstore: its blocks go to the store")
+        old, self.role = self.role, role
+        self.switches += old != role
+        return {"role": role, "previous": old, "switches": self.switches}
+
+    def record(self, kind: str, ttft_s: float | None, first_at: float | None,
+               tokens: int) -> None:
+        """Log a finished request; ``first_at`` is the perf-counter time of its first token."""
+        if ttft_s is None:
+            return
+        itl = None
+        if first_at is not None and tokens > 1:
+            itl = (time.perf_counter() - first_at) / (tokens - 1)
+        with self._lock:
+            self._cursor += 1
+            self._log.append(Finished(self._cursor, time.time(), kind, ttft_s, itl, tokens))
+
+    def since(self, cursor: int) -> dict[str, Any]:
+        with self._lock:
+            rows = [f._asdict() for f in self._log if f.seq > cursor]
+            return {"cursor": self._cursor, "role": self.role, "finished": rows}
+
+    def check_token(self, authorization: str | None) -> None:
+        if self.admin_token is None:
+            return
+        given = (authorization or "").removeprefix("Bearer ").strip()
+        if not hmac.compare_digest(given.encode(), self.admin_token.encode()):
+            raise HTTPException(401, "admin route: give Authorization: Bearer <admin token>",
+                                headers={"WWW-Authenticate": "Bearer"})
+
+
+def install(app: FastAPI, control: WorkerControl,
+            load: Callable[[], dict[str, int]] = dict) -> None:
+    """Add ``POST /admin/role`` and ``GET /latency`` to the worker's app; ``load`` gives the
+    queue figures ``/latency`` adds (read without the engine's lock: a planner polls often)."""
+
+    @app.post("/admin/role")
+    async def set_role(req: RoleRequest,
+                       authorization: str | None = Header(None)) -> dict[str, Any]:
+        """Switch the role for new requests; requests in flight finish under the old one."""
+        control.check_token(authorization)
+        return control.switch(req.role)
+
+    @app.get("/latency")
+    async def latency(since: int = 0) -> dict[str, Any]:
+        """Requests finished after cursor ``since`` (``ttft_s``, ``itl_s``, ``kind``) and the
+        load now (``inflight``, ``waiting``)."""
+        return {**control.since(since), **load()}
