@@ -3,11 +3,16 @@
 Rows (each against a baseline measured in the same run, BENCH.md):
 - put/get GB/s of 256 KiB and 2 MiB blocks through (a) the shared-memory local path, (b) the
   TCP data plane, (c) REST single-block PUT/GET, beside (d) a plain memcpy of the same bytes
-  into preallocated buffers and (e) redis-server + redis-py (pipelined SET/GET) storing the
-  same blocks; the Unix socket without shared memory is shown too;
+  into preallocated buffers, (e) redis-server + redis-py (pipelined SET/GET) storing the
+  same blocks and (f) a raw Python socket (``bench/raw_socket.py``: the same bytes between two
+  processes, ``sendmsg`` out, ``recv_into`` preallocated buffers), over TCP and over a Unix
+  socket; the kvstore socket rows appear twice, against Redis and against the raw socket;
 - lookup latency p50/p99 of a 1k-block chain over REST and over the data plane.
 
-Targets (issue 3): shared memory >= 0.70 of memcpy; TCP data plane faster than Redis.
+Targets: shared memory >= 0.70 of memcpy; TCP data plane faster than Redis (issue 3); TCP
+and Unix socket put and get (into preallocated buffers, as the raw socket receives) >= 0.80 of
+the raw socket of the same kind, REST get of one 2 MiB block >= 0.50 of the raw TCP socket
+(issue 15).
 Cases are interleaved (A B C ... A B C) and medians taken after a warm-up. The server and
 Redis run on loopback ports of this machine and are stopped at the end.
 
@@ -34,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httpx
 from common import report, row
+from raw_socket import RawServer
 
 from kvstore.client import KVStoreClient
 from kvstore.testing.proc import free_port
@@ -106,8 +112,8 @@ def keys_for(tag: str, n: int) -> list[BlockHash]:
             for i in range(n)]
 
 
-def throughput_rows(srv: ServerProc, redis: Redis | None, block: int, count: int, reps: int,
-                    warmup: int) -> list[dict[str, Any]]:
+def throughput_rows(srv: ServerProc, redis: Redis | None, raw: RawServer, block: int,
+                    count: int, reps: int, warmup: int) -> list[dict[str, Any]]:
     ns = f"bench-{block}"
     blocks = [os.urandom(block) for _ in range(count)]
     dest = [bytearray(block) for _ in range(count)]
@@ -116,6 +122,7 @@ def throughput_rows(srv: ServerProc, redis: Redis | None, block: int, count: int
     unix = KVStoreClient(srv.url, use_shm=False, transport="unix")
     tcp = KVStoreClient(srv.url, use_shm=False, transport="tcp")
     rest = httpx.Client(base_url=srv.url, timeout=60)
+    raw_tcp, raw_unix = raw.connect(), raw.connect(unix=True)
     shm.register_namespace(ns, block, {"model_id": "bench"})
     fresh: dict[str, list[BlockHash]] = {}
 
@@ -144,6 +151,8 @@ def throughput_rows(srv: ServerProc, redis: Redis | None, block: int, count: int
         "tcp": put_case("tcp", lambda k: tcp.put(ns, k, blocks), drop),
         "unix": put_case("unix", lambda k: unix.put(ns, k, blocks), drop),
         "rest": put_case("rest", rest_put, drop),
+        "raw socket": (nothing, lambda: raw_tcp.put(blocks), nothing),
+        "raw unix socket": (nothing, lambda: raw_unix.put(blocks), nothing),
     }
     if redis is not None:
         put_cases["redis"] = put_case("redis", lambda k: redis.put(k, blocks), redis.delete)
@@ -157,6 +166,10 @@ def throughput_rows(srv: ServerProc, redis: Redis | None, block: int, count: int
     def check(got: list[Any]) -> None:
         if any(g is None for g in got):
             raise RuntimeError("bench get missed a stored block")
+
+    def check_into(found: list[bool]) -> None:
+        if not all(found):
+            raise RuntimeError("bench get_into missed a stored block")
 
     def rest_get() -> None:
         for k in stored:
@@ -172,13 +185,19 @@ def throughput_rows(srv: ServerProc, redis: Redis | None, block: int, count: int
         "shm bytes": (nothing, lambda: check(shm.get(ns, stored)), nothing),
         "tcp": (nothing, lambda: check(tcp.get(ns, stored)), nothing),
         "unix": (nothing, lambda: check(unix.get(ns, stored)), nothing),
+        "tcp into": (nothing, lambda: check_into(tcp.get_into(ns, stored, dest)), nothing),
+        "unix into": (nothing, lambda: check_into(unix.get_into(ns, stored, dest)), nothing),
         "rest": (nothing, rest_get, nothing),
+        "raw socket": (nothing, lambda: raw_tcp.get_into(dest), nothing),
+        "raw unix socket": (nothing, lambda: raw_unix.get_into(dest), nothing),
     }
     if redis is not None:
         get_cases["redis"] = (nothing, lambda: check(redis.get(stored)), nothing)
     get_t = interleave(get_cases, reps, warmup)
     for c in (shm, unix, tcp):
         c.close()
+    for r in (raw_tcp, raw_unix):
+        r.close()
     rest.close()
 
     def gbps(seconds: float) -> float:
@@ -201,6 +220,28 @@ def throughput_rows(srv: ServerProc, redis: Redis | None, block: int, count: int
         if red is not None:
             rows.append(row(f"redis {op}", "GB/s", red, block_bytes=block,
                             higher_is_better=True))
+    for op, times in (("put", put_t), ("get", get_t)):
+        rows += raw_rows(op, block, {name: gbps(t) for name, t in times.items()})
+    return rows
+
+
+def raw_rows(op: str, block: int, rate: dict[str, float]) -> list[dict[str, Any]]:
+    """The second set: kvstore's socket paths against the raw socket of the same kind."""
+    tcp, unix = rate["raw socket"], rate["raw unix socket"]
+    into = op == "get"  # a get lands in preallocated buffers, as the raw socket's does
+    rows = [row(f"raw socket {op}", "GB/s", tcp, block_bytes=block, higher_is_better=True),
+            row(f"raw unix socket {op}", "GB/s", unix, block_bytes=block,
+                higher_is_better=True)]
+    for name, base, base_value in (("tcp", "raw socket", tcp), ("unix", "raw unix socket", unix)):
+        rows.append(row(f"{name} get_into" if into else f"{name} put", "GB/s",
+                        rate[f"{name} into" if into else name], base, base_value,
+                        higher_is_better=True, target=0.80, block_bytes=block))
+    if op == "get":
+        rows.append(row("tcp get (bytes)", "GB/s", rate["tcp"], "raw socket", tcp,
+                        higher_is_better=True, block_bytes=block))
+    rows.append(row(f"rest {op}", "GB/s", rate["rest"], "raw socket", tcp,
+                    higher_is_better=True, block_bytes=block,
+                    target=0.50 if op == "get" and block >= (2 << 20) else None))
     return rows
 
 
@@ -249,6 +290,7 @@ def main() -> int:
         srv = ServerProc(Path(tmp) / "data", host_capacity="1GiB", disk_capacity="4GiB")
         srv.start()
         redis: Redis | None = None
+        raw = RawServer()
         try:
             try:
                 redis = Redis()
@@ -256,11 +298,13 @@ def main() -> int:
                 print(f"note: {exc}; Redis rows left out", file=sys.stderr)
             rows: list[dict[str, Any]] = []
             for block in (256 << 10, 2 << 20):
-                rows += throughput_rows(srv, redis, block, batch_bytes // block, reps, warmup)
+                rows += throughput_rows(srv, redis, raw, block, batch_bytes // block, reps,
+                                        warmup)
             rows += lookup_rows(srv, 1000, 30 if args.quick else 300)
         finally:
             if redis is not None:
                 redis.close()
+            raw.close()
             srv.stop()
     report("server", rows, args.json)
     return 0
