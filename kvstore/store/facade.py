@@ -216,7 +216,7 @@ class Store:
         raises :class:`~kvstore.errors.WouldBlock` rather than wait for the store lock."""
         keys = make_keys(namespace, hashes)
         with self._lock.hold(nowait):
-            return sum(self._leases.release(key, owner) for key in keys)
+            return self._leases.release_many(keys, owner)
 
     def expire_leases(self, owner: str | None = None) -> int:
         """Drop expired pins and reservations, or all of ``owner``'s (staged places too) when
