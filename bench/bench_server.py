@@ -2,7 +2,8 @@
 
 Rows (each against a baseline measured in the same run, BENCH.md):
 - put/get GB/s of 256 KiB and 2 MiB blocks through (a) the shared-memory local path, (b) the
-  TCP data plane, (c) REST single-block PUT/GET, beside (d) a plain memcpy of the same bytes
+  TCP data plane, (c) REST single-block PUT/GET (``http.client``, each body read into a
+  preallocated buffer), beside (d) a plain memcpy of the same bytes
   into preallocated buffers, (e) redis-server + redis-py (pipelined SET/GET) storing the
   same blocks and (f) a raw Python socket (``bench/raw_socket.py``: the same bytes between two
   processes, ``sendmsg`` out, ``recv_into`` preallocated buffers), over TCP and over a Unix
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import http.client
 import os
 import shutil
 import statistics
@@ -107,6 +109,39 @@ class Redis:
         self.proc.wait(10)
 
 
+class RestBlocks:
+    """Single-block REST PUT and GET over one keep-alive connection with the standard
+    library's ``http.client``, each GET's body read into a preallocated buffer (as the raw
+    socket reads). httpx spends more CPU on a 2 MiB body than the server does (it gathers
+    the body in 64 KiB pieces and joins them), which would measure the client."""
+
+    def __init__(self, port: int) -> None:
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+
+    def put(self, ns: str, keys: Sequence[BlockHash], blocks: Sequence[bytes]) -> None:
+        for k, b in zip(keys, blocks, strict=True):
+            self.conn.request("PUT", f"/v1/blocks/{ns}/{k.hex()}", body=b,
+                              headers={"content-type": "application/octet-stream"})
+            self._check(self.conn.getresponse(), None)
+
+    def get_into(self, ns: str, keys: Sequence[BlockHash], dest: Sequence[bytearray]) -> None:
+        for k, d in zip(keys, dest, strict=True):
+            self.conn.request("GET", f"/v1/blocks/{ns}/{k.hex()}")
+            self._check(self.conn.getresponse(), d)
+
+    @staticmethod
+    def _check(resp: http.client.HTTPResponse, into: bytearray | None) -> None:
+        if resp.status >= 300:
+            raise RuntimeError(f"REST {resp.status}: {resp.read()[:200]!r}")
+        if into is None:
+            resp.read()
+        elif resp.readinto(into) != len(into) or resp.read():
+            raise RuntimeError("REST get: body of the wrong size")
+
+    def close(self) -> None:
+        self.conn.close()
+
+
 def keys_for(tag: str, n: int) -> list[BlockHash]:
     return [BlockHash(hashlib.sha256(f"{tag}/{i}/{time.perf_counter_ns()}".encode()).digest())
             for i in range(n)]
@@ -121,7 +156,7 @@ def throughput_rows(srv: ServerProc, redis: Redis | None, raw: RawServer, block:
     shm = KVStoreClient(srv.url, use_shm=True)
     unix = KVStoreClient(srv.url, use_shm=False, transport="unix")
     tcp = KVStoreClient(srv.url, use_shm=False, transport="tcp")
-    rest = httpx.Client(base_url=srv.url, timeout=60)
+    rest = RestBlocks(srv.port)
     raw_tcp, raw_unix = raw.connect(), raw.connect(unix=True)
     shm.register_namespace(ns, block, {"model_id": "bench"})
     fresh: dict[str, list[BlockHash]] = {}
@@ -138,10 +173,6 @@ def throughput_rows(srv: ServerProc, redis: Redis | None, raw: RawServer, block:
     def drop(keys: list[BlockHash]) -> None:
         shm.delete(ns, keys)
 
-    def rest_put(keys: list[BlockHash]) -> None:
-        for k, b in zip(keys, blocks, strict=True):
-            rest.put(f"/v1/blocks/{ns}/{k.hex()}", content=b).raise_for_status()
-
     def nothing() -> None:
         return None
 
@@ -150,7 +181,7 @@ def throughput_rows(srv: ServerProc, redis: Redis | None, raw: RawServer, block:
         "shm": put_case("shm", lambda k: shm.put(ns, k, blocks), drop),
         "tcp": put_case("tcp", lambda k: tcp.put(ns, k, blocks), drop),
         "unix": put_case("unix", lambda k: unix.put(ns, k, blocks), drop),
-        "rest": put_case("rest", rest_put, drop),
+        "rest": put_case("rest", lambda k: rest.put(ns, k, blocks), drop),
         "raw socket": (nothing, lambda: raw_tcp.put(blocks), nothing),
         "raw unix socket": (nothing, lambda: raw_unix.put(blocks), nothing),
     }
@@ -171,10 +202,6 @@ def throughput_rows(srv: ServerProc, redis: Redis | None, raw: RawServer, block:
         if not all(found):
             raise RuntimeError("bench get_into missed a stored block")
 
-    def rest_get() -> None:
-        for k in stored:
-            rest.get(f"/v1/blocks/{ns}/{k.hex()}").raise_for_status()
-
     def memcpy_get() -> None:
         for d, b in zip(dest, blocks, strict=True):
             d[:] = b
@@ -187,7 +214,7 @@ def throughput_rows(srv: ServerProc, redis: Redis | None, raw: RawServer, block:
         "unix": (nothing, lambda: check(unix.get(ns, stored)), nothing),
         "tcp into": (nothing, lambda: check_into(tcp.get_into(ns, stored, dest)), nothing),
         "unix into": (nothing, lambda: check_into(unix.get_into(ns, stored, dest)), nothing),
-        "rest": (nothing, rest_get, nothing),
+        "rest": (nothing, lambda: rest.get_into(ns, stored, dest), nothing),
         "raw socket": (nothing, lambda: raw_tcp.get_into(dest), nothing),
         "raw unix socket": (nothing, lambda: raw_unix.get_into(dest), nothing),
     }
