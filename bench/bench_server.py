@@ -8,12 +8,17 @@ Rows (each against a baseline measured in the same run, BENCH.md):
   same blocks and (f) a raw Python socket (``bench/raw_socket.py``: the same bytes between two
   processes, ``sendmsg`` out, ``recv_into`` preallocated buffers), over TCP and over a Unix
   socket; the kvstore socket rows appear twice, against Redis and against the raw socket;
-- lookup latency p50/p99 of a 1k-block chain over REST and over the data plane.
+- lookup latency p50/p99 of a 1k-block chain over REST and over the data plane;
+- with ``--clients 1,2,4,8`` (the default), separate client processes at once against a
+  server with a small host tier over disk (``bench/server_clients.py``): aggregate get GB/s
+  and p99 over shared memory and over TCP with each number of clients, and get p99 alone
+  and beside a client whose paced puts make the host tier demote to disk.
 
 Targets: shared memory >= 0.70 of memcpy; TCP data plane faster than Redis (issue 3); TCP
 and Unix socket put and get (into preallocated buffers, as the raw socket receives) >= 0.80 of
 the raw socket of the same kind, REST get of one 2 MiB block >= 0.50 of the raw TCP socket
-(issue 15).
+(issue 15); aggregate with the most clients >= 0.90 of one client's, and get p99 beside
+demoting puts at most 2x the p99 alone (ratio >= 0.50; issue 15).
 Cases are interleaved (A B C ... A B C) and medians taken after a warm-up. The server and
 Redis run on loopback ports of this machine and are stopped at the end.
 
@@ -42,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import httpx
 from common import report, row
 from raw_socket import RawServer
+from server_clients import client_rows
 
 from kvstore.client import KVStoreClient
 from kvstore.testing.proc import free_port
@@ -310,7 +316,10 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="well under a minute, every row")
     p.add_argument("--json", default=None, help="write the BENCH.md report here")
+    p.add_argument("--clients", default="1,2,4,8",
+                   help="client process counts for the many-clients rows ('' for none)")
     args = p.parse_args()
+    counts = [int(n) for n in args.clients.split(",") if n.strip()]
     reps, warmup = (3, 1) if args.quick else (9, 2)
     batch_bytes = (8 << 20) if args.quick else (32 << 20)
     with tempfile.TemporaryDirectory(prefix="kvbench-") as tmp:
@@ -333,6 +342,15 @@ def main() -> int:
                 redis.close()
             raw.close()
             srv.stop()
+        if counts:
+            small = ServerProc(Path(tmp) / "clients", host_capacity="64MiB",
+                               disk_capacity="4GiB")
+            small.start()
+            try:
+                rows += client_rows(small, counts, 0.4 if args.quick else 2.0,
+                                    1 if args.quick else 3)
+            finally:
+                small.stop()
     report("server", rows, args.json)
     return 0
 
