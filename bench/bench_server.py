@@ -10,7 +10,7 @@ Rows (each against a baseline measured in the same run, BENCH.md):
   socket; the kvstore socket rows appear twice, against Redis and against the raw socket;
 - lookup latency p50/p99 of a 1k-block chain over REST and over the data plane;
 - with ``--clients 1,2,4,8`` (the default), separate client processes at once against a
-  server with a small host tier over disk (``bench/server_clients.py``): aggregate get GB/s
+  server with a 256 MiB host tier over disk (``bench/server_clients.py``): aggregate get GB/s
   and p99 over shared memory and over TCP with each number of clients, and get p99 alone
   and beside a client whose paced puts make the host tier demote to disk.
 
@@ -343,11 +343,11 @@ def main() -> int:
             raw.close()
             srv.stop()
         if counts:
-            small = ServerProc(Path(tmp) / "clients", host_capacity="64MiB",
+            small = ServerProc(Path(tmp) / "clients", host_capacity="256MiB",
                                disk_capacity="4GiB")
             small.start()
             try:
-                rows += client_rows(small, counts, 0.4 if args.quick else 2.0,
+                rows += client_rows(small, 256 << 20, counts, 0.4 if args.quick else 2.0,
                                     1 if args.quick else 3)
             finally:
                 small.stop()

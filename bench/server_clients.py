@@ -29,7 +29,7 @@ from kvstore.types import BlockHash
 BLOCK = 256 << 10
 BATCH = 4  # blocks per get: 1 MiB
 PUT_BATCH = 32  # blocks per put beside the gets: 8 MiB ...
-PUT_PACE_S = 0.05  # ... every 50 ms, 160 MB/s demoted to disk once the host tier is full
+PUT_PACE_S = 0.1  # ... every 100 ms: 80 MB/s demoted to disk once the host tier is full
 START_S = 0.3  # clients are told to start this long after the command leaves
 
 
@@ -123,17 +123,21 @@ def p99(values: list[float]) -> float:
     return ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
 
 
-def client_rows(srv: ServerProc, counts: list[int], seconds: float,
+def client_rows(srv: ServerProc, host_bytes: int, counts: list[int], seconds: float,
                 reps: int) -> list[dict[str, Any]]:
     """Aggregate get GB/s and p99 with each number of clients over shm and TCP, then get p99
     alone and beside a client whose paced puts make the host tier demote (``srv`` has a
-    small host tier over a disk tier)."""
+    host tier of ``host_bytes`` over a disk tier; it is filled first, so that every put
+    beside the gets demotes as much as it brings)."""
     ns = "bench-clients"
     with KVStoreClient(srv.url) as c:
         c.register_namespace(ns, BLOCK, {"model_id": "bench"})
     pool = Clients(srv, max(*counts, 2), ns)
     try:
         rows = _scaling(pool, counts, seconds, reps)
+        with KVStoreClient(srv.url, use_shm=False) as c:  # fill the host tier
+            for i in range(host_bytes // (BLOCK * PUT_BATCH) + 1):
+                c.put(ns, _keys(f"fill/{i}", PUT_BATCH), [bytes(BLOCK)] * PUT_BATCH)
         rows += _beside_demotion(pool, seconds, reps)
     finally:
         pool.close()
