@@ -3,9 +3,9 @@
 Rows (each against a baseline measured in the same run, BENCH.md):
 - put/get GB/s of 256 KiB and 2 MiB blocks through (a) the shared-memory local path, (b) the
   TCP data plane, (c) REST single-block PUT/GET (``http.client``, each body read into a
-  preallocated buffer), beside (d) a plain memcpy of the same bytes
-  into preallocated buffers, (e) redis-server + redis-py (pipelined SET/GET) storing the
-  same blocks and (f) a raw Python socket (``bench/raw_socket.py``: the same bytes between two
+  preallocated buffer), beside (d) a plain memcpy of the same bytes into preallocated
+  buffers, (e) redis-server + redis-py (pipelined SET/GET) storing the same blocks and (f)
+  a raw Python socket (``bench/raw_socket.py``: the same bytes between two
   processes, ``sendmsg`` out, ``recv_into`` preallocated buffers), over TCP and over a Unix
   socket; the kvstore socket rows appear twice, against Redis and against the raw socket;
 - lookup latency p50/p99 of a 1k-block chain over REST and over the data plane;
