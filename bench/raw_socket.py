@@ -123,7 +123,7 @@ class RawClient:
     def put(self, blocks: Sequence[bytes | bytearray]) -> None:
         """Send the blocks back to back; returns once the server has them all."""
         size = sum(map(len, blocks))
-        send_all(self.sock, [memoryview(REQUEST.pack(PUT, size)), *map(memoryview, blocks)])
+        send_all(self.sock, [memoryview(REQUEST.pack(PUT, size)), *(memoryview(b) for b in blocks)])
         recv_exact(self.sock, memoryview(self._ack))
 
     def get_into(self, dest: Sequence[bytearray]) -> None:
