@@ -2,12 +2,23 @@
 
 Rows (each against a baseline measured in the same run, BENCH.md):
 - put/get GB/s of 256 KiB and 2 MiB blocks through (a) the shared-memory local path, (b) the
-  TCP data plane, (c) REST single-block PUT/GET, beside (d) a plain memcpy of the same bytes
-  into preallocated buffers and (e) redis-server + redis-py (pipelined SET/GET) storing the
-  same blocks; the Unix socket without shared memory is shown too;
-- lookup latency p50/p99 of a 1k-block chain over REST and over the data plane.
+  TCP data plane, (c) REST single-block PUT/GET (``http.client``, each body read into a
+  preallocated buffer), beside (d) a plain memcpy of the same bytes into preallocated
+  buffers, (e) redis-server + redis-py (pipelined SET/GET) storing the same blocks and (f)
+  a raw Python socket (``bench/raw_socket.py``: the same bytes between two
+  processes, ``sendmsg`` out, ``recv_into`` preallocated buffers), over TCP and over a Unix
+  socket; the kvstore socket rows appear twice, against Redis and against the raw socket;
+- lookup latency p50/p99 of a 1k-block chain over REST and over the data plane;
+- with ``--clients 1,2,4,8`` (the default), separate client processes at once against a
+  server with a 256 MiB host tier over disk (``bench/server_clients.py``): aggregate get GB/s
+  and p99 over shared memory and over TCP with each number of clients, and get p99 alone
+  and beside a client whose paced puts make the host tier demote to disk.
 
-Targets (issue 3): shared memory >= 0.70 of memcpy; TCP data plane faster than Redis.
+Targets: shared memory >= 0.70 of memcpy; TCP data plane faster than Redis (issue 3); TCP
+and Unix socket put and get (into preallocated buffers, as the raw socket receives) >= 0.80 of
+the raw socket of the same kind, REST get of one 2 MiB block >= 0.50 of the raw TCP socket
+(issue 15); aggregate with the most clients >= 0.90 of one client's, and get p99 beside
+demoting puts at most 2x the p99 alone (ratio >= 0.50; issue 15).
 Cases are interleaved (A B C ... A B C) and medians taken after a warm-up. The server and
 Redis run on loopback ports of this machine and are stopped at the end.
 
@@ -18,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import http.client
 import os
 import shutil
 import statistics
@@ -34,6 +46,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httpx
 from common import report, row
+from raw_socket import RawServer
+from server_clients import client_rows
 
 from kvstore.client import KVStoreClient
 from kvstore.testing.proc import free_port
@@ -101,13 +115,46 @@ class Redis:
         self.proc.wait(10)
 
 
+class RestBlocks:
+    """Single-block REST PUT and GET over one keep-alive connection with the standard
+    library's ``http.client``, each GET's body read into a preallocated buffer (as the raw
+    socket reads). httpx spends more CPU on a 2 MiB body than the server does (it gathers
+    the body in 64 KiB pieces and joins them), which would measure the client."""
+
+    def __init__(self, port: int) -> None:
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+
+    def put(self, ns: str, keys: Sequence[BlockHash], blocks: Sequence[bytes]) -> None:
+        for k, b in zip(keys, blocks, strict=True):
+            self.conn.request("PUT", f"/v1/blocks/{ns}/{k.hex()}", body=b,
+                              headers={"content-type": "application/octet-stream"})
+            self._check(self.conn.getresponse(), None)
+
+    def get_into(self, ns: str, keys: Sequence[BlockHash], dest: Sequence[bytearray]) -> None:
+        for k, d in zip(keys, dest, strict=True):
+            self.conn.request("GET", f"/v1/blocks/{ns}/{k.hex()}")
+            self._check(self.conn.getresponse(), d)
+
+    @staticmethod
+    def _check(resp: http.client.HTTPResponse, into: bytearray | None) -> None:
+        if resp.status >= 300:
+            raise RuntimeError(f"REST {resp.status}: {resp.read()[:200]!r}")
+        if into is None:
+            resp.read()
+        elif resp.readinto(into) != len(into) or resp.read():
+            raise RuntimeError("REST get: body of the wrong size")
+
+    def close(self) -> None:
+        self.conn.close()
+
+
 def keys_for(tag: str, n: int) -> list[BlockHash]:
     return [BlockHash(hashlib.sha256(f"{tag}/{i}/{time.perf_counter_ns()}".encode()).digest())
             for i in range(n)]
 
 
-def throughput_rows(srv: ServerProc, redis: Redis | None, block: int, count: int, reps: int,
-                    warmup: int) -> list[dict[str, Any]]:
+def throughput_rows(srv: ServerProc, redis: Redis | None, raw: RawServer, block: int,
+                    count: int, reps: int, warmup: int) -> list[dict[str, Any]]:
     ns = f"bench-{block}"
     blocks = [os.urandom(block) for _ in range(count)]
     dest = [bytearray(block) for _ in range(count)]
@@ -115,7 +162,8 @@ def throughput_rows(srv: ServerProc, redis: Redis | None, block: int, count: int
     shm = KVStoreClient(srv.url, use_shm=True)
     unix = KVStoreClient(srv.url, use_shm=False, transport="unix")
     tcp = KVStoreClient(srv.url, use_shm=False, transport="tcp")
-    rest = httpx.Client(base_url=srv.url, timeout=60)
+    rest = RestBlocks(srv.port)
+    raw_tcp, raw_unix = raw.connect(), raw.connect(unix=True)
     shm.register_namespace(ns, block, {"model_id": "bench"})
     fresh: dict[str, list[BlockHash]] = {}
 
@@ -131,10 +179,6 @@ def throughput_rows(srv: ServerProc, redis: Redis | None, block: int, count: int
     def drop(keys: list[BlockHash]) -> None:
         shm.delete(ns, keys)
 
-    def rest_put(keys: list[BlockHash]) -> None:
-        for k, b in zip(keys, blocks, strict=True):
-            rest.put(f"/v1/blocks/{ns}/{k.hex()}", content=b).raise_for_status()
-
     def nothing() -> None:
         return None
 
@@ -143,7 +187,9 @@ def throughput_rows(srv: ServerProc, redis: Redis | None, block: int, count: int
         "shm": put_case("shm", lambda k: shm.put(ns, k, blocks), drop),
         "tcp": put_case("tcp", lambda k: tcp.put(ns, k, blocks), drop),
         "unix": put_case("unix", lambda k: unix.put(ns, k, blocks), drop),
-        "rest": put_case("rest", rest_put, drop),
+        "rest": put_case("rest", lambda k: rest.put(ns, k, blocks), drop),
+        "raw socket": (nothing, lambda: raw_tcp.put(blocks), nothing),
+        "raw unix socket": (nothing, lambda: raw_unix.put(blocks), nothing),
     }
     if redis is not None:
         put_cases["redis"] = put_case("redis", lambda k: redis.put(k, blocks), redis.delete)
@@ -158,9 +204,9 @@ def throughput_rows(srv: ServerProc, redis: Redis | None, block: int, count: int
         if any(g is None for g in got):
             raise RuntimeError("bench get missed a stored block")
 
-    def rest_get() -> None:
-        for k in stored:
-            rest.get(f"/v1/blocks/{ns}/{k.hex()}").raise_for_status()
+    def check_into(found: list[bool]) -> None:
+        if not all(found):
+            raise RuntimeError("bench get_into missed a stored block")
 
     def memcpy_get() -> None:
         for d, b in zip(dest, blocks, strict=True):
@@ -172,13 +218,19 @@ def throughput_rows(srv: ServerProc, redis: Redis | None, block: int, count: int
         "shm bytes": (nothing, lambda: check(shm.get(ns, stored)), nothing),
         "tcp": (nothing, lambda: check(tcp.get(ns, stored)), nothing),
         "unix": (nothing, lambda: check(unix.get(ns, stored)), nothing),
-        "rest": (nothing, rest_get, nothing),
+        "tcp into": (nothing, lambda: check_into(tcp.get_into(ns, stored, dest)), nothing),
+        "unix into": (nothing, lambda: check_into(unix.get_into(ns, stored, dest)), nothing),
+        "rest": (nothing, lambda: rest.get_into(ns, stored, dest), nothing),
+        "raw socket": (nothing, lambda: raw_tcp.get_into(dest), nothing),
+        "raw unix socket": (nothing, lambda: raw_unix.get_into(dest), nothing),
     }
     if redis is not None:
         get_cases["redis"] = (nothing, lambda: check(redis.get(stored)), nothing)
     get_t = interleave(get_cases, reps, warmup)
     for c in (shm, unix, tcp):
         c.close()
+    for r in (raw_tcp, raw_unix):
+        r.close()
     rest.close()
 
     def gbps(seconds: float) -> float:
@@ -201,6 +253,28 @@ def throughput_rows(srv: ServerProc, redis: Redis | None, block: int, count: int
         if red is not None:
             rows.append(row(f"redis {op}", "GB/s", red, block_bytes=block,
                             higher_is_better=True))
+    for op, times in (("put", put_t), ("get", get_t)):
+        rows += raw_rows(op, block, {name: gbps(t) for name, t in times.items()})
+    return rows
+
+
+def raw_rows(op: str, block: int, rate: dict[str, float]) -> list[dict[str, Any]]:
+    """The second set: kvstore's socket paths against the raw socket of the same kind."""
+    tcp, unix = rate["raw socket"], rate["raw unix socket"]
+    into = op == "get"  # a get lands in preallocated buffers, as the raw socket's does
+    rows = [row(f"raw socket {op}", "GB/s", tcp, block_bytes=block, higher_is_better=True),
+            row(f"raw unix socket {op}", "GB/s", unix, block_bytes=block,
+                higher_is_better=True)]
+    for name, base, base_value in (("tcp", "raw socket", tcp), ("unix", "raw unix socket", unix)):
+        rows.append(row(f"{name} get_into" if into else f"{name} put", "GB/s",
+                        rate[f"{name} into" if into else name], base, base_value,
+                        higher_is_better=True, target=0.80, block_bytes=block))
+    if op == "get":
+        rows.append(row("tcp get (bytes)", "GB/s", rate["tcp"], "raw socket", tcp,
+                        higher_is_better=True, block_bytes=block))
+    rows.append(row(f"rest {op}", "GB/s", rate["rest"], "raw socket", tcp,
+                    higher_is_better=True, block_bytes=block,
+                    target=0.50 if op == "get" and block >= (2 << 20) else None))
     return rows
 
 
@@ -242,13 +316,17 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="well under a minute, every row")
     p.add_argument("--json", default=None, help="write the BENCH.md report here")
+    p.add_argument("--clients", default="1,2,4,8",
+                   help="client process counts for the many-clients rows ('' for none)")
     args = p.parse_args()
+    counts = [int(n) for n in args.clients.split(",") if n.strip()]
     reps, warmup = (3, 1) if args.quick else (9, 2)
     batch_bytes = (8 << 20) if args.quick else (32 << 20)
     with tempfile.TemporaryDirectory(prefix="kvbench-") as tmp:
         srv = ServerProc(Path(tmp) / "data", host_capacity="1GiB", disk_capacity="4GiB")
         srv.start()
         redis: Redis | None = None
+        raw = RawServer()
         try:
             try:
                 redis = Redis()
@@ -256,12 +334,23 @@ def main() -> int:
                 print(f"note: {exc}; Redis rows left out", file=sys.stderr)
             rows: list[dict[str, Any]] = []
             for block in (256 << 10, 2 << 20):
-                rows += throughput_rows(srv, redis, block, batch_bytes // block, reps, warmup)
+                rows += throughput_rows(srv, redis, raw, block, batch_bytes // block, reps,
+                                        warmup)
             rows += lookup_rows(srv, 1000, 30 if args.quick else 300)
         finally:
             if redis is not None:
                 redis.close()
+            raw.close()
             srv.stop()
+        if counts:
+            small = ServerProc(Path(tmp) / "clients", host_capacity="256MiB",
+                               disk_capacity="4GiB")
+            small.start()
+            try:
+                rows += client_rows(small, 256 << 20, counts, 0.4 if args.quick else 2.0,
+                                    1 if args.quick else 3)
+            finally:
+                small.stop()
     report("server", rows, args.json)
     return 0
 

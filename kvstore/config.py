@@ -65,6 +65,9 @@ class StoreConfig:
     prefetch_workers: int = 2  # threads that onboard prefetched blocks
     namespaces_path: str | None = None  # JSON file that persists registered namespaces
     spill_on_close: bool = True  # close() copies memory-only blocks to the disk tier
+    # settle the host tier into the persistent tier below it from a thread, off the store
+    # lock while the batch is written (kvstore/store/demoter.py); False: in the writing call
+    background_demotion: bool = False
     max_namespaces: int = DEFAULT_MAX_NAMESPACES  # registered namespaces, in total
     max_namespaces_per_tenant: int = DEFAULT_MAX_NAMESPACES_PER_TENANT  # bound to one tenant
     ghost_entries: int = DEFAULT_GHOST_ENTRIES  # departed blocks remembered for explain; 0: none

@@ -114,6 +114,10 @@ class ServerSettings(BaseSettings):
     disk_capacity: Size = Field(DEFAULT_DISK_CAPACITY, description="LMDB disk tier; 0: none")
     disk_write_through: bool = Field(False, description="write every put to disk before it is "
                                      "acknowledged")
+    background_demotion: bool = Field(True, description="settle the host tier into the disk "
+                                      "tier from a background thread, the disk write off the "
+                                      "store lock (gets and puts beside a demoting put do not "
+                                      "wait for the disk); false: in the put that fills it")
     device_capacity: Size = Field(0, description="device tier (a torch tensor); 0: none")
     device: str = Field("cpu", description="torch device of the device tier, e.g. cuda:0")
     s3_endpoint: str | None = Field(None, description="S3 endpoint URL (MinIO, SeaweedFS, "
@@ -313,6 +317,7 @@ class ServerSettings(BaseSettings):
             max_namespaces=self.max_namespaces,
             max_namespaces_per_tenant=self.max_namespaces_per_tenant,
             ghost_entries=self.ghost_entries,
+            background_demotion=self.background_demotion,
         )
 
 

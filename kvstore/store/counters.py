@@ -7,6 +7,7 @@ was here". Per namespace and in the totals, a query is one requested block.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -128,19 +129,20 @@ class Tally:
         """One get per block: ``served_by[i]`` is the tier that served block ``i`` (-1: a
         miss). Each tier above the serving one was asked and missed."""
         bottom = len(self.tiers) - 1
-        for name, pos, hit in zip(namespaces, served_by, hits, strict=True):
+        # one update per distinct (namespace, tier, hit): a batch is mostly one of them
+        for (name, pos, hit), n in Counter(zip(namespaces, served_by, hits, strict=True)).items():
             ns = self.ns(name)
             out = self.block_bytes.get(name, 0) if hit else 0
             for c in (ns, self.totals):
-                c.queries += 1
-                c.hits += hit
-                c.misses += not hit
-                c.bytes_out += out
+                c.queries += n
+                c.hits += n * hit
+                c.misses += n * (not hit)
+                c.bytes_out += n * out
             last = pos if hit else bottom
             for p in range(last + 1):
                 t = self.tiers[p]
-                t.queries += 1
+                t.queries += n
                 served = hit and p == pos
-                t.hits += served
-                t.misses += not served
-                t.bytes_out += out if served else 0
+                t.hits += n * served
+                t.misses += n * (not served)
+                t.bytes_out += n * out if served else 0

@@ -25,6 +25,7 @@ from kvstore.errors import InvalidLeaseError, KVStoreError, UnknownNamespaceErro
 from kvstore.namespace import Namespace
 from kvstore.policy import make_policy
 from kvstore.store.counters import Tally
+from kvstore.store.demoter import Demoter
 from kvstore.store.ghosts import Ghosts
 from kvstore.store.host_path import HostPath
 from kvstore.store.index import make_keys
@@ -67,6 +68,7 @@ class Store:
                               self._tally, self._leases, self._lock)
         self._report = Report(self._stack, self._ledger, self._tally, self._leases,
                               self._host, self._ghosts, self._lock)
+        self._demoter = self._start_demoter() if config.background_demotion else None
         self._closed = False
         self._prefetcher = ThreadPoolExecutor(
             max_workers=config.prefetch_workers, thread_name_prefix="kvstore-prefetch")
@@ -77,6 +79,22 @@ class Store:
     @classmethod
     def open(cls, config: StoreConfig) -> Store:
         return cls(config)
+
+    def _start_demoter(self) -> Demoter | None:
+        """The host tier's background settler, where a persistent tier sits right below."""
+        host = self._stack.host
+        tiers = self._stack.tiers
+        if host is None or host + 1 >= len(tiers) or not tiers[host + 1].persistent:
+            return None
+        demoter = Demoter(self._stack, self._ledger, self._placer, self._tally, self._leases,
+                          self._lock, host)
+        self._placer.settlers[host] = demoter.signal
+        return demoter
+
+    def settled(self, timeout: float | None = None) -> bool:
+        """Wait until background demotion (``background_demotion``) has nothing left to do;
+        False on timeout. Returns at once without it."""
+        return self._demoter is None or self._demoter.wait_idle(timeout)
 
     # -- namespaces --------------------------------------------------------------------------
     def register_namespace(self, ns: Namespace) -> bool:
@@ -218,7 +236,7 @@ class Store:
         raises :class:`~kvstore.errors.WouldBlock` rather than wait for the store lock."""
         keys = make_keys(namespace, hashes)
         with self._lock.hold(nowait):
-            return sum(self._leases.release(key, owner) for key in keys)
+            return self._leases.release_many(keys, owner)
 
     def expire_leases(self, owner: str | None = None) -> int:
         """Drop expired pins and reservations, or all of ``owner``'s (staged places too) when
@@ -340,6 +358,8 @@ class Store:
                 return 0
             self._closed = True
         self._prefetcher.shutdown(wait=True, cancel_futures=True)
+        if self._demoter is not None:  # its batch in flight lands first; spill does the rest
+            self._demoter.close()
         lost = 0
         with self._lock:
             if self._stack.host is not None:

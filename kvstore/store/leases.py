@@ -79,14 +79,23 @@ class LeaseTable:
 
     def release(self, key: BlockKey, owner: str) -> bool:
         """Drop one pin of ``owner`` on ``key``; False if it held none."""
-        owners = self._pins.get(key)
-        slot = owners.get(owner) if owners else None
-        if owners is None or slot is None:
-            return False
-        slot.count -= 1
-        if slot.count <= 0:
-            self._drop(key, owners, owner)
-        return True
+        return self.release_many((key,), owner) > 0
+
+    def release_many(self, keys: Sequence[BlockKey], owner: str) -> int:
+        """Drop one pin of ``owner`` on each of ``keys`` (a key named twice, two); how many it
+        held."""
+        pins = self._pins
+        dropped = 0
+        for key in keys:
+            owners = pins.get(key)
+            slot = owners.get(owner) if owners else None
+            if owners is None or slot is None:
+                continue
+            dropped += 1
+            slot.count -= 1
+            if slot.count <= 0:
+                self._drop(key, owners, owner)
+        return dropped
 
     def is_pinned(self, key: BlockKey) -> bool:
         owners = self._pins.get(key)

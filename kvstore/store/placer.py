@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Callable
 
 from kvstore.checksum import checksum
 from kvstore.errors import CapacityError, TierUnavailableError
@@ -49,6 +50,8 @@ class Placer:
         self._leases = leases
         self._ghosts = ghosts
         self._failing: dict[int, float] = {}  # tier -> monotonic time of its last failure
+        # tier -> what settles it in the background (kvstore.store.demoter) instead of here
+        self.settlers: dict[int, Callable[[], None]] = {}
 
     # -- new blocks --------------------------------------------------------------------------
     def put(self, items: list[Item], start: int, named_tier: bool) -> PutResult:
@@ -216,8 +219,13 @@ class Placer:
         return tier.used_bytes() > self._stack.configs[pos].high_watermark * tier.capacity_bytes
 
     def settle(self, pos: int) -> None:
-        """Past the high watermark, evict down to the low watermark."""
+        """Past the high watermark, evict down to the low watermark (or have the tier's
+        background settler do it)."""
         if self.over_high_watermark(pos):
+            settler = self.settlers.get(pos)
+            if settler is not None:
+                settler()
+                return
             tier = self._tiers[pos]
             low = int(self._stack.configs[pos].low_watermark * tier.capacity_bytes)
             self._evict(pos, tier.used_bytes() - low)
@@ -251,6 +259,10 @@ class Placer:
             if total >= nbytes:
                 return victims[:n]
         return victims
+
+    def demote(self, pos: int, keys: list[BlockKey]) -> None:
+        """Take ``keys`` out of tier ``pos`` now (see :meth:`_demote`), counted as evicted."""
+        self._demote(pos, keys)
 
     def _demote(self, pos: int, keys: list[BlockKey]) -> None:
         """Take ``keys`` out of tier ``pos``: keep each in a lower tier (copying it down, in one

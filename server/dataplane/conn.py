@@ -77,6 +77,7 @@ class Connection(asyncio.BufferedProtocol):
         self._held = 0  # budget bytes the frame being received or served holds
         self._waiting: asyncio.Task[None] | None = None  # waiting for budget room
         self._hello_timer: asyncio.TimerHandle | None = None
+        self._gather = False  # the transport's writelines sends buffers as they are
 
     # -- asyncio protocol -----------------------------------------------------------------
     def connection_made(self, transport: Any) -> None:
@@ -87,6 +88,7 @@ class Connection(asyncio.BufferedProtocol):
                 with contextlib.suppress(OSError):
                     sock.setsockopt(socket.SOL_SOCKET, opt, 4 << 20)
         self.session.unix = is_unix(transport)
+        self._gather = type(transport).__module__.startswith("uvloop")
         self.plane.opened(self)
         self._arm(self.settings.idle_timeout_s)
         self._hello_timer = asyncio.get_running_loop().call_later(
@@ -266,8 +268,13 @@ class Connection(asyncio.BufferedProtocol):
         if self.session.send_fds:  # shm_map: the slab's descriptor goes with the reply
             unsent = self._send_fds(reply, rid)
             noreply, reply = noreply or unsent is None, unsent or reply
-        if not noreply:
-            await self._send(encode_frame(reply, blobs))
+        after, self.session.after_send = self.session.after_send, None
+        try:
+            if not noreply:
+                await self._send(encode_frame(reply, blobs), drain=after is not None)
+        finally:
+            if after is not None:  # the kernel has every byte: the borrowed memory is free
+                await after()
         if self._close_after:
             self._release()
             if self.transport is not None:
@@ -275,16 +282,26 @@ class Connection(asyncio.BufferedProtocol):
             return
         self._next_frame()
 
-    async def _send(self, pieces: list[Buffer]) -> None:
-        if self.closed or self.transport is None:
+    async def _send(self, pieces: list[Buffer], drain: bool = False) -> None:
+        """Write a frame. With ``drain``, return only once the transport holds none of it
+        (the kernel has it all, or the connection is gone): its buffers may be reused then."""
+        transport = self.transport
+        if self.closed or transport is None:
             return
-        for piece in pieces:  # one write each: no join, the kernel copies from our buffers
-            self.transport.write(piece)
+        if drain:  # paused while anything is buffered, resumed when nothing is
+            transport.set_write_buffer_limits(high=0, low=0)
+        if self._gather:  # one writev for the frame, straight from our buffers
+            transport.writelines(pieces)
+        else:  # asyncio's writelines joins the pieces (a copy): one write each instead
+            for piece in pieces:
+                transport.write(piece)
         if not self._writable.is_set():  # a client that does not read its replies
             try:
                 await asyncio.wait_for(self._writable.wait(), self.settings.frame_timeout_s)
             except TimeoutError:
                 self._abort()
+        if drain and not transport.is_closing():
+            transport.set_write_buffer_limits()
 
     def _send_fds(self, reply: dict[str, Any], rid: Any) -> dict[str, Any] | None:
         """Send ``reply`` with the session's pending descriptors; None once sent, else the

@@ -30,6 +30,8 @@ class Session:
     reply_bytes: int = 0  # budget bytes the reply being built holds (given back once sent)
     unix: bool = False  # a Unix-socket connection: descriptors can travel with replies
     send_fds: list[int] = field(default_factory=list)  # to attach to the next reply
+    # the reply's payload borrows pinned memory: called once it is sent (or cannot be)
+    after_send: Callable[[], Awaitable[None]] | None = None
 
     @property
     def tenant(self) -> str | None:

@@ -65,6 +65,7 @@ from kvstore.types import BlockHash
 from server.auth import Authenticator
 from server.dataplane.buffers import SMALL, BufferPool
 from server.dataplane.context import Answer, Handler, OpsContext, Session
+from server.dataplane.direct_get import direct_get
 from server.dataplane.direct_put import DirectPut
 from server.dataplane.get_reply import read_within, reply_bound
 from server.dataplane.shm_ops import SharedMemoryOps
@@ -89,6 +90,8 @@ class Ops:
         self.durable_tier = durable_tier
         self.run = run
         self.shm_ops = SharedMemoryOps(self.ctx, enabled=info.get("shm") is not None)
+        self.direct_get = direct_get(store, self.ctx.now, run, settings.frame_timeout_s,
+                                     settings.max_lease_s)
         self.table: dict[type[Request], Handler] = {
             Hello: self.hello, Ping: self.ping, Register: self.register,
             Namespaces: self.namespaces, Put: self.put, Get: self.get, Lookup: self.lookup,
@@ -169,6 +172,12 @@ class Ops:
                 raise FrameError("busy", f"no room for a {need}-byte get reply in the "
                                          f"server's {budget.total}-byte budget; retry later")
             session.reply_bytes += need
+        if self.direct_get is not None and len(req.hashes) * ns.block_bytes <= limit:
+            # the reply fits whatever hits: blocks the host tier holds go out of the slab
+            got = await self.direct_get.read(ns.name, req.hashes, ns.block_bytes, limit,
+                                             session.owner)
+            session.after_send = got.after_send
+            return GetReply(got.sizes), got.pieces
         blocks = await self.run(read_within, self.store, ns.name, req.hashes, ns.block_bytes,
                                 limit)
         sizes = [-1 if b is None else len(b) for b in blocks]

@@ -8,7 +8,6 @@ same way. Every error leaves as ``{"error": code, "message": text}`` with the st
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -32,6 +31,7 @@ from server.metrics import ServerMetrics
 from server.rest import blocks, dashboard, explain, health, namespaces, ops
 from server.rest.gate import GateMiddleware
 from server.rest.limits import BodyBudget, BodyLimitMiddleware, BodyRefused, RouteLimits
+from server.rest.observe import ObserveMiddleware
 from server.rest.schemas import InfoOut
 from server.settings import ServerSettings
 
@@ -118,19 +118,12 @@ def create_app(store: StoreAPI, settings: ServerSettings, info: InfoOut, metrics
     app.add_exception_handler(Exception, _unexpected_error)
 
     # added before `observe`, so inside it: a refusal raised from ``receive`` reaches the
-    # route directly (BaseHTTPMiddleware would wrap it in an ExceptionGroup, read as a 400)
+    # route directly
     app.add_middleware(BodyLimitMiddleware, budget=BodyBudget(settings.rest_body_budget_bytes),
                        limits=RouteLimits(settings.max_request_bytes, settings.max_batch,
                                           lambda name: _block_bytes(store, name)))
 
-    @app.middleware("http")
-    async def observe(request: Request, call_next: Any) -> Any:
-        start = time.perf_counter()
-        response = await call_next(request)
-        route = request.scope.get("route")
-        op = getattr(route, "path", "unmatched")
-        metrics.observe("rest", op, str(response.status_code), time.perf_counter() - start)
-        return response
+    app.add_middleware(ObserveMiddleware, metrics=metrics)
 
     # added last, so outermost: no body byte is read, or budgeted, before the token is checked
     app.add_middleware(GateMiddleware, auth=app.state.auth, max_in_flight=settings.max_connections)

@@ -67,7 +67,7 @@ async def put_block(
     responses={200: {"content": _OCTETS, "description": "the block's bytes"},
                **errors(400, 401, 403, 404, 422, 503)},
 )
-def get_block(
+async def get_block(
     namespace: NsPath,
     block_hash_hex: HashPath,
     principal: PrincipalDep,
@@ -75,10 +75,12 @@ def get_block(
 ) -> Response:
     """The block's bytes, or 404 if the store does not hold it (or it failed its checksum)."""
     ns, h = _resolve(store, principal, namespace, block_hash_hex)
-    data = store.get(ns.name, [h])[0]
+    # one worker-thread hop for the read (it may wait for the store lock or a disk read);
+    # the bytes it returns are the body as they are
+    data = (await run_in_threadpool(store.get, ns.name, [h]))[0]
     if data is None:
         raise BlockNotFoundError(f"block {block_hash_hex} not found in {namespace!r}")
-    return Response(content=bytes(data), media_type="application/octet-stream")
+    return Response(content=data, media_type="application/octet-stream")
 
 
 @router.delete(

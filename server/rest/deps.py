@@ -15,12 +15,14 @@ from server.rest.schemas import ErrorBody
 bearer = HTTPBearer(auto_error=False, description="admin or tenant token, if configured")
 
 
-def get_store(request: Request) -> StoreAPI:
+# Dependencies are ``async``: FastAPI runs a plain ``def`` dependency in a worker thread, a
+# thread hop per dependency per request for what is an attribute read.
+async def get_store(request: Request) -> StoreAPI:
     store: StoreAPI = request.app.state.store
     return store
 
 
-def current_principal(
+async def current_principal(
     request: Request, creds: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
 ) -> Principal:
     """The caller; raises AuthError (401) on a missing or wrong token when auth is on."""

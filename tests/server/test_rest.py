@@ -142,6 +142,23 @@ def test_metrics_are_labelled_by_tier_and_namespace(api: httpx.Client, ns: str) 
     assert "kvstore_requests_total{" in text and "kvstore_hits_total" in text
 
 
+def test_requests_are_counted_by_route_and_status(api: httpx.Client, ns: str) -> None:
+    route = "/v1/blocks/{namespace}/{block_hash_hex}"
+
+    def count(status: int) -> float:
+        for line in api.get("/metrics").text.splitlines():
+            if line.startswith("kvstore_requests_total{") and f'op="{route}"' in line \
+                    and 'plane="rest"' in line and f'status="{status}"' in line:
+                return float(line.rsplit(" ", 1)[1])
+        return 0.0
+
+    before = count(201), count(200), count(404)
+    assert api.put(f"/v1/blocks/{ns}/{h(7, ns)}", content=block(7)).status_code == 201
+    assert api.get(f"/v1/blocks/{ns}/{h(7, ns)}").content == block(7)
+    assert api.get(f"/v1/blocks/{ns}/{h(8, ns)}").status_code == 404
+    assert (count(201), count(200), count(404)) == tuple(b + 1 for b in before)
+
+
 def test_healthz_and_info(api: httpx.Client, server: ServerProc) -> None:
     r = api.get("/healthz")
     assert r.status_code == 200 and r.json()["ok"] is True

@@ -1,0 +1,182 @@
+"""Demotion off the request path: a thread settles the host tier from its high watermark down
+to its low one by moving its coldest blocks to the persistent tier below, a batch at a time,
+holding the store lock only to pick a batch (and copy its bytes out of the slab) and to record
+the result. The write below (one LMDB transaction, and its fsync, per batch) runs without it,
+so reads and puts beside a demoting put no longer wait for the disk.
+
+The request path still makes room itself when a write would not fit at all
+(:meth:`~kvstore.store.placer.Placer.make_room`); only the settling that followed every write
+moves here. A block picked for a batch stays readable where it is until its copy below is
+recorded. If it is deleted or replaced meanwhile, the copy written below is deleted again
+(unless the index now says the lower tier holds it); if the request path evicted it meanwhile,
+it copied the block down itself and the batch's write was a harmless duplicate.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+
+from kvstore.checksum import checksum
+from kvstore.errors import CapacityError, TierUnavailableError
+from kvstore.store.counters import Tally
+from kvstore.store.index import Entry
+from kvstore.store.leases import LeaseTable
+from kvstore.store.ledger import Ledger
+from kvstore.store.lock import StoreLock
+from kvstore.store.placer import MAX_DEMOTE_BATCH, Item, Placer
+from kvstore.store.stack import TierStack
+from kvstore.tiers.base import BlockMeta
+from kvstore.types import BlockKey
+
+log = logging.getLogger("kvstore.store")
+Batch = list[tuple[Item, Entry]]
+
+
+class Demoter:
+    """Settles tier ``pos`` into tier ``pos + 1`` from a thread of its own. Takes the store
+    lock itself (the caller of :meth:`signal` may hold it)."""
+
+    def __init__(self, stack: TierStack, ledger: Ledger, placer: Placer, tally: Tally,
+                 leases: LeaseTable, lock: StoreLock, pos: int) -> None:
+        self._stack, self._tiers = stack, stack.tiers
+        self._ledger, self._placer, self._tally = ledger, placer, tally
+        self._leases, self._lock = leases, lock
+        self.pos, self.low = pos, pos + 1
+        self._wake = threading.Event()
+        self._idle = threading.Condition()
+        self._busy = False
+        self._stopped = False
+        self._thread = threading.Thread(target=self._run, name="kvstore-demote", daemon=True)
+        self._thread.start()
+
+    def signal(self) -> None:
+        """The tier may be past its high watermark: settle it soon."""
+        with self._idle:
+            self._busy = True
+        self._wake.set()
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Wait until no settling is asked for or running; False on timeout."""
+        with self._idle:
+            return self._idle.wait_for(lambda: not self._busy, timeout)
+
+    def close(self) -> None:
+        """Stop after the batch in flight (the store's spill copies what is left)."""
+        self._stopped = True
+        self._wake.set()
+        self._thread.join()
+
+    # -- the thread ---------------------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            if self._stopped:
+                break
+            try:
+                while not self._stopped and self.step():
+                    pass
+            except Exception:  # the request path still makes room when a write must have it
+                log.exception("background demotion from the %s tier failed",
+                              self._stack.names[self.pos])
+            with self._idle:
+                if not self._wake.is_set():
+                    self._busy = False
+                    self._idle.notify_all()
+        with self._idle:
+            self._busy = False
+            self._idle.notify_all()
+
+    def step(self) -> bool:
+        """Move one batch down; False once the tier is settled or nothing more can move."""
+        batch = self._pick()
+        if not batch:
+            return batch is not None  # [] : blocks left without a copy to write; go on
+        items = self._sealed(batch)
+        try:
+            self._tiers[self.low].put_many(items)
+        except (CapacityError, TierUnavailableError) as exc:
+            log.warning("background demotion: the %s tier refused %d blocks: %s",
+                        self._stack.names[self.low], len(items), exc)
+            return False
+        self._record(batch, items)
+        return True
+
+    # -- under the lock -----------------------------------------------------------------------
+    def _pick(self) -> Batch | None:
+        """The next batch, with its bytes copied out of the slab (whose slots may be reused
+        once the lock is let go); None when there is nothing to do."""
+        pos, tier = self.pos, self._tiers[self.pos]
+        with self._lock:
+            if not self._placer.over_high_watermark(pos):
+                return None
+            goal = tier.used_bytes() - int(self._stack.configs[pos].low_watermark
+                                           * tier.capacity_bytes)
+            resident = self._ledger.resident(pos)
+            each = max(1.0, tier.used_bytes() / resident) if resident else 1.0
+            want = min(MAX_DEMOTE_BATCH, max(1, math.ceil(goal / each)))
+            victims = self._ledger.victims(pos, want, self._leases.evictable)
+            if not victims:
+                return None
+            admit = self._stack.admissions[self.low].admit
+            move: list[tuple[BlockKey, Entry]] = []
+            other: list[BlockKey] = []
+            for key in victims:
+                entry = self._ledger.get(key)
+                if entry is not None and not entry.tiers >> self.low and admit(key):
+                    move.append((key, entry))
+                else:  # a copy below already, or none may have one: nothing to write
+                    other.append(key)
+            if other:
+                self._placer.demote(pos, other)
+            elif not move:
+                return None
+            datas = tier.get_many([key for key, _ in move])
+            batch: Batch = [((key, data, BlockMeta(e.layout_id, e.checksum, e.size)), e)
+                            for (key, e), data in zip(move, datas, strict=True)
+                            if data is not None]
+            need = sum(self._tiers[self.low].charge(e.size) for _, e in batch)
+            if batch and not self._placer.make_room(self.low, need):
+                return None
+            return batch
+
+    def _record(self, batch: Batch, items: list[Item]) -> None:
+        """The batch is below: record the copies, then free the slots of the blocks still
+        evictable; undo the copies of blocks that left meanwhile."""
+        pos, low = self.pos, self.low
+        with self._lock:
+            moved: list[BlockKey] = []
+            stale: list[BlockKey] = []
+            for ((key, _, _), picked), (_, _, meta) in zip(batch, items, strict=True):
+                entry = self._ledger.get(key)
+                if entry is not picked or entry.pending:  # deleted (or replaced) meanwhile
+                    if entry is None or not entry.holds(low):
+                        stale.append(key)
+                    continue
+                if entry.holds(low):  # the request path copied it down meanwhile
+                    continue
+                if entry.checksum is None:
+                    entry.checksum = meta.checksum
+                self._ledger.add_copy(low, key, entry)
+                self._tally.demoted(pos, key[0])
+                if entry.holds(pos) and self._leases.evictable(key):
+                    moved.append(key)
+            if stale:
+                self._tiers[low].delete(stale)
+            if moved:
+                self._tally.evicted(pos, len(moved))
+                self._placer.remove(pos, moved)
+            self._placer.settle(low)
+
+    # -- without the lock ---------------------------------------------------------------------
+    @staticmethod
+    def _sealed(batch: Batch) -> list[Item]:
+        """The batch's items, each with its checksum (computed here for memory-only blocks)."""
+        out: list[Item] = []
+        for (key, data, meta), _ in batch:
+            if meta.checksum is None:
+                meta = meta._replace(checksum=checksum(data))
+            out.append((key, data, meta))
+        return out

@@ -1,0 +1,98 @@
+"""Socket gets sent straight from the host tier: the kernel copies each block from the slab to
+the socket, with no copy (and no allocation) on the way.
+
+A ``get`` pins the requested blocks that the host tier holds, under an owner of its own (the
+shared-memory path's ``acquire_read`` with ``promote=False``: blocks held only below are not
+touched here), and its reply's payload is views of their places in the slab. The connection
+drops the pins once the kernel has taken every byte of the reply, or the connection is gone.
+Blocks the host tier does not hold are read the usual way
+(:func:`~server.dataplane.get_reply.read_within`: from a lower tier, verified and promoted as
+the store's ``get`` does), so a reply may mix views and copies. A pinned block is never
+evicted, and a deleted one keeps its slots until its pins would have expired, so the bytes
+sent are always the block's. The pins' lease outlives the connection's ``frame_timeout_s``
+(after which a reply still unsent aborts the connection), and the frame budget bounds what the
+gets in flight may pin, as it bounds the copies they would otherwise make.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Awaitable, Callable
+from typing import Any, NamedTuple
+
+from kvstore.protocol import Buffer
+from kvstore.store import StoreAPI
+from kvstore.types import BlockHash
+from server.dataplane.get_reply import read_within
+
+SEND_SUFFIX = "#send"
+_ids = itertools.count()
+
+
+class GetPayload(NamedTuple):
+    """A get reply's blocks: each one's size (-1: a miss), the payload's pieces in order, and
+    what to call once they are sent (None when nothing is pinned)."""
+
+    sizes: list[int]
+    pieces: list[Buffer]
+    after_send: Callable[[], Awaitable[None]] | None
+
+
+class DirectGet:
+    """Serves gets over one store whose top tier is a host slab (see module doc)."""
+
+    def __init__(self, store: StoreAPI, now: Callable[..., Awaitable[Any]],
+                 run: Callable[..., Awaitable[Any]], lease_s: float) -> None:
+        self.store = store
+        self.host: Any = store.tier("host")
+        self._now = now  # ctx.now: here if it does not block, else in a worker thread
+        self._run = run
+        self.lease_s = lease_s
+
+    async def read(self, ns: str, hashes: list[BlockHash], block_bytes: int,
+                   limit: int, owner: str) -> GetPayload:
+        """Each block of ``hashes``: a view of its pinned slab place where the host tier
+        holds it, else read and copied. The caller checked that the reply fits ``limit``."""
+        owner = f"{owner}{SEND_SUFFIX}{next(_ids)}"
+        extents = await self._now(self.store.acquire_read, ns, hashes, lease_s=self.lease_s,
+                                  owner=owner, promote=False)
+        pinned = [h for h, ext in zip(hashes, extents, strict=True) if ext is not None]
+
+        async def release() -> None:
+            await self._now(self.store.release, ns, pinned, owner=owner)
+
+        rest = [h for h, ext in zip(hashes, extents, strict=True) if ext is None]
+        try:
+            copies = iter(await self._run(read_within, self.store, ns, rest, block_bytes,
+                                          limit) if rest else ())
+        except BaseException:
+            if pinned:
+                await release()
+            raise
+        sizes: list[int] = []
+        pieces: list[Buffer] = []
+        slab: memoryview = self.host.view(0, self.host.slab_bytes) if pinned \
+            else memoryview(b"")
+        for ext in extents:
+            if ext is not None:
+                pieces += [slab[off:off + n] for off, n in ext]
+                sizes.append(sum(n for _, n in ext))
+                continue
+            block = next(copies)
+            sizes.append(-1 if block is None else len(block))
+            if block is not None:
+                pieces.append(block)
+        return GetPayload(sizes, pieces, release if pinned else None)
+
+
+def direct_get(store: StoreAPI, now: Callable[..., Awaitable[Any]],
+               run: Callable[..., Awaitable[Any]], frame_timeout_s: float,
+               max_lease_s: float) -> DirectGet | None:
+    """A :class:`DirectGet` where the store's host tier is a slab and a lease can outlive
+    the time a reply may take to send; None to copy every block."""
+    if "host" not in store.tier_names() or store.host_slab() is None:
+        return None
+    lease_s = 2 * frame_timeout_s + 5.0
+    if lease_s > max_lease_s:
+        return None
+    return DirectGet(store, now, run, lease_s)

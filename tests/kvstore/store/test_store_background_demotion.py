@@ -1,0 +1,87 @@
+"""Background demotion (``background_demotion``, kvstore/store/demoter.py): the host tier is
+settled into the disk tier from a thread, the disk write runs without the store lock, and a
+block deleted while its batch is being written is not left behind on disk."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from kvstore.store import Store
+from kvstore.store.index import make_keys
+
+from .conftest import StoreFactory, blocks
+
+
+def _held_disk_writes(monkeypatch: pytest.MonkeyPatch, store: Store) -> tuple[threading.Event,
+                                                                               threading.Event]:
+    """Make the disk tier's writes wait for ``release``; ``entered`` is set when one starts."""
+    entered, release = threading.Event(), threading.Event()
+    disk = store.tier("disk")
+    real = disk.put_many
+
+    def held(items: Sequence[Any]) -> None:
+        entered.set()
+        assert release.wait(10)
+        real(items)
+
+    monkeypatch.setattr(disk, "put_many", held)
+    return entered, release
+
+
+def test_puts_past_the_high_watermark_are_settled_in_the_background(
+    make_store: StoreFactory,
+) -> None:
+    store = make_store(host=16, disk=256, host_watermarks=(0.5, 0.75), background_demotion=True)
+    hashes, data = blocks(14)
+    for i in range(0, 14, 2):  # never over capacity: only the watermark asks for demotion
+        store.put("m", hashes[i:i + 2], data[i:i + 2])
+    assert store.settled(10)
+    host = store.stats()["tiers"]["host"]
+    assert host["blocks"] <= 8
+    assert host["demotions"] == host["evictions"] == 14 - host["blocks"]
+    assert store.stats()["totals"]["dropped"] == 0
+    store.check_integrity()
+    assert store.get("m", hashes, promote=False) == data
+
+
+def test_the_disk_write_runs_without_the_store_lock(
+    make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store = make_store(host=16, disk=256, host_watermarks=(0.5, 0.75), background_demotion=True)
+    entered, release = _held_disk_writes(monkeypatch, store)
+    hashes, data = blocks(14)
+    store.put("m", hashes, data)
+    assert entered.wait(10)  # the demoter is inside the disk write ...
+    try:
+        got: list[Any] = []
+        reader = threading.Thread(target=lambda: got.append(store.get("m", hashes[-2:])))
+        reader.start()
+        reader.join(5)
+        assert got == [data[-2:]]  # ... and a get that takes the store lock goes through
+    finally:
+        release.set()
+    assert store.settled(10)
+    store.check_integrity()
+    assert store.get("m", hashes, promote=False) == data
+
+
+def test_a_block_deleted_while_its_batch_is_written_is_not_left_on_disk(
+    make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store = make_store(host=16, disk=256, host_watermarks=(0.5, 0.75), background_demotion=True)
+    entered, release = _held_disk_writes(monkeypatch, store)
+    hashes, data = blocks(14)
+    store.put("m", hashes, data)
+    assert entered.wait(10)
+    assert store.delete("m", hashes[:3]) == 3  # the coldest: in the batch being written
+    release.set()
+    assert store.settled(10)
+    disk = store.tier("disk")
+    assert not any(disk.contains(key) for key in make_keys("m", hashes[:3]))
+    assert store.get("m", hashes[:3]) == [None] * 3
+    store.check_integrity()
+    assert store.get("m", hashes[3:], promote=False) == data[3:]
