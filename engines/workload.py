@@ -181,3 +181,25 @@ def _chat(d: _Draw, t: float, sid: str, tenant: int, system: list[int],
         history += d.tokens(max_tokens)  # the answer, as the next turn resends it
         t += d.shape.exponential(cfg.think_s)
     return out
+
+
+def reuse_bound(reqs: list[Request], block_size: int) -> float:
+    """The prefix hit rate of one cache that never evicts, on ``reqs`` in arrival order: the
+    fraction of prompt tokens in leading full blocks some earlier prompt began with (the last
+    prompt token is always computed, as engines do). No router or fleet can beat it."""
+    seen: dict[tuple[int, tuple[int, ...]], int] = {}
+    hit = total = 0
+    for r in reqs:
+        parent, reusing = -1, True
+        full = (len(r.prompt) - 1) // block_size
+        for b in range(full):
+            key = (parent, tuple(r.prompt[b * block_size:(b + 1) * block_size]))
+            known = seen.get(key)
+            if known is None:
+                reusing = False
+                known = seen[key] = len(seen)
+            elif reusing:
+                hit += block_size
+            parent = known
+        total += len(r.prompt)
+    return hit / total if total else 0.0

@@ -9,7 +9,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from engines.workload import WorkloadConfig, generate, zipf_weights
+from engines.workload import Request, WorkloadConfig, generate, reuse_bound, zipf_weights
 
 CFG = WorkloadConfig(seed=3, sessions=3000, vocab=500).scaled(1 / 16, max_prompt=4096)
 
@@ -94,3 +94,14 @@ def test_bad_configs_are_refused() -> None:
         WorkloadConfig(chat_share=0.8, rag_share=0.3)
     with pytest.raises(ValueError):
         WorkloadConfig(burstiness=0)
+
+
+def test_reuse_bound_counts_blocks_an_earlier_prompt_began_with() -> None:
+    base = dict(index=0, at=0.0, kind="chat", session="s", turn=0, tenant=0, max_tokens=1)
+    a = Request(prompt=list(range(10)), **base)  # type: ignore[arg-type]
+    b = Request(prompt=list(range(9)) + [50, 51, 52], **base)  # type: ignore[arg-type]
+    c = Request(prompt=[1] + list(range(1, 12)), **base)  # type: ignore[arg-type]
+    # block 4: b reuses a's first two blocks (8 of its 12 tokens), c nothing
+    assert reuse_bound([a, b, c], 4) == pytest.approx(8 / 34)
+    assert reuse_bound([a, a], 4) == pytest.approx(8 / 20)  # the last token is computed
+    assert 0.3 < reuse_bound(generate(CFG), 16) < 0.9
