@@ -1,13 +1,14 @@
-"""The built-in decoder engine: KV-aware vs round-robin routing, TTFT with kvstore reuse, our
-decoder vs transformers, block copy kernels.
+"""The built-in decoder engine: KV-aware routing against round-robin, least-loaded and session
+affinity on realistic traffic, TTFT with kvstore reuse, our decoder vs transformers, block copy
+kernels.
 
 Rows (each a ratio against a baseline measured in the same run, BENCH.md):
-- routing: a multi-tenant multi-turn chat (shared system prompt per tenant, histories that
-  grow by each answer) through the router to 2 workers, KV-aware vs round-robin, without and
-  with a ``kvstore serve`` behind the workers: prefix hit rate (tokens not computed, local or
-  from kvstore), client TTFT p50/p99, output tokens/s. Workers and router are served over
-  loopback HTTP from threads of this process (several processes would not fit a 2-core
-  machine); the kvstore server is a real process;
+- routing (:mod:`engine_routing`): generated traffic (multi-turn chats, tenants' system
+  prompts, Zipf-popular RAG documents, one-off prompts; :mod:`engines.workload`) through the
+  router to 2 worker processes per policy (the policies run at the same time) whose caches
+  hold a seventh of the shared prefixes, without and with a ``kvstore serve`` behind the
+  workers: TTFT p50/p99, ITL p50, output tokens/s, prefix hit rate and goodput, KV-aware
+  against each baseline;
 - TTFT of a long shared prefix on a fresh engine, loading the prefix from a ``kvstore serve``
   process vs recomputing it;
 - decode tokens/s of our engine vs ``transformers``' ``generate`` (same checkpoint, greedy,
@@ -16,24 +17,22 @@ Rows (each a ratio against a baseline measured in the same run, BENCH.md):
   checkpoint with well separated logits);
 - block gather/scatter GB/s of the CPU kernels vs a plain memcpy of the same bytes.
 
-``--quick`` runs every row in about a minute on small sizes; ``--json PATH`` writes the report;
-``--device cuda`` runs the decode and TTFT sections on the GPU (transformers too).
+``--quick`` runs every row on small sizes (about a minute, plus several for the routing
+section, most of it starting sixteen worker processes on a shared 2-core machine); ``--json
+PATH`` writes the report; ``--device cuda`` runs the decode and TTFT sections on the GPU
+(transformers too).
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import json
 import random
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import numpy as np
 import torch
 
@@ -41,17 +40,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common import interleaved, report, row
+from engine_routing import bench_routing
 
 from engines.decoder import kernels
 from engines.decoder.config import EngineConfig
 from engines.decoder.runner import Engine
 from engines.decoder.sampler import SamplingParams
-from engines.router.app import create_app as router_app
-from engines.router.core import Router
 from engines.store_io import RemoteStore
 from engines.tiny_model import llama_config, write_checkpoint
-from engines.worker import create_app as worker_app
-from kvstore.testing.engines import ThreadServer
 
 VOCAB = 512
 
@@ -146,117 +142,6 @@ def bench_ttft_reuse(model: Path, quick: bool, tmp: Path,
                 loaded_blocks=hit, block_bytes=with_store.block_bytes, device=device)]
 
 
-# -- routing -------------------------------------------------------------------------------
-def chat_workload(seed: int, quick: bool, salt: int) -> list[list[list[int]]]:
-    """Conversations, each a system prompt then user messages; tenants share the system
-    prompt. ``seed`` fixes the shape (lengths, order), ``salt`` the token values, so that runs
-    compared with each other do the same work without reusing each other's prefixes."""
-    shape, toks = random.Random(seed), random.Random(f"{seed}/{salt}")
-    tenants, users, turns = (4, 2, 2) if quick else (6, 3, 4)
-    sys_len = 128 if quick else 384
-    convs = []
-    for _ in range(tenants):
-        system = [toks.randrange(VOCAB) for _ in range(sys_len)]
-        for _ in range(users):
-            msgs = [[toks.randrange(VOCAB) for _ in range(shape.randrange(8, 24))]
-                    for _ in range(turns)]
-            convs.append([system, *msgs])
-    shape.shuffle(convs)
-    return convs
-
-
-async def run_chat(url: str, convs: list[list[list[int]]], max_tokens: int,
-                   concurrency: int) -> dict[str, float]:
-    ttfts: list[float] = []
-    out_tokens = 0
-    sem = asyncio.Semaphore(concurrency)
-
-    async def conversation(client: httpx.AsyncClient, conv: list[list[int]]) -> None:
-        nonlocal out_tokens
-        history = list(conv[0])
-        for msg in conv[1:]:
-            history += msg
-            body = {"prompt": history, "max_tokens": max_tokens, "temperature": 0,
-                    "ignore_eos": True, "stream": True}
-            async with sem:
-                start = time.perf_counter()
-                first = None
-                answer: list[int] = []
-                async with client.stream("POST", f"{url}/v1/completions", json=body) as r:
-                    async for line in r.aiter_lines():
-                        if not line.startswith("data: {"):
-                            continue
-                        ids = json.loads(line[6:])["choices"][0]["token_ids"]
-                        if ids and first is None:
-                            first = time.perf_counter() - start
-                        answer += ids
-            assert first is not None, "no token streamed"
-            ttfts.append(first)
-            out_tokens += len(answer)
-            history += answer
-
-    start = time.perf_counter()
-    async with httpx.AsyncClient(timeout=600) as client:
-        await asyncio.gather(*(conversation(client, c) for c in convs))
-    wall = time.perf_counter() - start
-    ttfts.sort()
-    return {"ttft_p50": float(np.percentile(ttfts, 50)), "ttft_p99": float(
-        np.percentile(ttfts, 99)), "tokens_per_s": out_tokens / wall}
-
-
-def bench_routing(model: Path, quick: bool, tmp: Path) -> list[dict[str, Any]]:
-    from kvstore.testing.server import ServerProc
-
-    reps = 1 if quick else 3
-    ecfg = EngineConfig(block_size=16, num_blocks=48 if quick else 96, max_batch_tokens=512)
-    server = ServerProc(tmp / "kv-routing", host_capacity="256MiB").start()
-    stores = [RemoteStore(server.url) for _ in range(2)]
-    pools = {False: [ThreadServer(worker_app(Engine(model, ecfg))).start() for _ in range(2)],
-             True: [ThreadServer(worker_app(Engine(model, ecfg, st))).start() for st in stores]}
-    configs = [("round-robin", False), ("kv", False), ("round-robin", True), ("kv", True)]
-    results: dict[tuple[str, bool], list[dict[str, float]]] = {c: [] for c in configs}
-    try:
-        for rep in range(reps):
-            for salt, (policy, with_store) in enumerate(configs):  # A B C D A B C D
-                convs = chat_workload(rep, quick, salt)
-                urls = [w.url for w in pools[with_store]]
-                router = ThreadServer(router_app(Router(urls, policy=policy))).start()
-                try:
-                    res = asyncio.run(run_chat(router.url, convs, 8, 4 if quick else 8))
-                    st = httpx.get(f"{router.url}/stats").json()
-                finally:
-                    router.stop()
-                res["hit_rate"] = st["prefix_hit_rate"]
-                results[(policy, with_store)].append(res)
-                print(f"  routing rep {rep} {policy} kvstore={with_store}: {res}", flush=True)
-    finally:
-        for pool in pools.values():
-            for w in pool:
-                w.stop()
-        for st in stores:
-            st.close()
-        server.stop()
-
-    def med(config: tuple[str, bool], key: str) -> float:
-        return statistics.median(r[key] for r in results[config])
-
-    metrics = [("prefix hit rate", "hit_rate", "fraction", True),
-               ("TTFT p50", "ttft_p50", "s", False), ("TTFT p99", "ttft_p99", "s", False),
-               ("throughput", "tokens_per_s", "tokens/s", True)]
-    rows = []
-    for with_store in (False, True):
-        tag = ", with kvstore" if with_store else ""
-        for name, key, unit, higher in metrics:
-            rows.append(row(f"routing {name}, KV-aware{tag}", unit, med(("kv", with_store), key),
-                            f"round-robin{tag}", med(("round-robin", with_store), key),
-                            higher_is_better=higher))
-    for name, key, unit, higher in metrics[:2]:
-        rows.append(row(f"routing {name}, round-robin with kvstore", unit,
-                        med(("round-robin", True), key), "round-robin without kvstore",
-                        med(("round-robin", False), key), higher_is_better=higher))
-    return rows
-
-
 # -- kernels -------------------------------------------------------------------------------
 def bench_kernels(quick: bool) -> list[dict[str, Any]]:
     cache = torch.randn(128, 8, 2, 16, 8, 64)  # 128 blocks of 512 KiB (a 8-layer GQA model)
@@ -313,7 +198,9 @@ def main(argv: list[str] | None = None) -> int:
             rows += bench_ttft_reuse(model, args.quick, tmp, args.device)
         if "routing" in sections:
             print("routing...", flush=True)
-            rows += bench_routing(model, args.quick, tmp)
+            # the larger model even with --quick: prefill must dominate time to first token
+            routing_model = make_model(tmp / "routing-model", quick=False)
+            rows += bench_routing(routing_model, args.quick, tmp, VOCAB)
     report("engine", rows, args.json)
     return 0
 

@@ -52,6 +52,7 @@ from engines.decoder.runner import Engine
 from engines.router.app import create_app as router_app
 from engines.router.core import Router
 from engines.store_io import open_store
+from engines.tiny_model import llama_config, write_checkpoint
 from engines.worker import create_app as worker_app
 from kvstore.testing.engines import ThreadServer
 from kvstore.testing.proc import console_script
@@ -155,14 +156,9 @@ def summarize(results: list[Result], ttft_t: float, itl_t: float,
 
 
 def make_model(path: Path) -> Path:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    LlamaForCausalLM(LlamaConfig(vocab_size=VOCAB, hidden_size=128, intermediate_size=344,
-                                 num_hidden_layers=2, num_attention_heads=4,
-                                 num_key_value_heads=2, max_position_embeddings=4096)
-                     ).to(torch.float32).save_pretrained(path)
-    return path
+    cfg = llama_config(vocab=VOCAB, hidden=128, intermediate=344, layers=2, heads=4,
+                       kv_heads=2, max_position_embeddings=4096)
+    return write_checkpoint(path, cfg, seed=0)
 
 
 def calibrate(router: str) -> tuple[float, float]:

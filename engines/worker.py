@@ -8,10 +8,11 @@ hashes); ``decode`` only ``/generate``, whose prompt blocks come from kvstore wh
 worker stored them.
 
 Routes: ``POST /generate`` (JSON or ``stream`` SSE), ``POST /prefill``, ``GET /info`` (block
-geometry and hash recipe, for routers), ``GET /kv/events?since=N`` (residency events),
-``GET /stats``, ``GET /metrics`` (Prometheus, :mod:`engines.worker_metrics`), ``GET /health``,
-and for the SLO planner ``POST /admin/role`` (switch the role at run time) and ``GET /latency``
-(see :mod:`engines.worker_control`).
+geometry, hash recipe and measured rates, for routers), ``GET /kv/events?since=N`` (residency
+events and the rates again, so a polling router keeps them current), ``GET /stats``,
+``GET /metrics`` (Prometheus, :mod:`engines.worker_metrics`), ``GET /health``, and for the SLO
+planner ``POST /admin/role`` (switch the role at run time) and ``GET /latency`` (see
+:mod:`engines.worker_control`).
 
 A streamed generation's first event carries the prompt's prefix hit (``cached_tokens``, known
 once the prompt is scheduled) beside its token, so that a caller that stops reading early (the
@@ -290,7 +291,7 @@ def create_app(engine: Engine, role: str = "both", admin_token: str | None = Non
                 "block_size": e.block_size, "hash_algo": e.hash_algo, "hash_seed": e.hash_seed,
                 "namespace": engine.namespace, "block_bytes": engine.block_bytes,
                 "num_blocks": e.num_blocks, "kvstore": engine.connector is not None,
-                "device": e.device,
+                "device": e.device, "rates": engine.rates.as_dict(),
                 "max_model_len": min(engine.model_cfg.max_position_embeddings,
                                      e.num_blocks * e.block_size)}
 
@@ -304,7 +305,8 @@ def create_app(engine: Engine, role: str = "both", admin_token: str | None = Non
             # a cursor ahead of ours means this engine restarted or reset its cache
             resync = since > cursor or (since < oldest - 1 and since < cursor)
             resident = _hex(engine.blocks.resident_hashes()) if resync else []
-        return {"cursor": cursor, "resync": resync, "resident": resident,
+            rates = engine.rates.as_dict()
+        return {"cursor": cursor, "resync": resync, "resident": resident, "rates": rates,
                 "events": [{"seq": e.seq, "stored": e.stored, "hash": e.block_hash.hex()}
                            for e in events]}
 

@@ -7,6 +7,7 @@ single-threaded by design; the HTTP worker runs it in one thread and feeds it th
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Sequence as Seq
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ import torch
 from engines.decoder.config import EngineConfig, ModelConfig, parse_dtype
 from engines.decoder.model import AttnBatch, LlamaForCausalLM
 from engines.decoder.paged_kv import BlockManager, allocate_cache, block_bytes
+from engines.decoder.rates import Rates
 from engines.decoder.sampler import SamplingParams, make_generator, sample
 from engines.decoder.scheduler import Scheduler, Sequence
 from engines.store_io import BlockStore, KVConnector
@@ -58,9 +60,11 @@ class Engine:
         if store is not None:
             self.connector = KVConnector(store, self.cache, self.namespace, self.layout,
                                          ecfg.hash_algo, ecfg.hash_seed)
+        self.rates = Rates()
         self.scheduler = Scheduler(
             self.blocks, self.hasher, max_batch_tokens=ecfg.max_batch_tokens,
             max_seqs=ecfg.max_seqs, eos_token_ids=cfg.eos_token_ids, connector=self.connector,
+            rates=self.rates,
         )
         self.steps = 0
         self.last_logits: torch.Tensor | None = None
@@ -95,12 +99,16 @@ class Engine:
             if self.scheduler.has_work():
                 raise RuntimeError("KV cache too small for any waiting request")
             return []
+        started = time.perf_counter()
         tokens, batch, sampling = self._build(plan)
         logits = self.model(tokens, batch, self.cache)
         rows = logits.cpu()
         self.last_logits = rows  # [len(sampling), vocab]; tests compare it to transformers
         sampled = {seq: sample(rows[i], seq.params, seq.generator)
                    for i, seq in enumerate(sampling)}
+        # loads (in schedule) and saves (in update) are timed apart: the router prices them
+        prefill = sum(n for seq, n in plan if seq.num_computed < seq.num_prompt)
+        self.rates.on_step(prefill, len(tokens) - prefill, time.perf_counter() - started)
         self.scheduler.update(plan, sampled)
         self.steps += 1
         return sampling
@@ -130,6 +138,7 @@ class Engine:
         out: dict[str, Any] = dict(self.scheduler.stats)
         out.update(steps=self.steps, free_blocks=self.blocks.num_free,
                    running=len(self.scheduler.running), waiting=len(self.scheduler.waiting))
+        out["rates"] = self.rates.as_dict()
         if self.connector is not None:
             out["kvstore"] = dict(self.connector.stats)
         return out

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import torch
 
 from engines.decoder.paged_kv import BlockManager
+from engines.decoder.rates import Rates
 from engines.decoder.sampler import SamplingParams
 from engines.store_io import KVConnector
 from kvstore.keys import BlockHasher
@@ -62,8 +63,9 @@ class Scheduler:
 
     def __init__(self, blocks: BlockManager, hasher: BlockHasher, *, max_batch_tokens: int,
                  max_seqs: int, eos_token_ids: tuple[int, ...] = (),
-                 connector: KVConnector | None = None) -> None:
+                 connector: KVConnector | None = None, rates: Rates | None = None) -> None:
         self.blocks, self.hasher, self.connector = blocks, hasher, connector
+        self.rates = rates if rates is not None else Rates()
         self.block_size = hasher.block_size
         self.max_batch_tokens, self.max_seqs = max_batch_tokens, max_seqs
         self.eos = frozenset(eos_token_ids)
@@ -174,6 +176,7 @@ class Scheduler:
         table = list(local)
         stored = 0
         if self.connector is not None and len(table) < limit:
+            started = time.perf_counter()
             want = self.connector.lookup(hashes[len(table):])
             want = min(want, self.blocks.num_free)
             if want:
@@ -183,6 +186,7 @@ class Scheduler:
                     self.blocks.publish(fresh[i], hashes[len(table) + i])
                 self.blocks.release(fresh[stored:])
                 table += fresh[:stored]
+                self.rates.on_load(stored * self.block_size, time.perf_counter() - started)
         bs = self.block_size
         seq.block_table = table
         seq.num_computed, seq.num_published = len(table) * bs, len(table)

@@ -12,6 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from engines.router.policies import POLICIES
 from kvstore import cli_kit
 from kvstore.cli_kit import CommandError
 
@@ -37,12 +38,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kvstore", default=None, metavar="URL",
                    help="kvstore server URL for prefix lookups (default: none, score by the "
                         "workers' own caches only)")
-    p.add_argument("--policy", choices=("kv", "round-robin"), default="kv",
-                   help="kv: prefix overlap against load; round-robin: the baseline")
-    p.add_argument("--load-weight", type=float, default=1.0,
-                   help="weight of a worker's queued work (tokens) against a request's own")
-    p.add_argument("--store-weight", type=float, default=0.5,
-                   help="fraction of a block's compute that loading it from kvstore saves")
+    p.add_argument("--policy", choices=POLICIES, default="kv",
+                   help="kv: soonest first token from cached prefix (local and kvstore) and "
+                        "queued work, priced with the workers' measured rates; round-robin, "
+                        "least-loaded (fewest queued tokens), session (consistent hashing of "
+                        "the request's user field): baselines")
+    p.add_argument("--load-weight", type=float, default=None,
+                   help="override: scale of a worker's queued work in the kv cost (default: "
+                        "1, queued work priced at the worker's measured rates)")
+    p.add_argument("--store-weight", type=float, default=None,
+                   help="override: fraction of a block's prefill that loading it from kvstore "
+                        "saves (default: measured, 1 - prefill rate / load rate)")
     p.add_argument("--tokenizer", default=None, metavar="DIR",
                    help="Hugging Face tokenizer folder (tokenizer.json, tokenizer_config.json; "
                         "usually the model folder), for text prompts, stop strings and chat "

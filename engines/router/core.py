@@ -1,19 +1,13 @@
 """KV-aware routing over engine workers.
 
 The router hashes each prompt with the workers' recipe (block size, algorithm, seed from their
-``/info``) and sends it to the live worker with the least estimated work, in tokens::
-
-    work(w) = prompt_len - block_size * (local + s * max(0, store - local)) + max_tokens
-    cost(w) = work(w) + load_weight * queued(w)
-
-``local`` is the prefix (in blocks) the worker holds in its own paged cache, known from its
-residency events (:mod:`engines.router.workers` keeps that view current); ``store`` is the
-prefix kvstore holds, which any worker can load instead of computing: ``s`` (``store_weight``)
-is the fraction of a block's compute that loading it saves. ``queued`` is the work of the
-requests the router has running on the worker, so a worker that holds every prefix still loses
-requests once its queue outweighs the recompute elsewhere (the overlap against load
-trade-off). Ties rotate so that equal workers share load. ``round-robin`` ignores all of this
-(the baseline).
+``/info``) and asks its policy (:mod:`engines.router.policies`) to rank the live workers. The
+default, ``kv``, sends the request where its first token comes soonest by the cost model of
+:mod:`engines.router.cost`: the prefix the worker holds in its own paged cache (known from its
+residency events, :mod:`engines.router.workers`, and from the requests already sent there),
+the prefix kvstore holds (any worker can load it instead of computing), and the work the
+router has queued there, each priced with the prefill, decode and load rates the worker
+measured. ``round-robin``, ``least-loaded`` and ``session`` (affinity) are the baselines.
 
 A worker that refuses a connection or answers 5xx is marked down (skipped for ``RETRY_S``
 until the background poller sees ``/health`` answer again; see :mod:`engines.router.workers`)
@@ -36,7 +30,9 @@ import httpx
 
 from engines import disagg
 from engines.router import workers as worker_view
-from engines.router.workers import POLL_S, RETRY_S, Worker
+from engines.router.cost import CostModel
+from engines.router.policies import POLICIES, Ask, make_policy
+from engines.router.workers import POLL_S, RETRY_S, Job, Worker
 from engines.store_io import BlockStore, open_store
 from engines.worker_control import ROLE_HEADER
 from kvstore.keys import BlockHasher
@@ -46,17 +42,16 @@ __all__ = ["POLICIES", "POLL_S", "RETRY_S", "NoWorker", "Plan", "Router", "Worke
 
 log = logging.getLogger(__name__)
 
-POLICIES = ("kv", "round-robin")
 _FAILURES = (httpx.TransportError,)
 
 
 class Plan(NamedTuple):
-    """A routing decision: workers best first and the work (tokens) the request adds to each."""
+    """A routing decision: workers best first and the work the request adds to each."""
 
     hashes: list[bytes]
     order: list[Worker]
     store_blocks: int
-    work: dict[Worker, int]
+    work: dict[Worker, Job]
 
 
 class WorkerDown(Exception):
@@ -81,15 +76,16 @@ class Router:
 
     def __init__(self, workers: list[str], *, prefill_workers: list[str] | None = None,
                  policy: str = "kv", kvstore: str | BlockStore | None = None,
-                 load_weight: float = 1.0, store_weight: float = 0.5,
+                 load_weight: float | None = None, store_weight: float | None = None,
                  timeout: float = 600.0) -> None:
-        if policy not in POLICIES:
-            raise ValueError(f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
         if not workers:
             raise ValueError("the router needs at least one worker")
         self.workers = [Worker(u.rstrip("/")) for u in workers]
         self.prefill = [Worker(u.rstrip("/"), role="prefill") for u in prefill_workers or []]
-        self.policy, self.load_weight, self.store_weight = policy, load_weight, store_weight
+        self.cost = CostModel(load_weight=load_weight, store_weight=store_weight)
+        self.policy = policy
+        self._policies = {id(pool): make_policy(policy, pool, self.cost)
+                          for pool in (self.workers, self.prefill)}
         self.store = open_store(kvstore) if isinstance(kvstore, str) else kvstore
         self.client = httpx.AsyncClient(timeout=timeout)
         self.hasher: BlockHasher | None = None
@@ -122,6 +118,7 @@ class Router:
             r.raise_for_status()
             info = r.json()
             role = info["role"]
+            w.rates = info.get("rates") or w.rates
             if self.hasher is None:
                 self.hasher = BlockHasher(info["hash_algo"], info["hash_seed"],
                                           info["block_size"])
@@ -172,25 +169,22 @@ class Router:
 
     # -- routing ------------------------------------------------------------------------------
     async def rank(self, pool: list[Worker], hashes: list[bytes], n_tokens: int,
-                   max_tokens: int) -> Plan:
+                   max_tokens: int, session: str | None = None) -> Plan:
         """Live workers of ``pool``, best first, with the work the request adds to each."""
         self.check_ready(pool)
         now = time.monotonic()
         live = [w for w in pool if w.available(now)]
         turn = next(self._rr)
+        # policies sort stably: equal workers keep this rotation (round-robin among equals)
         rotated = [live[(turn + i) % len(live)] for i in range(len(live))]
-        if self.policy == "round-robin":
-            return Plan(hashes, rotated, 0, {w: n_tokens + max_tokens for w in rotated})
-        stored = await self._store_prefix(hashes)
+        policy = self._policies[id(pool)]
+        stored = await self._store_prefix(hashes) if policy.uses_store else 0
         assert self.hasher is not None
-        bs, s = self.hasher.block_size, self.store_weight
-        work = {}
-        for w in rotated:
-            local = w.local_prefix(hashes)
-            saved = bs * (local + s * max(0, stored - local))
-            work[w] = max(1, int(n_tokens - saved)) + max_tokens
-        # sorted() is stable, so equal costs keep the rotation (round-robin among equals)
-        order = sorted(rotated, key=lambda w: work[w] + self.load_weight * w.queued)
+        bs = self.hasher.block_size
+        order = policy.rank(rotated, Ask(hashes, n_tokens, max_tokens, session, stored, bs))
+        work = {w: Job(n_tokens + max_tokens,
+                       n_tokens - bs * max(w.local_prefix(hashes), stored), hashes)
+                for w in order}
         return Plan(hashes, order, stored, work)
 
     async def generate(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -216,7 +210,8 @@ class Router:
         plan = await self._plan(body)
         for w in plan.order:
             started = False
-            w.inflight, w.queued = w.inflight + 1, w.queued + plan.work[w]
+            job = plan.work[w]
+            w.begin(job)
             try:
                 req_body = await self._body_for(body, plan.hashes)
                 async with self.client.stream("POST", f"{w.url}/generate",
@@ -235,6 +230,7 @@ class Router:
                         if "token_id" in doc:
                             if not started:
                                 started = True
+                                w.first_token(job)
                                 self._account(w, body, doc, plan.store_blocks)
                                 doc = {**doc, "worker": w.url}
                             yield doc
@@ -251,7 +247,7 @@ class Router:
                 await self._failed(w, exc)
                 self.totals["retries"] += 1
             finally:
-                w.inflight, w.queued = w.inflight - 1, w.queued - plan.work[w]
+                w.end(job)
                 await self.sync(w)
         self.totals["failed"] += 1
         raise NoWorker("every worker failed")
@@ -266,7 +262,7 @@ class Router:
             "policy": self.policy, **t,
             "prefix_hit_rate": t["hit_tokens"] / t["prompt_tokens"] if t["prompt_tokens"] else 0,
             "workers": {w.url: {"role": w.role, "up": w.up, "inflight": w.inflight,
-                                "queued_tokens": w.queued,
+                                "queued_tokens": w.queued, "rates": w.rates,
                                 "routed": w.routed, "failures": w.failures,
                                 "prompt_tokens": w.prompt_tokens, "hit_tokens": w.hit_tokens,
                                 "resident_blocks": len(w.resident)}
@@ -279,11 +275,12 @@ class Router:
         assert self.hasher is not None
         hashes: list[bytes] = list(self.hasher.hash_blocks(body["prompt_ids"]))
         return await self.rank(self.workers, hashes, len(body["prompt_ids"]),
-                               int(body.get("max_tokens", 16)))
+                               int(body.get("max_tokens", 16)), body.get("session"))
 
     async def _body_for(self, body: dict[str, Any], hashes: list[bytes]) -> dict[str, Any]:
-        """The decode worker's body: with prefill workers, run the prefill first and attach
-        the handoff."""
+        """The decode worker's body (without the router's ``session``): with prefill
+        workers, run the prefill first and attach the handoff."""
+        body = {k: v for k, v in body.items() if k != "session"}
         if not self.prefill:
             return body
         plan = await self.rank(self.prefill, hashes, len(body["prompt_ids"]), 0)
@@ -307,7 +304,8 @@ class Router:
         raise NoWorker("every prefill worker failed")
 
     async def _attempt(self, w: Worker, body: dict[str, Any], plan: Plan) -> dict[str, Any]:
-        w.inflight, w.queued = w.inflight + 1, w.queued + plan.work[w]
+        job = plan.work[w]
+        w.begin(job)
         try:
             req_body = await self._body_for(body, plan.hashes)
             r = await self.client.post(f"{w.url}/generate", json=req_body)
@@ -322,7 +320,7 @@ class Router:
             await self._failed(w, exc)
             raise WorkerDown(str(exc)) from exc
         finally:
-            w.inflight, w.queued = w.inflight - 1, w.queued - plan.work[w]
+            w.end(job)
             await self.sync(w)
 
     def _account(self, w: Worker, body: dict[str, Any], doc: dict[str, Any],

@@ -21,11 +21,23 @@ import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
 
 RETRY_S = 5.0  # seconds a failed worker is skipped before it is tried again
 POLL_S = 1.0  # seconds between background health and residency polls
+
+
+class Job:
+    """What one request adds to a worker's load until it ends (see :meth:`Worker.begin`)."""
+
+    __slots__ = ("hashes", "prefill", "tokens")
+
+    def __init__(self, tokens: int, prefill: int, hashes: list[bytes]) -> None:
+        self.tokens = tokens  # prompt + max_tokens: the naive size, for least-loaded
+        self.prefill = max(1, prefill)  # estimated prompt tokens to compute; 0 once decoding
+        self.hashes = hashes  # the prompt's blocks, resident here once it has run
 
 
 @dataclass(slots=True, eq=False)
@@ -38,9 +50,14 @@ class Worker:
     up: bool = True
     down_until: float = 0.0
     inflight: int = 0
-    queued: int = 0  # estimated tokens of work the router has running here
+    queued: int = 0  # prompt + max_tokens of the requests the router has running here
+    pending_prefill: int = 0  # estimated prompt tokens to compute before their first tokens
+    decoding: int = 0  # requests running here past their first token
     cursor: int = 0
     resident: set[bytes] = field(default_factory=set)
+    # blocks of requests sent here and not finished: resident soon, before their events come
+    promised: dict[bytes, int] = field(default_factory=dict)
+    rates: dict[str, Any] = field(default_factory=dict)  # measured, from /info and /kv/events
     routed: int = 0
     failures: int = 0
     prompt_tokens: int = 0
@@ -50,12 +67,41 @@ class Worker:
         return self.up or now >= self.down_until
 
     def local_prefix(self, hashes: list[bytes]) -> int:
+        """Leading blocks of ``hashes`` resident here, or about to be (a request routed here
+        that has not finished computes them)."""
         n = 0
         for h in hashes:
-            if h not in self.resident:
+            if h not in self.resident and h not in self.promised:
                 break
             n += 1
         return n
+
+    def begin(self, job: Job) -> None:
+        """Count ``job`` as running here until :meth:`end`."""
+        self.inflight += 1
+        self.queued += job.tokens
+        self.pending_prefill += job.prefill
+        for h in job.hashes:
+            self.promised[h] = self.promised.get(h, 0) + 1
+
+    def first_token(self, job: Job) -> None:
+        """``job``'s prompt is computed: its prefill no longer waits here; it decodes."""
+        if job.prefill:
+            self.pending_prefill -= job.prefill
+            self.decoding += 1
+            job.prefill = 0
+
+    def end(self, job: Job) -> None:
+        self.first_token(job)
+        self.inflight -= 1
+        self.decoding -= 1
+        self.queued -= job.tokens
+        for h in job.hashes:
+            left = self.promised[h] - 1
+            if left:
+                self.promised[h] = left
+            else:
+                del self.promised[h]
 
     def mark_unknown(self) -> None:
         """Not answering ``/info`` yet (still starting, or not there): never routed to until
@@ -80,6 +126,7 @@ async def sync(client: httpx.AsyncClient, w: Worker) -> None:
     except (httpx.HTTPError, ValueError):
         return
     doc = r.json()
+    w.rates = doc.get("rates") or w.rates
     if doc["resync"] or doc["cursor"] < w.cursor:  # dropped events, or a restarted worker
         w.resident = {bytes.fromhex(h) for h in doc["resident"]}
     for e in doc["events"]:

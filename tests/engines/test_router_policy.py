@@ -1,76 +1,140 @@
-"""The routing arithmetic on its own: prefix overlap against queued work, kvstore hits."""
+"""The routing policies against real workers on loopback: session affinity keeps a session on
+its worker, least-loaded avoids the busy worker, KV-aware follows the prefix (also before the
+worker's residency events say it holds it) and prices with the rates the workers measured."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import random
+from collections.abc import Iterator
+from pathlib import Path
 
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from engines.decoder.config import EngineConfig
+from engines.decoder.runner import Engine
+from engines.router.app import create_app as router_app
 from engines.router.core import Router
-from kvstore.keys import BlockHasher
+from engines.store_io import LocalStore
+from engines.worker import create_app as worker_app
+from kvstore.config import StoreConfig, TierConfig
+from kvstore.store import Store
+from kvstore.testing.engines import ThreadServer
 
-BS = 4
-PROMPT = list(range(1, 41))  # 10 full blocks
-
-
-class StoreHolding:
-    """Answers lookups as a store holding the first ``n`` blocks of any chain."""
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-
-    def lookup(self, namespace: str, hashes: Sequence[bytes]) -> int:
-        return min(self.n, len(hashes))
+ECFG = EngineConfig(block_size=4, num_blocks=128, max_batch_tokens=64)
 
 
-def ranked(router: Router, max_tokens: int = 8) -> list[str]:
-    hasher = router.hasher
-    assert hasher is not None
-    hashes = list(hasher.hash_blocks(PROMPT))
-    plan = asyncio.run(router.rank(router.workers, hashes, len(PROMPT), max_tokens))
-    return [w.url for w in plan.order]
+def rand(n: int, seed: int) -> list[int]:
+    rng = random.Random(seed)
+    return [rng.randrange(3, 97) for _ in range(n)]
 
 
-def make(policy: str = "kv", store: StoreHolding | None = None, **kw: float) -> Router:
-    r = Router(["http://a", "http://b"], policy=policy, kvstore=store, **kw)  # type: ignore[arg-type]
-    r.hasher, r.namespace = BlockHasher("sha256", None, BS), "ns"
-    return r
+@pytest.fixture
+def three(gqa_model: Path) -> Iterator[list[ThreadServer]]:
+    live = [ThreadServer(worker_app(Engine(gqa_model, ECFG))).start() for _ in range(3)]
+    yield live
+    for s in live:
+        s.stop()
 
 
-def test_overlap_wins_until_the_queue_outweighs_it() -> None:
-    r = make()
-    a = r.workers[0]
-    a.resident = set(r.hasher.hash_blocks(PROMPT)[:8])  # type: ignore[union-attr]
-    assert ranked(r)[0] == "http://a"
-    a.queued = 31  # 32 tokens saved by the overlap still beat 31 queued tokens
-    assert ranked(r)[0] == "http://a"
-    a.queued = 33
-    assert ranked(r)[0] == "http://b"
+def complete(c: TestClient, prompt: list[int], **kw: object) -> str:
+    r = c.post("/v1/completions", json={"prompt": prompt, "max_tokens": 2, "temperature": 0,
+                                        "ignore_eos": True, **kw})
+    assert r.status_code == 200, r.text
+    return str(r.json()["kvstore"][0]["worker"])
 
 
-def test_kvstore_hits_narrow_the_local_advantage() -> None:
-    r = make(store=StoreHolding(10), store_weight=1.0)  # loading a block is as good as holding it
-    a, b = r.workers
-    a.resident = set(r.hasher.hash_blocks(PROMPT)[:8])  # type: ignore[union-attr]
-    b.queued = 1
-    assert ranked(r)[0] == "http://a"  # equal work: the lighter queue wins
-    a.queued = 2
-    assert ranked(r)[0] == "http://b"
-    half = make(store=StoreHolding(10), store_weight=0.5)
-    half.workers[0].resident = set(half.hasher.hash_blocks(PROMPT)[:8])  # type: ignore[union-attr]
-    half.workers[0].queued = 2
-    assert ranked(half)[0] == "http://a"  # local blocks save 16 tokens more than loading them
+def test_session_affinity_hashes_the_user_and_moves_only_a_lost_workers_sessions(
+        three: list[ThreadServer]) -> None:
+    urls = [w.url for w in three]
+    with TestClient(router_app(Router(urls, policy="session"))) as c:
+        homes = {f"user{i}": complete(c, rand(9, i), user=f"user{i}") for i in range(12)}
+        assert len(set(homes.values())) == 3  # 12 sessions spread over the 3 workers
+        for i, (user, home) in enumerate(homes.items()):  # new prompts, same homes
+            assert complete(c, rand(13, 100 + i), user=user) == home
+        lost = homes["user0"]
+        three[urls.index(lost)].stop()
+        moved = {u: complete(c, rand(9, 200 + i), user=u) for i, u in enumerate(homes)}
+        assert all(moved[u] == h for u, h in homes.items() if h != lost)
+        assert all(moved[u] != lost for u in homes)
 
 
-def test_round_robin_ignores_overlap_and_rotates() -> None:
-    r = make("round-robin")
-    r.workers[0].resident = set(r.hasher.hash_blocks(PROMPT))  # type: ignore[union-attr]
-    firsts = [ranked(r)[0] for _ in range(4)]
-    assert firsts == ["http://a", "http://b", "http://a", "http://b"]
+def test_least_loaded_sends_work_away_from_a_busy_worker(three: list[ThreadServer]) -> None:
+    async def scenario() -> None:
+        router = Router([w.url for w in three[:2]], policy="least-loaded")
+        await router.start(poll=False)
+        long = router.stream({"prompt_ids": rand(40, 1), "max_tokens": 400, "ignore_eos": True})
+        first = await long.__anext__()
+        busy = first["worker"]
+        for i in range(3):  # the busy worker has 440 queued tokens; these are small
+            short = await router.generate({"prompt_ids": rand(8, 10 + i), "max_tokens": 2,
+                                           "ignore_eos": True})
+            assert short["worker"] != busy
+        await long.aclose()
+        assert all(w.queued == 0 and w.inflight == 0 for w in router.workers)
+        await router.close()
+
+    asyncio.run(scenario())
 
 
-def test_down_workers_are_skipped_until_their_retry_time() -> None:
-    r = make()
-    r._mark_down(r.workers[0], "test")
-    assert ranked(r) == ["http://b"]
-    r.workers[0].down_until = 0.0
-    assert set(ranked(r)) == {"http://a", "http://b"}
+def test_kv_aware_follows_a_prefix_before_its_residency_events_arrive(
+        three: list[ThreadServer]) -> None:
+    async def scenario() -> None:
+        router = Router([w.url for w in three], policy="kv")
+        await router.start(poll=False)  # no background polls: residency only after requests
+        shared = rand(200, 5)
+        first = router.stream({"prompt_ids": shared + [7], "max_tokens": 50,
+                               "ignore_eos": True})
+        await first.__anext__()  # the prefix is computed, the request still runs
+        home = next(w for w in router.workers if w.inflight)
+        assert not home.resident  # no event pulled yet: the blocks are promised
+        assert home.local_prefix(list(router.hasher.hash_blocks(shared))) == 50  # type: ignore[union-attr]
+        for tail in ([8, 9], [10, 11, 12]):
+            doc = await router.generate({"prompt_ids": shared + tail, "max_tokens": 2,
+                                         "ignore_eos": True})
+            assert doc["worker"] == home.url and doc["cached_tokens"] == 200
+        await first.aclose()
+        assert not home.promised and home.inflight == home.pending_prefill == 0
+        await router.close()
+
+    asyncio.run(scenario())
+
+
+def test_workers_measure_rates_and_the_router_reads_them(gqa_model: Path) -> None:
+    probe = Engine(gqa_model, ECFG)
+    slot = probe.block_bytes
+    store = Store(StoreConfig((TierConfig("host", 256 * slot, options={"slot_bytes": slot}),)))
+    live = [ThreadServer(worker_app(Engine(gqa_model, ECFG, LocalStore(store)))).start()
+            for _ in range(2)]
+    try:
+        a, b = (w.url for w in live)
+        prompt = rand(64, 9)
+        httpx.post(f"{a}/generate", json={"prompt_ids": prompt, "max_tokens": 4,
+                                          "ignore_eos": True}).raise_for_status()
+        info = httpx.get(f"{a}/info").json()["rates"]
+        assert info["prefill_tokens_per_s"] > 0 and info["decode_tokens_per_s"] > 0
+        assert info["load_tokens_per_s"] is None  # nothing came from kvstore yet
+        doc = httpx.post(f"{b}/generate", json={"prompt_ids": prompt, "max_tokens": 2,
+                                                "ignore_eos": True}).json()
+        assert doc["store_hit_tokens"] == 60  # every full block but the last token's
+
+        async def scenario() -> None:
+            router = Router([a, b], policy="kv", kvstore=LocalStore(store))
+            await router.start(poll=False)
+            wa, wb = router.workers
+            await router.sync(wb)
+            assert wb.rates["load_tokens_per_s"] > 0
+            assert wa.rates["prefill_tokens_per_s"] > 0
+            # the prompt is local on both now; a longer one is local nowhere but in kvstore
+            hashes = list(router.hasher.hash_blocks(prompt + rand(16, 3)))  # type: ignore[union-attr]
+            plan = await router.rank(router.workers, hashes, 80, 4)
+            assert plan.store_blocks == 16
+            await router.close()
+
+        asyncio.run(scenario())
+    finally:
+        for s in live:
+            s.stop()
+        store.close()

@@ -170,6 +170,8 @@ class Service:
                         "temperature": req.temperature, "top_p": req.top_p,
                         "seed": None if req.seed is None else req.seed + j,
                         "ignore_eos": req.ignore_eos, "stop_token_ids": stop_ids}
+                if req.user is not None:  # the session key of affinity routing
+                    body["session"] = req.user
                 decoder = self.tokenizer.decoder(prompt) if self.tokenizer is not None else None
                 out.append(Choice(i * req.n + j, i, prompt, body, decoder, stops))
         return out

@@ -43,7 +43,7 @@ class Sampling(Strict):
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     logit_bias: dict[str, float] | None = None
-    user: str | None = None  # an end-user id for the caller's records; changes nothing
+    user: str | None = None  # an end-user or session id: the key of --policy session
     ignore_eos: bool = False  # vLLM's extension
     stop_token_ids: list[int] = []  # vLLM's extension
 

@@ -1,0 +1,77 @@
+"""The KV-aware router's cost model: the seconds a request would wait for its first token on a
+worker, priced with the rates that worker measured (:mod:`engines.decoder.rates`).
+
+For a prompt of ``n`` tokens whose first ``local`` blocks the worker holds and whose first
+``store`` blocks kvstore holds (block size ``bs``)::
+
+    compute(w) = max(1, n - bs * max(local, store))       tokens the worker must prefill
+    load(w)    = bs * max(0, store - local)                tokens it loads from kvstore
+    ahead(w)   = pending_prefill(w) / P(w) + decoding(w) / D(w)
+    cost(w)    = ahead(w) + compute(w) / P(w) + load(w) / L(w)
+
+``P``, ``D`` and ``L`` are the worker's measured prefill, decode and load rates (tokens/s);
+``pending_prefill`` is the prefill the router has sent there that has not produced its first
+token yet (it runs before ours), ``decoding`` the requests there past their first token (with
+continuous batching each adds a decode token to every step ours runs in). In prefill tokens,
+that is an overlap credit of ``bs`` per local block and ``bs * (1 - P / L)`` per block only
+kvstore holds (the store weight), against a load weight of 1 per queued prefill token and
+``P / D`` per decoding request: all follow from measured rates, none is set by hand. A worker
+that has not measured a rate yet borrows the fleet's median; with nothing
+measured anywhere, prefill and decode are priced alike and a load at half a prefill. Two
+overrides exist for experiments: ``store_weight`` fixes the store credit fraction (``1 - P/L``)
+and ``load_weight`` scales ``ahead``.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import NamedTuple
+
+from engines.router.workers import Worker
+
+RATE_KEYS = ("prefill_tokens_per_s", "decode_tokens_per_s", "load_tokens_per_s")
+
+
+class Prices(NamedTuple):
+    """Seconds per token of one worker's prefill, decode and kvstore load."""
+
+    prefill: float
+    decode: float
+    load: float
+
+
+class CostModel:
+    """Prices requests on workers; reads worker rates, mutates nothing."""
+
+    def __init__(self, *, load_weight: float | None = None,
+                 store_weight: float | None = None) -> None:
+        if store_weight is not None and not 0 <= store_weight <= 1:
+            raise ValueError("store_weight must be in [0, 1]")
+        if load_weight is not None and load_weight < 0:
+            raise ValueError("load_weight must be >= 0")
+        self.load_weight, self.store_weight = load_weight, store_weight
+
+    def prices(self, workers: list[Worker]) -> dict[Worker, Prices]:
+        """Each worker's prices: its own rates, else the fleet's median, else the prior."""
+        fleet = {k: statistics.median(v) for k in RATE_KEYS
+                 if (v := [r for w in workers if (r := w.rates.get(k))])}
+        out = {}
+        for w in workers:
+            p, d, ld = (w.rates.get(k) or fleet.get(k) for k in RATE_KEYS)
+            prefill_s = 1.0 / p if p else 1.0
+            decode_s = 1.0 / d if d else prefill_s
+            load_s = 1.0 / ld if ld else prefill_s / 2
+            if self.store_weight is not None:
+                load_s = (1.0 - self.store_weight) * prefill_s
+            out[w] = Prices(prefill_s, decode_s, min(load_s, prefill_s))
+        return out
+
+    def cost(self, w: Worker, price: Prices, *, n_tokens: int, local: int, store: int,
+             block_size: int) -> float:
+        """Seconds until ``w`` would emit the request's first token (see the module doc)."""
+        compute = max(1, n_tokens - block_size * max(local, store))
+        load = block_size * max(0, store - local)
+        ahead = w.pending_prefill * price.prefill + w.decoding * price.decode
+        if self.load_weight is not None:
+            ahead *= self.load_weight
+        return ahead + compute * price.prefill + load * price.load
