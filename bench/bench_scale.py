@@ -140,6 +140,7 @@ def export_baseline(rev: str | None, into: str) -> Path | None:
             rev = added[-1] + "^"
         tar = subprocess.run(["git", "archive", rev, "kvstore"], cwd=REPO,
                              capture_output=True, check=True).stdout
+        os.makedirs(into, exist_ok=True)
         subprocess.run(["tar", "-x", "-C", into], input=tar, check=True)
     except (OSError, subprocess.CalledProcessError):
         return None

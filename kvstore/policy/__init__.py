@@ -13,6 +13,7 @@ POLICIES = Registry(
         "s3fifo": "kvstore.policy.s3fifo:S3FIFOPolicy",
         "sampled_lru": "kvstore.policy.sampled:SampledLRU",
         "sampled_lfu": "kvstore.policy.sampled:SampledLFU",
+        "sampled_s3fifo": "kvstore.policy.sampled_fifo:SampledS3FIFO",
     },
 )
 
@@ -36,10 +37,10 @@ def make_tier_policy(name: str, tier: object) -> Policy:
     Python object per block is kept for it (:mod:`kvstore.policy.sampled`)."""
     if not getattr(tier, "indexes_itself", False):
         return make_policy(name)
-    from kvstore.policy.sampled import FOR_POLICY, SampledPolicy
+    from kvstore.policy.sampled import FOR_POLICY
 
-    policy = SampledPolicy(FOR_POLICY[name])
-    policy.attach(tier)  # type: ignore[arg-type]
+    policy = make_policy(FOR_POLICY[name])
+    policy.attach(tier)  # type: ignore[attr-defined]
     return policy
 
 

@@ -38,10 +38,11 @@ _STAMP_MASK = (1 << 24) - 1
 _FREQ_BITS = 8
 _FREQ_MASK = (1 << _FREQ_BITS) - 1
 RULES = ("lru", "lfu")
-FOR_POLICY = {"lru": "lru", "lfu": "lfu", "s3fifo": "lfu", "sampled_lru": "lru",
-              "sampled_lfu": "lfu"}
-"""The sampled rule that stands in for each policy name on a tier that indexes itself (S3-FIFO
-orders by queues, not scores: LFU-DA is the scan-resistant rule that sampling can keep)."""
+FOR_POLICY = {"lru": "sampled_lru", "lfu": "sampled_lfu", "s3fifo": "sampled_s3fifo",
+              "sampled_lru": "sampled_lru", "sampled_lfu": "sampled_lfu",
+              "sampled_s3fifo": "sampled_s3fifo"}
+"""The sampled policy (a registered name) that stands in for each policy on a tier that
+indexes itself (:mod:`kvstore.policy.sampled_fifo` for S3-FIFO)."""
 
 
 class Resident(Protocol):

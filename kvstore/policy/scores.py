@@ -55,7 +55,9 @@ class ScoreTable:
 
     def _find(self, key: object) -> tuple[int, int]:
         """(slot, fingerprint): the key's slot, or the empty slot where it would go."""
-        fp = hash(key) & _M64 or 1
+        return self._find_fp(hash(key) & _M64 or 1)
+
+    def _find_fp(self, fp: int) -> tuple[int, int]:
         fps, mask = self._fps, self._mask
         i = ((fp * _GOLDEN) & _M64) >> self._shift
         while True:
@@ -91,9 +93,18 @@ class ScoreTable:
         if self._len > _MAX_LOAD * (self._mask + 1):
             self._grow()
 
+    def get_fingerprint(self, fp: int, default: int = 0) -> int:
+        """:meth:`get` by fingerprint (what :meth:`fingerprint` returned for a key)."""
+        i, fp = self._find_fp(fp)
+        return self._vals[i] if self._fps[i] == fp else default
+
     def pop(self, key: BlockKey) -> None:
         """Forget ``key`` (absent keys are ignored)."""
-        i, fp = self._find(key)
+        self.pop_fingerprint(hash(key) & _M64 or 1)
+
+    def pop_fingerprint(self, fp: int) -> None:
+        """:meth:`pop` by fingerprint."""
+        i, fp = self._find_fp(fp)
         fps, vals, mask, shift = self._fps, self._vals, self._mask, self._shift
         if fps[i] != fp:
             return
