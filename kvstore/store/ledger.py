@@ -72,8 +72,9 @@ class Ledger:
 
     def prefix(self, namespace: str, hashes: Sequence[bytes]) -> list[str]:
         """The top tier's name of each block of the longest stored prefix of ``hashes``.
-        Routing calls this per request: one ``dict.get`` and one list index per block. An
-        unhashable "hash" ends the prefix (the caller validates the tail)."""
+        Routing calls this per request: one ``dict.get`` and one list index per block in RAM;
+        from the first block not in RAM, the disk tier's stored run of the rest in one read
+        transaction. An unhashable "hash" ends the prefix (the caller validates the tail)."""
         by_mask = self._top_name_by_mask
         tiers: list[str] = []
         append = tiers.append
