@@ -79,30 +79,46 @@ class Ledger:
         tiers: list[str] = []
         append = tiers.append
         get = self._index.namespace(namespace).get
-        n = len(hashes)
-        i = 0
         try:
-            while i < n:
-                entry = get(hashes[i])
+            for h in hashes:
+                entry = get(h)
                 if entry is None:
-                    # the rest of the chain as far as the cold tier holds it, in one call
-                    run, pos = self._cold.leading(namespace, hashes[i:]) if self._cold else (0, 0)
-                    if run == 0:
-                        break
-                    cold_name = by_mask[1 << pos]
-                    for h in hashes[i:i + run]:
-                        hot = get(h)  # a memory tier may hold it too: its top tier is higher
-                        append(cold_name if hot is None else by_mask[hot.tiers] or cold_name)
-                    i += run
-                    continue
+                    break
                 name = by_mask[entry.tiers]
                 if name is None:  # pending shm write: not visible yet
-                    break
+                    return tiers
                 append(name)
-                i += 1
+            else:
+                return tiers
+            if self._cold:
+                self._cold_tail(namespace, hashes, tiers)
         except TypeError:
             pass
         return tiers
+
+    def _cold_tail(self, namespace: str, hashes: Sequence[bytes], tiers: list[str]) -> None:
+        """Extend ``tiers`` past its first block not in RAM: the disk tier's stored run of the
+        chain, then RAM again, and so on."""
+        by_mask = self._top_name_by_mask
+        get = self._index.namespace(namespace).get
+        i, n = len(tiers), len(hashes)
+        while i < n:
+            entry = get(hashes[i])
+            if entry is None:
+                run, pos = self._cold.leading(namespace, hashes[i:])
+                if run == 0:
+                    return
+                cold_name = by_mask[1 << pos]
+                for h in hashes[i:i + run]:
+                    hot = get(h)  # a memory tier may hold it too: its top tier is higher
+                    tiers.append(cold_name if hot is None else by_mask[hot.tiers] or cold_name)
+                i += run
+                continue
+            name = by_mask[entry.tiers]
+            if name is None:
+                return
+            tiers.append(name)
+            i += 1
 
     def keys_of(self, namespace: str) -> list[BlockKey]:
         """Every indexed key of ``namespace``, pending ones too."""
