@@ -32,6 +32,8 @@ from typing import Any
 import numpy as np
 from common import interleaved, report, row  # bench/ is on sys.path when run as a script
 
+from kvstore.types import BlockHash
+
 REPO = Path(__file__).resolve().parents[1]
 SIZES = (1_000_000, 4_000_000, 16_000_000)
 QUICK_SIZES = (50_000, 200_000, 400_000)
@@ -41,9 +43,9 @@ CHAIN = 64
 NS = "scale"
 
 
-def chunk_keys(seed: int, n: int = CHUNK) -> list[bytes]:
+def chunk_keys(seed: int, n: int = CHUNK) -> list[BlockHash]:
     raw = np.random.default_rng(seed).bytes(32 * n)
-    return [raw[i:i + 32] for i in range(0, 32 * n, 32)]
+    return [BlockHash(raw[i:i + 32]) for i in range(0, 32 * n, 32)]
 
 
 def config(root: str) -> Any:

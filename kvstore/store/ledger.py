@@ -108,7 +108,7 @@ class Ledger:
                 run, pos = self._cold.leading(namespace, hashes[i:])
                 if run == 0:
                     return
-                cold_name = by_mask[1 << pos]
+                cold_name = by_mask[1 << pos] or ""  # a one-tier mask always names it
                 for h in hashes[i:i + run]:
                     hot = get(h)  # a memory tier may hold it too: its top tier is higher
                     tiers.append(cold_name if hot is None else by_mask[hot.tiers] or cold_name)

@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 
 import lmdb
 
-from kvstore.tiers.base import BlockMeta
+from kvstore.tiers.base import BlockMeta, Buffer
 from kvstore.tiers.disk_records import decode_key, payload_size, unpack_header
 from kvstore.types import BlockKey
 
@@ -36,7 +36,7 @@ def leading(txn: lmdb.Transaction, prefix: bytes, hashes: Sequence[bytes]) -> in
     return n
 
 
-def keys_with(txn: lmdb.Transaction, prefix: bytes) -> Iterator[tuple[bytes, memoryview]]:
+def keys_with(txn: lmdb.Transaction, prefix: bytes) -> Iterator[tuple[bytes, Buffer]]:
     """Every (encoded key, value) whose key starts with ``prefix``, in key order."""
     cur = txn.cursor()
     if not cur.set_range(prefix):
