@@ -11,6 +11,9 @@ POLICIES = Registry(
         "lru": "kvstore.policy.lru:LRUPolicy",
         "lfu": "kvstore.policy.lfu:LFUPolicy",
         "s3fifo": "kvstore.policy.s3fifo:S3FIFOPolicy",
+        "sampled_lru": "kvstore.policy.sampled:SampledLRU",
+        "sampled_lfu": "kvstore.policy.sampled:SampledLFU",
+        "sampled_s3fifo": "kvstore.policy.sampled_fifo:SampledS3FIFO",
     },
 )
 
@@ -28,9 +31,23 @@ def make_policy(name: str) -> Policy:
     return policy
 
 
+def make_tier_policy(name: str, tier: object) -> Policy:
+    """The policy ``name`` for ``tier``. A tier that indexes itself (disk: its LMDB file) gets
+    the sampled rule that stands in for ``name``, drawing victims from the tier, so that no
+    Python object per block is kept for it (:mod:`kvstore.policy.sampled`)."""
+    if not getattr(tier, "indexes_itself", False):
+        return make_policy(name)
+    from kvstore.policy.sampled import FOR_POLICY
+
+    policy = make_policy(FOR_POLICY[name])
+    policy.attach(tier)  # type: ignore[attr-defined]
+    return policy
+
+
 def make_admission(name: str) -> Admission:
     admission: Admission = ADMISSIONS.create(name)
     return admission
 
 
-__all__ = ["ADMISSIONS", "POLICIES", "Admission", "Policy", "make_admission", "make_policy"]
+__all__ = ["ADMISSIONS", "POLICIES", "Admission", "Policy", "make_admission", "make_policy",
+           "make_tier_policy"]

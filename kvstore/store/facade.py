@@ -23,7 +23,8 @@ from kvstore.checksum import checksum
 from kvstore.config import StoreConfig
 from kvstore.errors import InvalidLeaseError, KVStoreError, UnknownNamespaceError
 from kvstore.namespace import Namespace
-from kvstore.policy import make_policy
+from kvstore.policy import make_tier_policy
+from kvstore.store.cold import ColdIndex
 from kvstore.store.counters import Tally
 from kvstore.store.demoter import Demoter
 from kvstore.store.ghosts import Ghosts
@@ -53,12 +54,15 @@ class Store:
         self.config = config
         self._stack = TierStack(config.tiers, tiers)
         self._lock = StoreLock()
-        self._ledger = Ledger([make_policy(c.policy) for c in config.tiers],
-                              self._stack.top_name_by_mask)
-        self._tally = Tally(len(self._stack))
-        self._leases = LeaseTable(quota=config.max_pinned_bytes_per_tenant)
         self._book = NamespaceBook(config.namespaces_path, NamespaceLimits(
             config.max_namespaces, config.max_namespaces_per_tenant))
+        tiers_ = self._stack.tiers
+        cold = ColdIndex([(p, t) for p, t in enumerate(tiers_)  # type: ignore[misc]
+                          if getattr(t, "indexes_itself", False)], self._book.layout_id)
+        self._ledger = Ledger([make_tier_policy(c.policy, t) for c, t in zip(
+            config.tiers, tiers_, strict=True)], self._stack.top_name_by_mask, cold)
+        self._tally = Tally(len(self._stack))
+        self._leases = LeaseTable(quota=config.max_pinned_bytes_per_tenant)
         self._ghosts = Ghosts(config.ghost_entries)
         self._placer = Placer(self._stack, self._ledger, self._tally, self._leases,
                               self._ghosts)

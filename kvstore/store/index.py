@@ -1,4 +1,5 @@
-"""The store's index: one entry per block, saying where it lives and what it must hash to."""
+"""The store's index of the blocks in memory tiers: one entry per block, saying where it lives
+and what it must hash to."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from kvstore.types import BlockKey
 MAX_HASH_BYTES = 64
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, weakref_slot=True)
 class Entry:
     """One block in the index.
 
@@ -20,7 +21,8 @@ class Entry:
     committed: such a block is invisible to get, lookup and contains. ``checksum`` is None
     while only memory tiers hold the block: they never verify, so it is computed when the block
     first goes to a tier that keeps it (:meth:`~kvstore.store.placer.Placer.write`), not on the
-    put path.
+    put path. Blocks that only the disk tier holds have no entry kept in RAM: the cold index
+    (:mod:`kvstore.store.cold`) builds one from the tier's header when asked.
     """
 
     size: int

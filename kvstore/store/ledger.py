@@ -6,6 +6,13 @@ gone, a block gone), so the index, the policies and the usage counts cannot drif
 invariant ``key in policies[t]`` exactly when ``index[key].tiers`` has bit ``t`` is kept in
 :meth:`Ledger.add_copy` and :meth:`Ledger.drop_copy` alone. The ledger never touches bytes
 (tiers do) and is not thread-safe: the store calls it under its lock.
+
+Two indexes, one view: blocks with a copy in a memory tier (or a shared-memory write pending)
+have an entry in RAM (:class:`~kvstore.store.index.BlockIndex`); blocks only tiers that index
+themselves hold (disk) are in the cold index (:mod:`kvstore.store.cold`), which asks the tier.
+:meth:`Ledger._file` moves an entry between them whenever its copies change. An entry whose
+last copy is gone stays in RAM until :meth:`Ledger.forget`. At start the usage counts and the
+cold tiers' bytes come from the tiers' own counts: nothing is read per block.
 """
 
 from __future__ import annotations
@@ -13,40 +20,61 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 
 from kvstore.policy import Policy
+from kvstore.store.cold import ColdIndex
 from kvstore.store.counters import NamespaceUsage
 from kvstore.store.index import BlockIndex, Entry
 from kvstore.types import BlockKey
 
 
 class Ledger:
-    """Index, per-tier policies and per-namespace usage."""
+    """Index (in RAM and cold), per-tier policies and per-namespace usage."""
 
-    def __init__(self, policies: list[Policy], top_name_by_mask: list[str | None]) -> None:
+    def __init__(self, policies: list[Policy], top_name_by_mask: list[str | None],
+                 cold: ColdIndex | None = None) -> None:
         self.policies = policies
         self._index = BlockIndex()
+        self._cold = cold if cold is not None else ColdIndex([], lambda _: None)
         self._usage: dict[str, NamespaceUsage] = {}
         self._top_name_by_mask = top_name_by_mask
         self._tier_bytes = [0] * len(policies)  # payload bytes of the copies each tier holds
+        for pos, tier in self._cold.catalogs:  # one cold tier per stack: nothing counted twice
+            self._tier_bytes[pos] = tier.used_bytes()
+            for ns, (blocks, nbytes) in tier.namespace_usage().items():
+                usage = self.usage(ns)
+                usage.blocks += blocks
+                usage.bytes += nbytes
 
     # -- reading -----------------------------------------------------------------------------
     def get(self, key: BlockKey) -> Entry | None:
-        return self._index.get(key)
+        entry = self._index.get(key)
+        if entry is None and self._cold:
+            return self._cold.load(key)
+        return entry
 
     def __contains__(self, key: object) -> bool:
-        return key in self._index
+        if key in self._index:
+            return True
+        return bool(self._cold) and isinstance(key, tuple) and self._cold.has(key)
 
     def items(self) -> Iterator[tuple[BlockKey, Entry]]:
+        """Every block, cold ones too (reads every key of the disk tier: checks only)."""
+        yield from self._index.items()
+        yield from self._cold.items(skip=self._index.__contains__)
+
+    def memory_items(self) -> Iterator[tuple[BlockKey, Entry]]:
+        """The blocks with an entry in RAM: every block a memory tier holds, and pending ones."""
         return self._index.items()
 
     def visible(self, key: BlockKey) -> Entry | None:
         """The entry of a published block that some tier holds, else None."""
-        entry = self._index.get(key)
+        entry = self.get(key)
         return entry if entry is not None and not entry.pending and entry.tiers else None
 
     def prefix(self, namespace: str, hashes: Sequence[bytes]) -> list[str]:
         """The top tier's name of each block of the longest stored prefix of ``hashes``.
-        Routing calls this per request: one ``dict.get`` and one list index per block. An
-        unhashable "hash" ends the prefix (the caller validates the tail)."""
+        Routing calls this per request: one ``dict.get`` and one list index per block in RAM;
+        from the first block not in RAM, the disk tier's stored run of the rest in one read
+        transaction. An unhashable "hash" ends the prefix (the caller validates the tail)."""
         by_mask = self._top_name_by_mask
         tiers: list[str] = []
         append = tiers.append
@@ -58,15 +86,46 @@ class Ledger:
                     break
                 name = by_mask[entry.tiers]
                 if name is None:  # pending shm write: not visible yet
-                    break
+                    return tiers
                 append(name)
+            else:
+                return tiers
+            if self._cold:
+                self._cold_tail(namespace, hashes, tiers)
         except TypeError:
             pass
         return tiers
 
+    def _cold_tail(self, namespace: str, hashes: Sequence[bytes], tiers: list[str]) -> None:
+        """Extend ``tiers`` past its first block not in RAM: the disk tier's stored run of the
+        chain, then RAM again, and so on."""
+        by_mask = self._top_name_by_mask
+        get = self._index.namespace(namespace).get
+        i, n = len(tiers), len(hashes)
+        while i < n:
+            entry = get(hashes[i])
+            if entry is None:
+                run, pos = self._cold.leading(namespace, hashes[i:])
+                if run == 0:
+                    return
+                cold_name = by_mask[1 << pos] or ""  # a one-tier mask always names it
+                for h in hashes[i:i + run]:
+                    hot = get(h)  # a memory tier may hold it too: its top tier is higher
+                    tiers.append(cold_name if hot is None else by_mask[hot.tiers] or cold_name)
+                i += run
+                continue
+            name = by_mask[entry.tiers]
+            if name is None:
+                return
+            tiers.append(name)
+            i += 1
+
     def keys_of(self, namespace: str) -> list[BlockKey]:
         """Every indexed key of ``namespace``, pending ones too."""
-        return [(namespace, h) for h in self._index.namespace(namespace)]
+        keys = dict.fromkeys((namespace, h) for h in self._index.namespace(namespace))
+        if self._cold:
+            keys.update(dict.fromkeys(self._cold.keys_of(namespace)))
+        return list(keys)
 
     def usage(self, namespace: str) -> NamespaceUsage:
         return self._usage.setdefault(namespace, NamespaceUsage())
@@ -86,13 +145,10 @@ class Ledger:
     def victims(self, pos: int, n: int, evictable: Callable[[BlockKey], bool]) -> list[BlockKey]:
         return self.policies[pos].victims(n, evictable)
 
-    def __len__(self) -> int:
-        return len(self._index)
 
     # -- changing ----------------------------------------------------------------------------
     def add_block(self, key: BlockKey, entry: Entry, pos: int) -> None:
         """A new published block whose first copy is in tier ``pos``."""
-        self._index[key] = entry
         self._count(key[0], entry.size, +1)
         self.add_copy(pos, key, entry)
 
@@ -123,6 +179,7 @@ class Ledger:
             self._tier_bytes[pos] += entry.size
         entry.tiers |= 1 << pos
         self.policies[pos].on_put(key, entry.size)
+        self._file(key, entry)
 
     def drop_copy(self, pos: int, key: BlockKey, entry: Entry) -> None:
         """Tier ``pos`` no longer holds a copy of the block."""
@@ -130,13 +187,26 @@ class Ledger:
         if entry.tiers & (1 << pos):
             self._tier_bytes[pos] -= entry.size
         entry.tiers &= ~(1 << pos)
+        self._file(key, entry)
+
+    def _file(self, key: BlockKey, entry: Entry) -> None:
+        """Keep the entry in RAM while a memory tier holds the block (or it is pending or has
+        no copy left, until :meth:`forget`), else in the cold index only."""
+        if entry.pending or not entry.tiers or entry.tiers & ~self._cold.mask:
+            self._index[key] = entry
+        else:
+            self._index.pop(key)
+            self._cold.hold(key, entry)
 
     def hit(self, pos: int, key: BlockKey) -> None:
         self.policies[pos].on_hit(key)
 
     def forget(self, key: BlockKey, entry: Entry) -> None:
         """Remove a block whose copies are all gone from the index."""
-        if self._index.pop(key, None) is not None and not entry.pending:
+        held = self._index.pop(key, None) is not None
+        if self._cold:
+            self._cold.release(key)
+        if held and not entry.pending:
             self._count(key[0], entry.size, -1)
 
     def forget_usage(self, namespace: str) -> None:

@@ -354,7 +354,7 @@ class Placer:
             return 0
         lost = 0
         by_top: dict[int, list[tuple[BlockKey, Entry]]] = {}
-        for key, entry in self._ledger.items():
+        for key, entry in self._ledger.memory_items():
             if not entry.pending and entry.tiers and not entry.tiers >> target:
                 by_top.setdefault(entry.top(), []).append((key, entry))
         for top, blocks in by_top.items():

@@ -50,6 +50,7 @@ class Reader:
         out: list[bytes | None] = [None] * len(keys)
         served_by: list[int] = [-1] * len(keys)
         self.discover_missing(keys)
+        held: list[Entry] = []  # a disk-only block's entry lives while held: built once
         with self._lock:
             slow: dict[int, list[int]] = {}
             reading: list[BlockKey] = []
@@ -57,6 +58,7 @@ class Reader:
                 entry = self._ledger.visible(key)
                 if entry is None:
                     continue
+                held.append(entry)
                 pos = entry.top()
                 if self._tiers[pos].persistent:
                     self._leases.start_read(key)
@@ -195,9 +197,11 @@ class Reader:
     def index_persistent(self) -> None:
         """Index every block the persistent tiers hold (at start, after a restart). Blocks
         whose layout id does not match their registered namespace are skipped: they belong to
-        another definition. Shared tiers are not listed: :meth:`discover` asks them."""
+        another definition. Shared tiers are not listed: :meth:`discover` asks them; nor are
+        tiers that index themselves (disk): the ledger asks them when it needs a block."""
         for pos, tier in enumerate(self._tiers):
-            if not tier.persistent or getattr(tier, "discover", None) is not None:
+            if (not tier.persistent or getattr(tier, "discover", None) is not None
+                    or getattr(tier, "indexes_itself", False)):
                 continue
             for key, meta in tier.scan():
                 layout = self._namespaces.layout_id(key[0])

@@ -6,15 +6,17 @@ flight and never leaves a half-written value. Each ``put_many``/``delete`` is on
 transaction.
 
 The value starts with a fixed header (:mod:`kvstore.tiers.disk_records`: magic, version,
-layout id, checksum, payload size) so that :meth:`DiskTier.scan` can give the store every
-block's meta after a restart without a side table. A value whose magic is wrong is not ours
-(or is damaged): reads treat it as absent and scans skip it. Payload checksums are checked by
-the store (``verify_reads``), never here.
+layout id, checksum, payload size). A value whose magic is wrong is not ours (or is damaged):
+reads treat it as absent and scans skip it. Payload checksums are checked by the store
+(``verify_reads``), never here.
 
-Every block's meta is kept in memory (``_metas``), read from the headers once at open and kept
-up to date by every put and delete, so ``used_bytes`` (the sum of payload sizes), ``contains``
-and ``scan`` touch no disk. The open-time scan runs on a handle opened with readahead off:
-reading one header page per value would otherwise pull in the whole file through readahead.
+The file is its own index (``indexes_itself``): the store asks it, not a map in RAM, whether it
+holds a block and with which meta (:mod:`kvstore.tiers.disk_index`: a B-tree lookup and the
+64-byte header, never the payload), so a restart reads nothing per block. What must be known
+without a lookup, the blocks and payload bytes of each namespace, is kept in count records
+written in the same transaction as the blocks; a file from before them is scanned once, at
+its first open, to write them (on a handle with readahead off: reading one header page per
+value would otherwise pull in the whole file).
 
 ``map_size`` starts at twice the capacity plus slack (LMDB rounds each large value up to whole
 overflow pages and cannot reuse pages that a live reader still sees) and doubles when a commit
@@ -29,6 +31,7 @@ import contextlib
 import errno
 import logging
 import os
+import random
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -37,8 +40,10 @@ from typing import Any
 import lmdb
 
 from kvstore.errors import CapacityError, DiskFullError, TierUnavailableError
+from kvstore.tiers import disk_index
 from kvstore.tiers.base import BlockMeta, Buffer, Tier
-from kvstore.tiers.disk_records import HEADER, MAGIC, VERSION, decode_key, encode_key, unpack_header
+from kvstore.tiers.disk_counts import DiskCounts, headers
+from kvstore.tiers.disk_records import HEADER, MAGIC, VERSION, decode_key, encode_key, payload_size
 from kvstore.tiers.remap_gate import RemapGate
 from kvstore.types import BlockKey
 
@@ -57,6 +62,7 @@ class DiskTier(Tier):
     name = "disk"
     persistent = True
     verify_reads = True
+    indexes_itself = True
 
     def __init__(self, capacity_bytes: int, path: str, map_size: int | None = None) -> None:
         super().__init__(capacity_bytes)
@@ -66,22 +72,21 @@ class DiskTier(Tier):
         # Two opens in turn, never at once (LMDB allows one handle per file per process).
         scan_env = self._open(readahead=False)
         try:
-            self._metas = dict(self._read_headers(scan_env))
+            self._counts = DiskCounts.read(scan_env, self.path)
         finally:
             scan_env.close()
         self._env = self._open(readahead=True)
-        self._write_lock = threading.Lock()  # one write txn, map growth, _metas, _scratch
+        self._write_lock = threading.Lock()  # one write txn, map growth, _counts, _scratch
         self._scratch = memoryview(bytearray(0))
         self._gate = RemapGate()
         self._closed = False
         self._full: str | None = None  # why writes fail, while the file system is full
         self._full_at = 0.0  # monotonic time of the last write that failed for it
-        self._used = sum(meta.size for meta in self._metas.values())
-        if self._used > self.capacity_bytes:
+        if self._counts.used > self.capacity_bytes:
             log.warning(
                 "disk tier %s holds %d bytes, over its capacity of %d; the store will evict",
                 self.path,
-                self._used,
+                self._counts.used,
                 self.capacity_bytes,
             )
 
@@ -113,7 +118,7 @@ class DiskTier(Tier):
 
     # -- accounting ---------------------------------------------------------------------
     def used_bytes(self) -> int:
-        return self._used
+        return self._counts.used
 
     def map_size(self) -> int:
         return int(self._env.info()["map_size"])
@@ -125,27 +130,31 @@ class DiskTier(Tier):
             blocks[encode_key(key)] = (memoryview(buf).cast("B"), meta)
         if not blocks:
             return  # an empty commit would still cost an fsync
-        new = {raw: BlockMeta(m.layout_id, m.checksum, v.nbytes) for raw, (v, m) in blocks.items()}
         with self._write_lock:
             self._check_open()
-            old = sum(m.size for raw in new if (m := self._metas.get(raw)) is not None)
-            used = self._used + sum(m.size for m in new.values()) - old
-            if used > self.capacity_bytes:
-                raise CapacityError(
-                    f"disk tier: {used} bytes needed of a capacity of {self.capacity_bytes}"
-                )
             self._write(lambda txn: self._put_all(txn, blocks))
-            self._metas.update(new)
-            self._used = used
+            self._counts.commit()
 
     def _put_all(
         self, txn: lmdb.Transaction, blocks: dict[bytes, tuple[memoryview, BlockMeta]]
     ) -> None:
-        """Header + payload of each block through one reused scratch buffer: LMDB copies the
+        """Counts first (a key already stored is an overwrite: its old payload no longer
+        counts), refused as a whole past the capacity; then header + payload of each block
+        through one reused scratch buffer: LMDB copies the
         value into its own pages during ``put``, so the buffer is free again at once, and a
         warm buffer saves the allocation, zeroing and page faults of a fresh value per block
         (py-lmdb has no MDB_RESERVE to write into LMDB's pages directly). Caller holds
         ``_write_lock``."""
+        counts = self._counts
+        counts.begin()
+        for raw, (view, _) in blocks.items():
+            old = payload_size(txn.get(raw))
+            counts.note(raw, old is None, view.nbytes - (old or 0))
+        used = counts.used_after()
+        if used > self.capacity_bytes:
+            raise CapacityError(
+                f"disk tier: {used} bytes needed of a capacity of {self.capacity_bytes}"
+            )
         for raw, (view, meta) in blocks.items():
             end = HEADER.size + view.nbytes
             if len(self._scratch) < end:
@@ -154,23 +163,36 @@ class DiskTier(Tier):
             HEADER.pack_into(scratch, 0, MAGIC, VERSION, meta.layout_id, meta.checksum, view.nbytes)
             scratch[HEADER.size : end] = view
             txn.put(raw, scratch[:end])
+        counts.stage(txn)
 
     def delete(self, keys: Sequence[BlockKey]) -> None:
+        with self._reading() as txn:  # an empty commit would still cost an fsync
+            raws = [raw for raw in dict.fromkeys(map(encode_key, keys))
+                    if payload_size(txn.get(raw)) is not None]
+        if not raws:
+            return
         with self._write_lock:
             self._check_open()
-            raws = [raw for raw in map(encode_key, keys) if raw in self._metas]
-            if not raws:
-                return
-            self._write(lambda txn: [txn.delete(raw) for raw in raws])
-            for raw in raws:
-                self._used -= self._metas.pop(raw).size
+            counts = self._counts
+
+            def body(txn: lmdb.Transaction) -> None:
+                counts.begin()
+                for raw in raws:
+                    old = payload_size(txn.get(raw))
+                    if old is not None:  # else absent, or not ours: nothing counted
+                        txn.delete(raw)
+                        counts.note(raw, -1, -old)
+                counts.stage(txn)
+
+            self._write(body)
+            counts.commit()
 
     def _write(self, body: Any) -> None:
         """Run ``body(txn)`` in one committed write txn, growing the map when it is full.
         Caller holds ``_write_lock``."""
         for _ in range(_MAX_GROW):
             try:
-                with self._env.begin(write=True) as txn:
+                with self._env.begin(write=True, buffers=True) as txn:
                     body(txn)
                 if self._full is not None and time.monotonic() - self._full_at > _FULL_HOLD_S:
                     self._full = None  # a write near the limit may fit: not over until it holds
@@ -229,33 +251,62 @@ class DiskTier(Tier):
             self._gate.leave()
         return out
 
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[lmdb.Transaction]:
+        """One read transaction, under the remap gate."""
+        self._gate.enter()
+        try:
+            self._check_open()
+            with self._env.begin(buffers=True) as txn:
+                yield txn
+        except lmdb.Error as exc:
+            raise TierUnavailableError(f"disk tier: read failed: {exc}") from exc
+        finally:
+            self._gate.leave()
+
     def contains(self, key: BlockKey) -> bool:
-        return encode_key(key) in self._metas
+        return self.metas([key])[0] is not None
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, tuple) and len(key) == 2 and self.contains(key)
+
+    def metas(self, keys: Sequence[BlockKey]) -> list[BlockMeta | None]:
+        """The meta in each key's header (None: not stored, or not ours), one transaction."""
+        with self._reading() as txn:
+            return disk_index.metas(txn, [encode_key(k) for k in keys])
+
+    def leading(self, namespace: str, hashes: Sequence[bytes]) -> int:
+        """How many of a chain's ``hashes``, from the first, this tier holds."""
+        with self._reading() as txn:
+            return disk_index.leading(txn, namespace.encode() + b"\x00", hashes)
+
+    def keys_of(self, namespace: str) -> list[BlockKey]:
+        with self._reading() as txn:
+            return disk_index.namespace_keys(txn, namespace)
+
+    def sample(self, n: int, rng: random.Random) -> list[BlockKey]:
+        """``n`` stored keys about at random, or every key when ``n >= len(self)`` (what a
+        sampled eviction policy draws its candidates from)."""
+        weights = {ns: blocks for ns, (blocks, _) in self._counts.usage().items()}
+        if n >= sum(weights.values()):
+            return [k for ns in weights for k in self.keys_of(ns)]
+        with self._reading() as txn:
+            return disk_index.sample(txn, weights, n, rng)
+
+    def namespace_usage(self) -> dict[str, tuple[int, int]]:
+        """``namespace -> (blocks, payload bytes)`` of what the file holds, from its counts."""
+        return dict(self._counts.usage())
 
     def scan(self) -> Iterator[tuple[BlockKey, BlockMeta]]:
-        """Every block with the meta of its header: read from the file at open, then kept
-        current by this tier's own puts and deletes (one tier owns a path)."""
-        with self._write_lock:
-            snapshot = list(self._metas.items())
-        for raw, meta in snapshot:
-            yield decode_key(raw), meta
-
-    def _read_headers(self, env: lmdb.Environment) -> list[tuple[bytes, BlockMeta]]:
-        """Every valid (encoded key, meta) in ``env``, in one txn; values with a bad header are
-        logged and skipped. Only the header bytes of each value are touched."""
-        found: list[tuple[bytes, BlockMeta]] = []
-        with env.begin(buffers=True) as txn:
-            for raw, value in txn.cursor():
-                meta = unpack_header(value)  # a memoryview: reads the header, copies none
-                if meta is None:
-                    log.warning("disk tier %s: skipping bad header of %r", self.path, bytes(raw))
-                    continue
-                found.append((bytes(raw), meta))
-        return found
+        """Every block with the meta of its header, read from the file (one pass over every
+        value's header: for checks and tools, never on a request path)."""
+        with self._reading() as txn:
+            found = headers(txn, self.path)
+        yield from ((decode_key(raw), meta) for raw, meta in found)
 
     # -- lifecycle --------------------------------------------------------------------------
     def __len__(self) -> int:
-        return len(self._metas)
+        return self._counts.blocks
 
     def health(self) -> dict[str, Any]:
         """Not ok once closed, or while the file system is full (until a write succeeds):
@@ -265,7 +316,7 @@ class DiskTier(Tier):
             "ok": not self._closed and full is None,
             **({"error": full, "disk_full": True} if full is not None else {}),
             "path": self.path,
-            "blocks": len(self._metas),
+            "blocks": self._counts.blocks,
             "map_size": None if self._closed else self.map_size(),
         }
 
@@ -285,3 +336,4 @@ class DiskTier(Tier):
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError("disk tier is closed")
+

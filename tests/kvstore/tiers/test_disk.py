@@ -150,8 +150,8 @@ def test_values_with_a_bad_header_are_absent(
 
     tier = DiskTier(1 << 20, path=path)
     try:
+        assert [k for k, _ in tier.scan()] == [key(1)]  # the open reads no header; a scan does
         assert sum("bad header" in r.getMessage() for r in caplog.records) == 2  # both logged
-        assert [k for k, _ in tier.scan()] == [key(1)]
         assert tier.get_many([key(1), key(2), key(3)]) == [good, None, None]
         assert not tier.contains(key(2))
         assert tier.used_bytes() == len(good)
@@ -208,3 +208,61 @@ def test_flush_and_closed_tier(tmp_path: Path) -> None:
     assert tier.health()["ok"] is False
     with pytest.raises(RuntimeError):
         tier.put_many([item(key(2), b"x")])
+
+
+def test_restart_reads_counts_not_headers(tmp_path: Path) -> None:
+    """The counts a restart needs are records in the file, kept by every put and delete; an
+    overwrite counts once."""
+    path = str(tmp_path / "db")
+    tier = DiskTier(8 << 20, path=path)
+    tier.put_many([item(key(i, ns=f"n{i % 2}"), block(100 + i)) for i in range(10)])
+    tier.put_many([item(key(0, ns="n0"), block(7))])  # overwrite: 100 -> 7 bytes
+    tier.delete([key(1, ns="n1"), key(77)])
+    want = tier.namespace_usage()
+    assert want == {"n0": (5, 7 + 102 + 104 + 106 + 108), "n1": (4, 103 + 105 + 107 + 109)}
+    tier.close()
+    again = DiskTier(8 << 20, path=path)
+    try:
+        assert again.namespace_usage() == want and len(again) == 9
+        assert again.used_bytes() == sum(b for _, b in want.values())
+        assert sorted(again.keys_of("n1")) == sorted(key(i, ns="n1") for i in (3, 5, 7, 9))
+        assert again.leading("n0", [key(i)[1] for i in (0, 2, 4, 5, 6)]) == 3
+        assert again.metas([key(2, ns="n0"), key(3, ns="n0")])[1] is None
+    finally:
+        again.close()
+
+
+def test_a_file_without_counts_is_counted_once(tmp_path: Path) -> None:
+    """A file written before the counts existed (blocks only, as raw LMDB) is scanned at its
+    first open, then never again."""
+    path = str(tmp_path / "db")
+    env = lmdb.open(path, subdir=True, map_size=64 << 20)
+    datas = [block(50 + i) for i in range(6)]
+    with env.begin(write=True) as txn:
+        for i, data in enumerate(datas):
+            value = pack_value(data, BlockMeta(1, checksum(data), 50 + i))
+            txn.put(encode_key(key(i)), bytes(value))
+    env.close()
+    tier = DiskTier(8 << 20, path=path)
+    try:
+        assert tier.namespace_usage() == {"ns": (6, sum(range(50, 56)))}
+        assert tier.get_many([key(3)]) == [datas[3]]
+    finally:
+        tier.close()
+
+
+def test_samples_are_stored_keys_spread_over_namespaces(tmp_path: Path) -> None:
+    import random
+
+    tier = DiskTier(64 << 20, path=str(tmp_path / "db"))
+    try:
+        keys = [(f"ns{i % 3}", os.urandom(32)) for i in range(600)]
+        tier.put_many([item(k, b"x" * 10) for k in keys])
+        rng = random.Random(5)
+        drawn = tier.sample(200, rng)
+        assert len(drawn) >= 150 and set(drawn) <= set(keys)
+        assert {ns for ns, _ in drawn} == {"ns0", "ns1", "ns2"}
+        assert len(set(drawn)) > 100  # spread, not one run
+        assert sorted(tier.sample(600, rng)) == sorted(keys)  # n >= len: every key
+    finally:
+        tier.close()

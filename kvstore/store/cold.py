@@ -1,0 +1,121 @@
+"""The cold index: blocks that only tiers indexing themselves hold (the disk tier's LMDB file),
+known without an entry in RAM.
+
+A block whose copies are all in such tiers has no :class:`~kvstore.store.index.Entry` kept for
+it: the tier answers whether it holds the block and with which meta (its header), and the
+entry is built when the store asks (:meth:`ColdIndex.load`). Built entries are remembered
+weakly, so that while any caller holds one, every ``load`` of that key returns the same object
+and a change made through it (a copy added or dropped) is the one every caller sees; once
+nobody holds it, it is gone and RAM holds nothing for the block. This is what lets a disk tier
+of tens of millions of blocks cost no RAM per block and open without reading them.
+
+The ledger owns this index and is its only caller.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from typing import Protocol
+
+from kvstore.store.index import Entry
+from kvstore.tiers.base import BlockMeta
+from kvstore.types import BlockKey
+
+
+class IndexedTier(Protocol):
+    """What a tier that indexes itself answers (:class:`~kvstore.tiers.disk.DiskTier`)."""
+
+    name: str
+
+    def metas(self, keys: Sequence[BlockKey]) -> list[BlockMeta | None]: ...
+
+    def leading(self, namespace: str, hashes: Sequence[bytes]) -> int: ...
+
+    def keys_of(self, namespace: str) -> list[BlockKey]: ...
+
+    def namespace_usage(self) -> dict[str, tuple[int, int]]: ...
+
+    def used_bytes(self) -> int: ...
+
+    def __len__(self) -> int: ...
+
+
+class ColdIndex:
+    """Entries of the blocks that tiers ``catalogs`` (position, tier) hold, built on demand.
+    ``layout_of(namespace)`` is the registered layout id (None if unregistered): a block stored
+    under another layout is not the namespace's and reads as absent."""
+
+    def __init__(self, catalogs: Sequence[tuple[int, IndexedTier]],
+                 layout_of: Callable[[str], int | None]) -> None:
+        self._catalogs = list(catalogs)
+        self._layout_of = layout_of
+        self.mask = sum(1 << pos for pos, _ in self._catalogs)
+        self._live: weakref.WeakValueDictionary[BlockKey, Entry] = weakref.WeakValueDictionary()
+
+    def __bool__(self) -> bool:
+        return bool(self._catalogs)
+
+    @property
+    def catalogs(self) -> list[tuple[int, IndexedTier]]:
+        return self._catalogs
+
+    def load(self, key: BlockKey) -> Entry | None:
+        """The entry of a block the cold tiers hold (the same object while one is held)."""
+        entry = self._live.get(key)
+        if entry is not None:
+            return entry
+        found: BlockMeta | None = None
+        tiers = 0
+        for pos, tier in self._catalogs:
+            meta = tier.metas([key])[0]
+            if meta is not None:
+                found = found or meta
+                tiers |= 1 << pos
+        if found is None:
+            return None
+        layout = self._layout_of(key[0])
+        if layout is not None and found.layout_id != layout:
+            return None  # stored under another definition of the namespace
+        entry = Entry(found.size, found.checksum, found.layout_id, tiers)
+        self._live[key] = entry
+        return entry
+
+    def hold(self, key: BlockKey, entry: Entry) -> None:
+        """``entry`` (a block now only in cold tiers) is what :meth:`load` returns while held."""
+        self._live[key] = entry
+
+    def release(self, key: BlockKey) -> None:
+        self._live.pop(key, None)
+
+    def has(self, key: BlockKey) -> bool:
+        return self.load(key) is not None
+
+    def leading(self, namespace: str, hashes: Sequence[bytes]) -> tuple[int, int]:
+        """The stored run of a chain in the cold tiers, from its first hash: (length, the
+        position of the tier holding it). Only the first catalog tier is asked: a stack has
+        one disk tier."""
+        if not self._catalogs:
+            return 0, -1
+        pos, tier = self._catalogs[0]
+        return tier.leading(namespace, hashes), pos
+
+    def keys_of(self, namespace: str) -> list[BlockKey]:
+        keys: dict[BlockKey, None] = {}
+        for _, tier in self._catalogs:
+            keys.update(dict.fromkeys(tier.keys_of(namespace)))
+        return list(keys)
+
+    def namespaces(self) -> set[str]:
+        return {ns for _, tier in self._catalogs for ns in tier.namespace_usage()}
+
+    def items(self, skip: Callable[[BlockKey], bool]) -> Iterator[tuple[BlockKey, Entry]]:
+        """Every cold block's entry, except keys ``skip`` names (those the ledger keeps in RAM).
+        Reads every key of the cold tiers: for checks, never on a request path."""
+        for ns in sorted(self.namespaces()):
+            for key in self.keys_of(ns):
+                if skip(key):
+                    continue
+                entry = self.load(key)
+                if entry is not None:
+                    yield key, entry

@@ -1,0 +1,83 @@
+"""The disk tier's file as an index: what the store asks LMDB instead of keeping a map of every
+block in RAM (contains, metas, the stored run of a hash chain, a namespace's keys, random
+samples for eviction).
+
+Each function runs inside one read transaction the caller opens (:class:`~kvstore.tiers.disk
+.DiskTier` opens it under its remap gate) and reads only keys and the 64-byte headers: a
+block's payload is never touched. A value that is not ours (bad header) counts as absent.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator, Sequence
+
+import lmdb
+
+from kvstore.tiers.base import BlockMeta, Buffer
+from kvstore.tiers.disk_records import MAGIC, decode_key, payload_size, unpack_header
+from kvstore.types import BlockKey
+
+SAMPLE_RUN = 4  # keys taken after each random seek: a seek costs more than a step
+
+
+def metas(txn: lmdb.Transaction, raws: Sequence[bytes]) -> list[BlockMeta | None]:
+    return [None if v is None else unpack_header(v) for v in map(txn.get, raws)]
+
+
+def leading(txn: lmdb.Transaction, prefix: bytes, hashes: Sequence[bytes]) -> int:
+    """How many of ``hashes``, from the first, are stored (a chain's stored run). Only the
+    magic of each header is checked (a lookup's hot loop: half the cost of the whole header);
+    a value that is ours but damaged further in reads as a miss when it is got."""
+    n = 0
+    get = txn.get
+    for h in hashes:
+        value = get(prefix + h)
+        if value is None or value[:4] != MAGIC:
+            break
+        n += 1
+    return n
+
+
+def keys_with(txn: lmdb.Transaction, prefix: bytes) -> Iterator[tuple[bytes, Buffer]]:
+    """Every (encoded key, value) whose key starts with ``prefix``, in key order."""
+    cur = txn.cursor()
+    if not cur.set_range(prefix):
+        return
+    for raw, value in cur:
+        raw = bytes(raw)
+        if not raw.startswith(prefix):
+            return
+        yield raw, value
+
+
+def namespace_keys(txn: lmdb.Transaction, namespace: str) -> list[BlockKey]:
+    prefix = namespace.encode() + b"\x00"
+    return [decode_key(raw) for raw, value in keys_with(txn, prefix)
+            if payload_size(value) is not None]
+
+
+def sample(txn: lmdb.Transaction, weights: dict[str, int], n: int,
+           rng: random.Random) -> list[BlockKey]:
+    """About ``n`` stored keys at random: a namespace drawn by its block count, then a seek to
+    a random hash in it (block hashes are uniform, so the key after it is close to uniform) and
+    the :data:`SAMPLE_RUN` keys from there."""
+    names = [ns for ns, count in weights.items() if count > 0]
+    if not names:
+        return []
+    out: list[BlockKey] = []
+    cur = txn.cursor()
+    for ns in rng.choices(names, weights=[weights[ns] for ns in names],
+                          k=max(1, -(-n // SAMPLE_RUN))):
+        prefix = ns.encode() + b"\x00"
+        if not cur.set_range(prefix + rng.randbytes(8)) or not bytes(cur.key()).startswith(prefix):
+            cur.set_range(prefix)  # past the namespace's last key: wrap to its first
+        for _ in range(SAMPLE_RUN):
+            raw = bytes(cur.key())
+            if not raw.startswith(prefix):
+                break
+            if payload_size(cur.value()) is not None:
+                out.append(decode_key(raw))
+            if not cur.next():
+                break
+    return out
