@@ -23,7 +23,7 @@ from kvstore.errors import CapacityError, TierUnavailableError
 from kvstore.store.counters import Tally
 from kvstore.store.index import Entry
 from kvstore.store.leases import LeaseTable
-from kvstore.store.ledger import Ledger
+from kvstore.store.ledger import GONE, Ledger
 from kvstore.store.lock import StoreLock
 from kvstore.store.placer import MAX_DEMOTE_BATCH, Item, Placer
 from kvstore.store.stack import TierStack
@@ -100,7 +100,13 @@ class Demoter:
         except (CapacityError, TierUnavailableError) as exc:
             log.warning("background demotion: the %s tier refused %d blocks: %s",
                         self._stack.names[self.low], len(items), exc)
+            with self._lock:
+                self._ledger.unwatch(item[0] for item, _ in batch)
             return False
+        except BaseException:
+            with self._lock:
+                self._ledger.unwatch(item[0] for item, _ in batch)
+            raise
         self._record(batch, items)
         return True
 
@@ -140,6 +146,7 @@ class Demoter:
             need = sum(self._tiers[self.low].charge(e.size) for _, e in batch)
             if batch and not self._placer.make_room(self.low, need):
                 return None
+            self._ledger.watch(item[0] for item, _ in batch)
             return batch
 
     def _record(self, batch: Batch, items: list[Item]) -> None:
@@ -149,10 +156,14 @@ class Demoter:
         with self._lock:
             moved: list[BlockKey] = []
             stale: list[BlockKey] = []
+            fate = self._ledger.unwatch(item[0] for item, _ in batch)
             for ((key, _, _), picked), (_, _, meta) in zip(batch, items, strict=True):
+                if fate[key] == GONE:  # deleted meanwhile: the copy just written is its only one
+                    stale.append(key)
+                    continue
                 entry = self._ledger.get(key)
                 if entry is not picked or entry.pending:  # deleted (or replaced) meanwhile
-                    if entry is None or not entry.holds(low):
+                    if entry is None or entry.pending or not entry.holds(low):
                         stale.append(key)
                     continue
                 if entry.holds(low):  # the request path copied it down meanwhile

@@ -17,13 +17,15 @@ cold tiers' bytes come from the tiers' own counts: nothing is read per block.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from kvstore.policy import Policy
 from kvstore.store.cold import ColdIndex
 from kvstore.store.counters import NamespaceUsage
 from kvstore.store.index import BlockIndex, Entry
 from kvstore.types import BlockKey
+
+KEPT, GONE, BACK = 0, 1, 2  # a watched block's fate (see Ledger.watch)
 
 
 class Ledger:
@@ -37,6 +39,7 @@ class Ledger:
         self._usage: dict[str, NamespaceUsage] = {}
         self._top_name_by_mask = top_name_by_mask
         self._tier_bytes = [0] * len(policies)  # payload bytes of the copies each tier holds
+        self._watched: dict[BlockKey, int] = {}  # see watch()
         for pos, tier in self._cold.catalogs:  # one cold tier per stack: nothing counted twice
             self._tier_bytes[pos] = tier.used_bytes()
             for ns, (blocks, nbytes) in tier.namespace_usage().items():
@@ -146,14 +149,31 @@ class Ledger:
         return self.policies[pos].victims(n, evictable)
 
 
+    # -- blocks a writer outside the lock is copying (the background demoter) ---------------
+    def watch(self, keys: Iterable[BlockKey]) -> None:
+        """Note from now on whether each of ``keys`` is forgotten (and whether it is put
+        again after that): a copy written below without the lock cannot tell otherwise, since
+        a block only the disk holds is looked up in the disk itself."""
+        for key in keys:
+            self._watched[key] = KEPT
+
+    def unwatch(self, keys: Iterable[BlockKey]) -> dict[BlockKey, int]:
+        """Stop watching ``keys``: each one's fate since :meth:`watch` (``KEPT``, ``GONE``:
+        forgotten, ``BACK``: forgotten, then put again)."""
+        return {key: self._watched.pop(key, KEPT) for key in keys}
+
     # -- changing ----------------------------------------------------------------------------
     def add_block(self, key: BlockKey, entry: Entry, pos: int) -> None:
         """A new published block whose first copy is in tier ``pos``."""
+        if self._watched.get(key) == GONE:
+            self._watched[key] = BACK
         self._count(key[0], entry.size, +1)
         self.add_copy(pos, key, entry)
 
     def reserve(self, key: BlockKey, entry: Entry) -> None:
         """A pending block (a shared-memory write in flight): indexed, invisible, uncounted."""
+        if self._watched.get(key) == GONE:
+            self._watched[key] = BACK
         entry.pending = True
         self._index[key] = entry
 
@@ -203,6 +223,8 @@ class Ledger:
 
     def forget(self, key: BlockKey, entry: Entry) -> None:
         """Remove a block whose copies are all gone from the index."""
+        if key in self._watched:
+            self._watched[key] = GONE
         held = self._index.pop(key, None) is not None
         if self._cold:
             self._cold.release(key)
