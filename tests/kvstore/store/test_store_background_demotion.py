@@ -85,3 +85,20 @@ def test_a_block_deleted_while_its_batch_is_written_is_not_left_on_disk(
     assert store.get("m", hashes[:3]) == [None] * 3
     store.check_integrity()
     assert store.get("m", hashes[3:], promote=False) == data[3:]
+
+
+def test_a_block_deleted_and_put_again_while_its_batch_is_written_is_kept_once(
+    make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store = make_store(host=16, disk=256, host_watermarks=(0.5, 0.75), background_demotion=True)
+    entered, release = _held_disk_writes(monkeypatch, store)
+    hashes, data = blocks(14)
+    store.put("m", hashes, data)
+    assert entered.wait(10)
+    assert store.delete("m", hashes[:2]) == 2  # in the batch being written ...
+    store.put("m", hashes[:2], data[:2])  # ... and put again, into the host tier
+    release.set()
+    assert store.settled(10)
+    store.check_integrity()
+    assert store.get("m", hashes, promote=False) == data
+    assert store.stats()["namespaces"]["m"]["blocks"] == 14
