@@ -5,6 +5,9 @@ Every field is a flag (``--host-capacity``), a variable (``KVSTORE_HOST_CAPACITY
 key (``host_capacity``). Sizes accept plain bytes or units: ``512MiB``, ``10GiB``, ``1.5GB``.
 The embedded defaults serve with no configuration at all: 1 GiB host RAM tier in shared
 memory plus a 16 GiB LMDB disk tier under ``./data``, bound to 127.0.0.1.
+
+The fields and their checks are here; reading the YAML file is :mod:`server.config_file`,
+and the store the settings describe is :mod:`server.store_config`.
 """
 
 from __future__ import annotations
@@ -13,11 +16,9 @@ import hashlib
 import ipaddress
 import logging
 import os
-from contextvars import ContextVar
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-import yaml
 from pydantic import (
     AfterValidator,
     BeforeValidator,
@@ -27,12 +28,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_settings import (
-    BaseSettings,
-    PydanticBaseSettingsSource,
-    SettingsConfigDict,
-    YamlConfigSettingsSource,
-)
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from kvstore.config import (
     DEFAULT_DISK_CAPACITY,
@@ -46,7 +42,11 @@ from kvstore.config import (
     TierConfig,
 )
 from kvstore.policy import POLICIES
+from server.config_file import ConfigFileError, reading, yaml_sources
+from server.store_config import pin_quota_of, store_config_of
 from server.token_files import fill_tokens_from_files
+
+__all__ = ["ConfigFileError", "ServerSettings", "load_settings"]
 
 
 def _refuse_bool(value: Any) -> Any:
@@ -69,9 +69,6 @@ def _lower(value: Any) -> Any:
 
 
 _VISIBLE = "VISIBLE IN THE PROCESS LIST (ps) to every local user: prefer {0} or {1}"
-
-_yaml_path: ContextVar[str | None] = ContextVar("kvstore_yaml_path", default=None)
-
 
 def _is_loopback(host: str) -> bool:
     if host in ("localhost", "ip6-localhost"):
@@ -248,11 +245,7 @@ class ServerSettings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
-        path = _yaml_path.get()
-        if path is not None:
-            sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=path))
-        return tuple(sources)
+        return (init_settings, env_settings, *yaml_sources(settings_cls))
 
     # -- derived values -------------------------------------------------------------------
     @property
@@ -278,67 +271,12 @@ class ServerSettings(BaseSettings):
         return self.token is not None or bool(self.tenant_tokens)
 
     def pin_quota(self, top: TierConfig) -> int:
-        """Bytes one tenant may hold pinned: ``max_pinned_bytes_per_tenant``, or by default a
-        quarter of the top tier, so that no one tenant's pins can hold more than a quarter of
-        the tier that every put and promotion lands in. Only pins taken for a tenant (a tenant
-        token) are charged; the admin's are not."""
-        return self.max_pinned_bytes_per_tenant or max(1, top.capacity_bytes // 4)
+        """See :func:`server.store_config.pin_quota_of`."""
+        return pin_quota_of(self, top)
 
     def store_config(self) -> StoreConfig:
-        """Tiers top to bottom as configured; namespaces persist under the data dir."""
-        tiers: list[TierConfig] = []
-        if self.device_capacity:
-            tiers.append(TierConfig("device", self.device_capacity, policy=self.policy,
-                                    options={"device": self.device}))
-        if self.host_capacity:
-            # memfd: no /dev/shm name; clients get the descriptor only from the data plane
-            options: dict[str, Any] = {"shm_name": self.shm, "memfd": True}
-            if self.host_slot_bytes:
-                options["slot_bytes"] = self.host_slot_bytes
-            tiers.append(TierConfig("host", self.host_capacity, policy=self.policy,
-                                    options=options))
-        if self.disk_capacity:
-            tiers.append(TierConfig("disk", self.disk_capacity, policy=self.policy,
-                                    write_through=self.disk_write_through,
-                                    options={"path": str(self.data_path / "lmdb")}))
-        if self.s3_bucket:
-            s3: dict[str, Any] = {"bucket": self.s3_bucket, "prefix": self.s3_prefix}
-            if self.s3_endpoint:
-                s3["endpoint"] = self.s3_endpoint
-            if self.s3_region:
-                s3["region"] = self.s3_region
-            tiers.append(TierConfig("s3", self.s3_capacity, policy=self.policy, options=s3))
-        return StoreConfig(
-            tiers=tuple(tiers),
-            default_lease_s=min(self.lease_s, self.max_lease_s),  # cut like every lease
-            max_lease_s=self.max_lease_s,
-            max_pinned_bytes_per_tenant=self.pin_quota(tiers[0]),
-            namespaces_path=str(self.data_path / "namespaces.json"),
-            max_namespaces=self.max_namespaces,
-            max_namespaces_per_tenant=self.max_namespaces_per_tenant,
-            ghost_entries=self.ghost_entries,
-            background_demotion=self.background_demotion,
-        )
-
-
-class ConfigFileError(ValueError):
-    """The YAML config file cannot be read as settings: not YAML, or not a mapping."""
-
-
-def _check_yaml(path: str | os.PathLike[str]) -> None:
-    """Refuse a config file that is not a YAML mapping, with the place of a syntax error."""
-    try:
-        doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ConfigFileError(f"config file {path} is not valid YAML: {exc.problem}{where}") \
-            from None
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise ConfigFileError(f"config file {path} is not valid YAML: {exc}") from None
-    if doc is not None and not isinstance(doc, dict):
-        raise ConfigFileError(f"config file {path} must be a mapping of settings (key: value "
-                              f"lines), not a YAML {type(doc).__name__}")
+        """See :func:`server.store_config.store_config_of`."""
+        return store_config_of(self)
 
 
 def load_settings(config: str | os.PathLike[str] | None = None, **flags: Any) -> ServerSettings:
@@ -346,14 +284,6 @@ def load_settings(config: str | os.PathLike[str] | None = None, **flags: Any) ->
     ``config`` (or ``KVSTORE_CONFIG``). Raises ``pydantic.ValidationError`` on bad values,
     ``FileNotFoundError`` for a missing config file and :class:`ConfigFileError` for one that
     is not a YAML mapping."""
-    path = config if config is not None else os.environ.get("KVSTORE_CONFIG")
-    if path is not None:
-        if not Path(path).is_file():
-            raise FileNotFoundError(f"config file not found: {path}")
-        _check_yaml(path)
     given = {k: v for k, v in flags.items() if v is not None}
-    token = _yaml_path.set(str(path) if path is not None else None)
-    try:
+    with reading(config if config is not None else os.environ.get("KVSTORE_CONFIG")):
         return ServerSettings(**given)
-    finally:
-        _yaml_path.reset(token)

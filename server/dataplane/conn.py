@@ -1,4 +1,6 @@
-"""One data plane connection: reads frames (see :mod:`kvstore.protocol.frame`), serves, replies.
+"""One data plane connection: reads frames (see :mod:`kvstore.protocol.frame`) within the
+plane's byte budget, guards the trust boundary, has each frame answered (``answer``) and the
+reply written (``replies``).
 
 Each connection is an ``asyncio.BufferedProtocol`` that receives every frame piece straight
 into its final buffer (the payload lands once, where the store reads it). A connection serves
@@ -23,36 +25,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import socket
 import time
 from typing import TYPE_CHECKING, Any
 
-from kvstore.protocol import REQUESTS
-from kvstore.protocol.frame import (
-    PREFIX_BYTES,
-    Buffer,
-    FrameError,
-    decode_header,
-    decode_prefix,
-    encode_frame,
-    error_reply,
-    ok_reply,
-)
+from kvstore.protocol.frame import PREFIX_BYTES, FrameError, decode_prefix, encode_frame
+from server.dataplane.answer import answer, busy_reply
 from server.dataplane.buffers import SMALL
 from server.dataplane.context import Session
 from server.dataplane.direct_put import DirectPut
 from server.dataplane.direct_put import begin as begin_direct
-from server.dataplane.fd_pass import is_unix, send_with_fds
-from server.errors import map_error
+from server.dataplane.fd_pass import is_unix
+from server.dataplane.replies import ReplyWriter
 
 if TYPE_CHECKING:
     from server.dataplane.server import DataPlane
 
-log = logging.getLogger("kvstore.dataplane")
-
 
 class Connection(asyncio.BufferedProtocol):
+    """One client's connection to ``plane``: one frame at a time, in request order."""
+
     def __init__(self, plane: DataPlane) -> None:
         self.plane = plane
         self.settings = plane.settings
@@ -66,18 +58,20 @@ class Connection(asyncio.BufferedProtocol):
         self._stage = 0  # 0 prefix, 1 header, 2 payload
         self._lens = (0, 0)
         self._timer: asyncio.TimerHandle | None = None
-        self._writable = asyncio.Event()
-        self._writable.set()
+        self._replies = ReplyWriter(self.settings.frame_timeout_s)
         self._task: asyncio.Task[None] | None = None
         self._close_after = False  # the frame broke the session (auth): close after replying
         self._direct: DirectPut | None = None  # a put read straight into the host tier
-        self.closed = False
         self.established = False  # authenticated (or, with auth off, sent a frame)
         self.budget = plane.ops.ctx.budget
         self._held = 0  # budget bytes the frame being received or served holds
         self._waiting: asyncio.Task[None] | None = None  # waiting for budget room
         self._hello_timer: asyncio.TimerHandle | None = None
-        self._gather = False  # the transport's writelines sends buffers as they are
+
+    @property
+    def closed(self) -> bool:
+        """The connection is gone (``connection_lost`` ran)."""
+        return self._replies.closed
 
     # -- asyncio protocol -----------------------------------------------------------------
     def connection_made(self, transport: Any) -> None:
@@ -88,14 +82,14 @@ class Connection(asyncio.BufferedProtocol):
                 with contextlib.suppress(OSError):
                     sock.setsockopt(socket.SOL_SOCKET, opt, 4 << 20)
         self.session.unix = is_unix(transport)
-        self._gather = type(transport).__module__.startswith("uvloop")
+        self._replies.attach(transport)
         self.plane.opened(self)
         self._arm(self.settings.idle_timeout_s)
         self._hello_timer = asyncio.get_running_loop().call_later(
             self.settings.hello_timeout_s, self._hello_expired)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
+        self._replies.detach()
         self._disarm()
         self._stop_hello_timer()
         if self._waiting is not None:
@@ -105,14 +99,13 @@ class Connection(asyncio.BufferedProtocol):
             self.plane.background(direct.abort)
         if self._stage in (1, 2):  # receiving, not serving: nothing else will give it back
             self._release()
-        self._writable.set()
         self.plane.closed(self)
 
     def pause_writing(self) -> None:
-        self._writable.clear()
+        self._replies.pause()
 
     def resume_writing(self) -> None:
-        self._writable.set()
+        self._replies.resume()
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self._target[self._pos:]
@@ -235,43 +228,27 @@ class Connection(asyncio.BufferedProtocol):
     # -- serving --------------------------------------------------------------------------
     async def _serve(self, header_bytes: bytes, payload: memoryview) -> None:
         start = time.perf_counter()
-        rid: Any = 0
-        op = "unknown"
-        noreply = False
         self.plane.inflight += 1
         try:
-            header = decode_header(header_bytes)
-            rid = header.get("id", 0)
-            rid = rid if isinstance(rid, int) and not isinstance(rid, bool) else 0
-            noreply = header.get("noreply") is True
-            name = header.get("op")
-            op = name if isinstance(name, str) and name in REQUESTS else "unknown"
-            if self._direct is not None:
-                fields, blobs = await self.plane.ops.commit_direct(self._direct)
-            else:
-                fields, blobs = await self.plane.ops.dispatch(self.session, header, payload)
-            reply = ok_reply(rid, fields)
-            status = "ok"
-            if not self.established and self.session.principal is not None \
-                    and not self._promote():  # hello succeeded, but no slot is free
-                reply, blobs, status = self._busy_reply(rid), [], "busy"
-                self._close_after = True
-        except Exception as exc:
-            code, message, fatal = _describe(exc, op)
-            reply, blobs, status = error_reply(rid, code, message), [], code
+            rid, op, reply, blobs, status, noreply, fatal = await answer(
+                self.plane.ops, self.session, self._direct, header_bytes, payload)
             if fatal:
-                noreply = False
+                self._close_after = True
+            elif status == "ok" and not self.established and self.session.principal is not None \
+                    and not self._promote():  # hello succeeded, but no slot is free
+                reply, blobs, status = busy_reply(rid, self.settings.max_connections), [], "busy"
                 self._close_after = True
         finally:
             self.plane.inflight -= 1
         self.plane.metrics.observe("data", op, status, time.perf_counter() - start)
         if self.session.send_fds:  # shm_map: the slab's descriptor goes with the reply
-            unsent = self._send_fds(reply, rid)
+            fds, self.session.send_fds = self.session.send_fds, []
+            unsent = self._replies.send_fds(reply, rid, fds)
             noreply, reply = noreply or unsent is None, unsent or reply
         after, self.session.after_send = self.session.after_send, None
         try:
             if not noreply:
-                await self._send(encode_frame(reply, blobs), drain=after is not None)
+                await self._replies.send(encode_frame(reply, blobs), drain=after is not None)
         finally:
             if after is not None:  # the kernel has every byte: the borrowed memory is free
                 await after()
@@ -282,45 +259,9 @@ class Connection(asyncio.BufferedProtocol):
             return
         self._next_frame()
 
-    async def _send(self, pieces: list[Buffer], drain: bool = False) -> None:
-        """Write a frame. With ``drain``, return only once the transport holds none of it
-        (the kernel has it all, or the connection is gone): its buffers may be reused then."""
-        transport = self.transport
-        if self.closed or transport is None:
-            return
-        if drain:  # paused while anything is buffered, resumed when nothing is
-            transport.set_write_buffer_limits(high=0, low=0)
-        if self._gather:  # one writev for the frame, straight from our buffers
-            transport.writelines(pieces)
-        else:  # asyncio's writelines joins the pieces (a copy): one write each instead
-            for piece in pieces:
-                transport.write(piece)
-        if not self._writable.is_set():  # a client that does not read its replies
-            try:
-                await asyncio.wait_for(self._writable.wait(), self.settings.frame_timeout_s)
-            except TimeoutError:
-                self._abort()
-        if drain and not transport.is_closing():
-            transport.set_write_buffer_limits()
-
-    def _send_fds(self, reply: dict[str, Any], rid: Any) -> dict[str, Any] | None:
-        """Send ``reply`` with the session's pending descriptors; None once sent, else the
-        error reply to send the usual way."""
-        fds, self.session.send_fds = self.session.send_fds, []
-        if self.closed or self.transport is None or not reply.get("ok"):
-            return reply
-        try:
-            send_with_fds(self.transport, encode_frame(reply), fds)
-        except FrameError as exc:
-            return error_reply(rid, exc.code, exc.message)
-        return None
-
     def _fail(self, exc: FrameError) -> None:
-        assert self.transport is not None
         self.plane.metrics.observe("data", "unknown", exc.code, 0.0)
-        for piece in encode_frame(error_reply(0, exc.code, exc.message)):
-            self.transport.write(piece)
-        self.transport.close()  # flushes the error frame, then closes
+        self._replies.fail(exc)
 
     # -- the trust boundary ---------------------------------------------------------------
     def _promote(self) -> bool:
@@ -330,12 +271,9 @@ class Connection(asyncio.BufferedProtocol):
         if self.plane.promote(self):
             return True
         if self._stage != 3:
-            self._fail(FrameError("busy", self._busy_reply(0)["error"]["message"]))
+            busy = busy_reply(0, self.settings.max_connections)["error"]["message"]
+            self._fail(FrameError("busy", busy))
         return False
-
-    def _busy_reply(self, rid: int) -> dict[str, Any]:
-        return error_reply(rid, "busy", f"too many connections (max_connections "
-                                        f"{self.settings.max_connections}); try again later")
 
     def _hello_expired(self) -> None:
         self._hello_timer = None
@@ -359,16 +297,4 @@ class Connection(asyncio.BufferedProtocol):
             self._timer = None
 
     def _abort(self) -> None:
-        if self.transport is not None and not self.closed:
-            self.transport.abort()
-
-
-def _describe(exc: Exception, op: str) -> tuple[str, str, bool]:
-    """``(code, message, fatal)`` for an error raised while serving a frame."""
-    if isinstance(exc, FrameError):
-        return exc.code, exc.message, exc.fatal
-    mapped = map_error(exc)
-    if mapped is not None:
-        return mapped.code, str(exc), mapped.code == "unauthenticated"
-    log.exception("unexpected error serving data plane op %s", op)
-    return "internal", f"internal error: {type(exc).__name__}", False
+        self._replies.abort()

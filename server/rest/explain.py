@@ -9,7 +9,7 @@ from kvstore.errors import KVStoreError
 from kvstore.explain import explain
 from server.errors import InvalidRequestError
 from server.rest.deps import PrincipalDep, StoreDep, errors
-from server.rest.schemas import ExplainIn, ExplainOut
+from server.rest.explain_schemas import ExplainIn, ExplainOut
 
 router = APIRouter(prefix="/v1", tags=["operations"])
 

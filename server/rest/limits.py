@@ -15,8 +15,8 @@ from typing import Any
 
 from fastapi import HTTPException
 
+from server.rest.explain_schemas import MAX_EXPLAIN_TOKENS, MAX_MM_INPUTS
 from server.rest.gate import send_error
-from server.rest.schemas import MAX_EXPLAIN_TOKENS, MAX_MM_INPUTS
 
 Scope = dict[str, Any]
 Message = dict[str, Any]

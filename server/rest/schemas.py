@@ -1,14 +1,14 @@
-"""REST request and response bodies. These models are the OpenAPI document: clients and
-operators' scripts depend on every field name here."""
+"""REST request and response bodies of the store's own routes (namespaces, blocks, lookup,
+stats, health, info, errors). These models are the OpenAPI document: clients and operators'
+scripts depend on every field name here; ``/v1/explain``'s bodies are in
+:mod:`server.rest.explain_schemas`."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict
+from pydantic import BaseModel, ConfigDict, Field
 
-from kvstore.explain import Explanation, Prompt
-from kvstore.keys import MMHash
 from kvstore.namespace import (
     MAX_BLOCK_BYTES,
     MAX_LAYOUT_INT,
@@ -19,23 +19,20 @@ from kvstore.namespace import (
     Namespace,
 )
 from kvstore.types import BlockHash
+from server.rest.explain_schemas import MAX_EXPLAIN_TOKENS, MAX_MM_INPUTS, ExplainIn, ExplainOut
+from server.rest.fields import (
+    HEX_PATTERN,
+    MAX_BATCH,
+    NAME_PATTERN,
+    Count,
+    HexHash,
+    Int,
+    NamespaceName,
+)
 
-NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@+=-]{0,127}$"
-HEX_PATTERN = r"^(?:[0-9a-fA-F]{2}){1,64}$"
-MAX_BATCH = 65536  # hashes per request; the server may configure less
-
-
-
-def _no_bool(value: Any) -> Any:
-    if isinstance(value, bool):
-        raise ValueError("expected an integer, got a boolean")
-    return value
-
-
-Int = Annotated[int, BeforeValidator(_no_bool)]  # JSON true is not 1 here
-HexHash = Annotated[str, Field(pattern=HEX_PATTERN, description="block hash, 1-64 bytes as hex")]
-NamespaceName = Annotated[str, Field(pattern=NAME_PATTERN, description="namespace name")]
-Count = Annotated[int, Field(ge=0)]
+# re-exported: routes and tests import these from here
+__all__ = ["HEX_PATTERN", "MAX_BATCH", "MAX_EXPLAIN_TOKENS", "MAX_MM_INPUTS", "NAME_PATTERN",
+           "ExplainIn", "ExplainOut", "HexHash"]
 
 
 class LayoutModel(BaseModel):
@@ -210,109 +207,3 @@ class ErrorBody(BaseModel):
     error: str = Field(description="machine-readable code, e.g. unknown_namespace")
     message: str = Field(description="what was wrong, for humans")
     detail: list[dict[str, Any]] | None = Field(None, description="validation errors (422)")
-
-
-# -- /v1/explain ----------------------------------------------------------------------------
-MAX_EXPLAIN_TOKENS = 1 << 18  # tokens of one explained prompt
-MAX_MM_INPUTS = 1024  # multimodal inputs of one explained prompt
-TokenId = Annotated[int, Strict(), Field(ge=0, lt=1 << 32)]  # JSON 1.0 and true are refused
-Why = Literal["evicted", "deleted", "corrupt", "lost"]
-BlockStatus = Literal["stored", "evicted", "other_recipe", "never_seen"]
-RecipeField = Literal["hash_algo", "hash_seed", "block_size"]
-
-
-class MMHashIn(BaseModel):
-    """A multimodal input of the prompt, as vLLM hashes it into the blocks it overlaps."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    identifier: str = Field(min_length=1, max_length=256,
-                            description="vLLM's mm_feature.identifier (the content hash)")
-    offset: Int = Field(ge=0, le=MAX_EXPLAIN_TOKENS, description="first placeholder token")
-    length: Int = Field(gt=0, le=MAX_EXPLAIN_TOKENS, description="placeholder tokens")
-
-
-class ExplainIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    namespace: NamespaceName
-    tokens: list[TokenId] = Field(max_length=MAX_EXPLAIN_TOKENS,
-                                  description="the prompt's token ids, as the engine has them")
-    cache_salt: str | None = Field(None, max_length=1024, description="the request's "
-                                   "cache_salt (enters the first block's hash)")
-    lora_name: str | None = Field(None, max_length=1024, description="the LoRA adapter's name "
-                                  "(with lora_path: vLLM hashes both into every block)")
-    lora_path: str | None = Field(None, max_length=4096, description="the LoRA adapter's path")
-    mm_hashes: list[MMHashIn] = Field(default_factory=list, max_length=MAX_MM_INPUTS,
-                                      description="multimodal inputs, sorted by offset")
-
-    def to_prompt(self) -> Prompt:
-        return Prompt(self.tokens, self.cache_salt, self.lora_name, self.lora_path,
-                      tuple(MMHash(m.identifier, m.offset, m.length) for m in self.mm_hashes))
-
-
-class RecipeOut(BaseModel):
-    hash_algo: str
-    hash_seed: str | None = Field(description="PYTHONHASHSEED; null: unset")
-    block_size: Count = Field(description="tokens per block")
-
-
-class GhostOut(BaseModel):
-    at: float = Field(description="when the block left the store, Unix time in seconds")
-    tier: str = Field(description="the tier it left from (for a delete: its top tier)")
-    why: Why
-
-
-class OtherRecipeOut(BaseModel):
-    namespace: str
-    differs: list[RecipeField] = Field(description="what differs from this namespace's recipe")
-
-
-class ExplainedBlock(BaseModel):
-    index: Count
-    start: Count = Field(description="first token of the block")
-    end: Count = Field(description="one past its last token")
-    hash: str = Field(description="the block's hash under the namespace's recipe, hex")
-    status: BlockStatus
-    tiers: list[str] = Field(description="every tier holding the block, top first")
-    ghost: GhostOut | None = Field(description="how it left the store (status evicted)")
-    other: list[OtherRecipeOut] = Field(description="namespaces with another recipe that "
-                                        "hold its tokens (a block not stored here)")
-
-
-class ElsewhereOut(BaseModel):
-    namespace: str
-    recipe: RecipeOut
-    differs: list[RecipeField]
-    blocks: Count = Field(description="blocks missing here whose tokens it holds")
-
-
-class ExplainOut(BaseModel):
-    """A prompt explained block by block against one namespace."""
-
-    namespace: str
-    recipe: RecipeOut = Field(description="how the chain was computed: the namespace's")
-    tokens: Count
-    tail_tokens: Count = Field(description="tokens after the last full block: never stored")
-    prefix_blocks: Count = Field(description="leading blocks stored: what an engine can load")
-    prefix_tokens: Count
-    first_miss: Count | None = Field(description="index of the first block not stored; null: "
-                                     "every block is")
-    counts: dict[BlockStatus, Count]
-    hints: list[str] = Field(description="what the statuses mean and what to change")
-    elsewhere: list[ElsewhereOut]
-    blocks: list[ExplainedBlock]
-
-    @classmethod
-    def of(cls, ex: Explanation) -> ExplainOut:
-        return cls.model_validate({
-            **{k: getattr(ex, k) for k in ("namespace", "tokens", "tail_tokens",
-                                           "prefix_blocks", "prefix_tokens", "first_miss",
-                                           "counts", "hints")},
-            "recipe": ex.recipe._asdict(),
-            "elsewhere": [{**e._asdict(), "recipe": e.recipe._asdict()} for e in ex.elsewhere],
-            "blocks": [{"index": b.index, "start": b.start, "end": b.end, "hash": b.hash.hex(),
-                        "status": b.status, "tiers": b.tiers,
-                        "ghost": b.ghost._asdict() if b.ghost else None,
-                        "other": [o._asdict() for o in b.other]} for b in ex.blocks],
-        })

@@ -1,5 +1,5 @@
-"""The S3 tier as a package: the tier, its requests, object layout (grouped blocks),
-write-back queue, holdings, discovery and health."""
+"""The S3 tier as a package: the tier, its read and write sides, its requests, object layout
+(grouped blocks), write-back queue, holdings, discovery and health."""
 
 from __future__ import annotations
 

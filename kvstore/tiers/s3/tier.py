@@ -19,33 +19,30 @@ What it promises beyond :class:`~kvstore.tiers.base.Tier`:
   one ranged GET and verifies every block alone. A deleted block stays in its object until
   the last live member dies, then the object and its pointers are deleted (``holdings``).
 
-The parts: S3 requests in ``objects``, the write-back queue in ``writeback``, what this node
-holds and the deletion rule in ``holdings``, discovery and the negative cache in ``known``,
-which blocks share an object in ``grouping``, background deletes and pointers in
-``background``.
+The parts: the write side (puts, pointers, deletes) in ``writer`` over the write-back queue
+in ``writeback`` and background deletes and pointers in ``background``, the read side in
+``reader``, S3 requests in ``objects``, what this node holds and the deletion rule in
+``holdings``, discovery and the negative cache in ``known``, which blocks share an object in
+``grouping``. This class composes them and answers for the tier's life (health, flush, close).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import fields
 from typing import Any
 
-from kvstore.errors import CapacityError, TierUnavailableError
 from kvstore.tiers.base import BlockMeta, Buffer, Tier
-from kvstore.tiers.s3.background import BackgroundTasks
 from kvstore.tiers.s3.client import S3Settings
-from kvstore.tiers.s3.grouping import cut
 from kvstore.tiers.s3.health import Prober, S3Health
 from kvstore.tiers.s3.holdings import Holdings
 from kvstore.tiers.s3.known import KnownBlocks
-from kvstore.tiers.s3.layout import Where
-from kvstore.tiers.s3.objects import Batch, S3Objects
-from kvstore.tiers.s3.writeback import RETRYABLE, WriteBack
+from kvstore.tiers.s3.objects import S3Objects
+from kvstore.tiers.s3.reader import S3Reader
+from kvstore.tiers.s3.writer import S3Writer
 from kvstore.types import BlockKey
 
 log = logging.getLogger("kvstore.s3")
@@ -78,26 +75,17 @@ class S3Tier(Tier):
         self._objects = S3Objects(s, self.state)
         self._reads = ThreadPoolExecutor(s.max_workers, thread_name_prefix="kvstore-s3-read")
         self._writes = ThreadPoolExecutor(s.max_workers, thread_name_prefix="kvstore-s3-write")
-        self._lock = threading.Lock()
-        self._counts = dict.fromkeys(("gets", "hits"), 0)
+        # One lock guards the holdings and the known blocks for all the parts below.
+        lock = self._lock = threading.Lock()
         self._closed = False
-        self._aliases = 0  # alias names handed out (see _name)
-        self._uploaded = 0  # blocks uploaded (the queue counts objects)
-        self._background = BackgroundTasks(self._writes)  # deletes, pointers: flush waits
-        self._queue = WriteBack(
-            self._writes,
-            self._upload,
-            self._objects.report,
-            self._on_drop,
-            self._on_orphan,
-            max_bytes=s.queue_bytes,
-            retries=s.demote_retries,
-            backoff_s=s.retry_backoff_s,
-            backoff_max_s=s.retry_backoff_max_s,
-        )
         self._held = Holdings()
-        self._known = KnownBlocks(
-            self._objects, self._reads, self._held, capacity_bytes, self._lock
+        self._known = KnownBlocks(self._objects, self._reads, self._held, capacity_bytes, lock)
+        self._writer = S3Writer(
+            s, self.state, self._objects, self._writes, self._held, self._known, lock,
+            capacity_bytes,
+        )
+        self._reader = S3Reader(
+            self.state, self._objects, self._reads, self._held, self._known, self._writer, lock
         )
         self.probe()
         self._prober = Prober(self.state, self.probe, s.probe_interval_s)
@@ -123,102 +111,14 @@ class S3Tier(Tier):
         that still stores it comes back without an upload. Raises ``CapacityError`` (nothing
         queued) when they would exceed capacity, ``TierUnavailableError`` (nothing queued)
         when the queue is full, the tier is closed or S3 rejected our credentials."""
-        if self._closed:
-            raise TierUnavailableError("s3 tier is closed")
-        if self.state.auth_failed:
-            raise TierUnavailableError(self.state.last_error)
-        for key, buf, meta in items:
-            if memoryview(buf).nbytes != meta.size:
-                raise ValueError(
-                    f"block {key[1].hex()} has {memoryview(buf).nbytes} bytes, "
-                    f"meta says {meta.size}"
-                )
-        last = {key: i for i, (key, _, _) in enumerate(items)}  # a key twice: the last wins
-        blocks = [it for i, it in enumerate(items) if last[it[0]] == i]
-        # Objects are cut and copied out of the caller's buffers (one copy) before taking the
-        # lock, assuming every block is new; the rare batch that holds known blocks is cut
-        # again under the lock.
-        batches = self._objects_of(blocks)
-        with self._lock:
-            held = self._held
-            fresh = [b for b in blocks if held.get(b[0]) != b[2]]
-            revive = [(k, m) for k, _, m in fresh if held.revivable(k, m) is not None]
-            fresh = [b for b in fresh if held.revivable(b[0], b[2]) is None]
-            replaced = sum(m.size for k, _, _ in fresh if (m := held.get(k)))
-            need = sum(m.size for _, _, m in fresh) + sum(m.size for _, m in revive)
-            if held.used - replaced + need > self.capacity_bytes:
-                raise CapacityError(
-                    f"s3 tier: {len(blocks)} blocks do not fit ({held.used} of "
-                    f"{self.capacity_bytes} bytes used)"
-                )
-            if len(fresh) != len(blocks):
-                batches = self._objects_of(fresh)
-            batches = [(self._name(first), data, batch) for first, data, batch in batches]
-            self._queue.submit(batches)  # raises when full: then nothing below happens
-            for key, meta in revive:
-                held.revive(key, meta)
-            dead: list[BlockKey] = []
-            for name, _, batch in batches:
-                for index, (key, meta) in enumerate(zip(batch.keys, batch.metas, strict=True)):
-                    dead += held.hold(key, meta, Where(name, index))
-                    self._known.clear_negative(key)
-        if dead:
-            self._background.submit(self._delete_objects, dead)
-
-    def _objects_of(
-        self, blocks: Sequence[tuple[BlockKey, Buffer, BlockMeta]]
-    ) -> list[tuple[BlockKey, bytes, Batch]]:
-        """``blocks`` cut into objects (``grouping.cut``): first key, body, members."""
-        s = self.settings
-        return [
-            (g[0][0], bytes(g[0][1]) if len(g) == 1 else b"".join(d for _, d, _ in g),
-             Batch(tuple(k for k, _, _ in g), tuple(m for _, _, m in g)))
-            for g in cut(blocks, s.group_blocks, s.group_bytes)
-        ]
-
-    def _name(self, first: BlockKey) -> BlockKey:
-        """The name of a new object whose first block is ``first``: ``first`` itself, unless
-        a group object of live blocks has that name (``first`` was its member 0 and is put
-        again with other bytes); then an alias that discovery and scans skip, so that the
-        live blocks keep their object. Caller holds the lock."""
-        if not self._held.names_group(first):
-            return first
-        self._aliases += 1
-        return first[0], first[1] + b"\x00" + self._aliases.to_bytes(8, "big")
+        self._writer.put_many(items)
 
     def get_many(self, keys: Sequence[BlockKey]) -> list[bytes | None]:
         """Bytes of each known key: from the write-back queue while queued, else from S3,
         one ranged GET per group object for all the keys it holds (the groups in parallel,
         the caller waits once). None for unknown keys, missing or corrupt blocks, and
         everything not queued while S3 is degraded."""
-        out: list[bytes | None] = [None] * len(keys)
-        remote: dict[BlockKey, list[tuple[int, int, BlockKey]]] = {}
-        sizes: dict[BlockKey, int] = {}  # group -> its block size
-        for i, key in enumerate(keys):
-            held = self._held.find(key)
-            if held is None:
-                continue
-            (_, _, size), where = held
-            p = self._queue.get(where.group)
-            if p is not None and p.meta.keys[where.pos : where.pos + 1] == (key,):
-                at = where.pos * size  # immutable bytes: sharing them is a copy
-                out[i] = p.data if len(p.data) == size else p.data[at : at + size]
-            else:
-                remote.setdefault(where.group, []).append((i, where.pos, key))
-                sizes[where.group] = size
-        if remote and not self.state.degraded:
-            reads = [(group, members, sizes[group]) for group, members in remote.items()]
-            if len(reads) == 1:  # no thread hop for a single object
-                results = [self._read_group(*reads[0])]
-            else:
-                results = list(self._reads.map(lambda r: self._read_group(*r), reads))
-            for (_, members, _), datas in zip(reads, results, strict=True):
-                for (i, _, _), data in zip(members, datas, strict=True):
-                    out[i] = data
-        with self._lock:
-            self._counts["gets"] += len(keys)
-            self._counts["hits"] += sum(b is not None for b in out)
-        return out
+        return self._reader.get_many(keys)
 
     def contains(self, key: BlockKey) -> bool:
         """Whether this node knows the block (queued, written, scanned or discovered); no S3
@@ -230,12 +130,7 @@ class S3Tier(Tier):
         (with its members' pointers) in the background, or its upload cancelled (eviction
         never waits for S3). A failed delete leaves an orphan object that is still a valid
         block."""
-        with self._lock:
-            names = [n for key in keys for n in self._held.forget(key)]
-            names = [n for n in names if not self._held.in_use(n)]
-        if names:
-            self._queue.cancel(names)
-            self._background.submit(self._delete_objects, names)
+        self._writer.delete(keys)
 
     def discover(self, keys: Sequence[BlockKey], *, prefix: bool = False) -> list[BlockMeta | None]:
         """Meta of each key that S3 holds, adopting blocks other nodes wrote: they become
@@ -263,7 +158,7 @@ class S3Tier(Tier):
         """``ok`` is False while degraded; ``reason`` says why (``auth``, ``no_bucket``,
         ``throttled``, ``unavailable``) and ``last_error`` says what to do."""
         snap = self.state.snapshot()
-        queue = self._queue.stats()
+        queue = self._writer.stats()
         return {
             "ok": not snap["degraded"],
             "backend": "s3",
@@ -272,7 +167,7 @@ class S3Tier(Tier):
             "prefix": self.settings.key_prefix,
             **snap,
             **queue,
-            "uploaded": self._uploaded,
+            "uploaded": self._writer.uploaded,
             "uploaded_objects": queue["uploaded"],
         }
 
@@ -282,7 +177,7 @@ class S3Tier(Tier):
         ``blocks``, ``used_bytes``, ``objects`` (group objects with a live block) and
         ``dead_bytes`` (deleted blocks still stored beside live ones)."""
         with self._lock:
-            counts = {**self._counts, **self._known.counts}
+            counts = {**self._reader.counts, **self._known.counts}
             counts.update(
                 blocks=len(self._held),
                 used_bytes=self._held.used,
@@ -299,12 +194,8 @@ class S3Tier(Tier):
     def flush(self) -> None:
         """Wait (up to ``flush_timeout_s`` in all) until the write-back queue is empty and
         background deletes are done."""
-        deadline = time.monotonic() + self.settings.flush_timeout_s
-        drained = self._queue.wait_idle(self.settings.flush_timeout_s)
-        remaining_s = max(0.0, deadline - time.monotonic())
-        drained = self._background.wait_idle(remaining_s) and drained
-        if not drained:
-            log.warning("s3 tier flush timed out with %s", self._queue.stats())
+        if not self._writer.wait_idle(self.settings.flush_timeout_s):
+            log.warning("s3 tier flush timed out with %s", self._writer.stats())
 
     def close(self) -> None:
         """Drain the queue (bounded by ``flush_timeout_s``), then stop. Idempotent."""
@@ -312,61 +203,8 @@ class S3Tier(Tier):
             return
         self.flush()
         self._closed = True
-        self._background.close()
-        self._queue.abandon()  # anything still failing drops now instead of backing off
+        self._writer.close()
         self._prober.close()
         self._writes.shutdown(wait=True)
         self._reads.shutdown(wait=True)
         self._objects.close()
-
-    # -- S3 calls (pool threads) ----------------------------------------------------------
-    def _upload(self, name: BlockKey, data: bytes, batch: Batch) -> None:
-        """Write a group object, then (in the background, counted by ``flush``) a pointer
-        for each other member, so a pointer never names an object that is not there yet."""
-        self._objects.put(name, data, batch)
-        with self._lock:
-            self._uploaded += len(batch.keys)
-        for index in range(1, len(batch.keys)):
-            where = Where(name, index)
-            pointer = (batch.keys[index], batch.metas[index], where)
-            self._background.submit(self._put_pointer, pointer)
-
-    def _put_pointer(self, pointer: tuple[BlockKey, BlockMeta, Where]) -> None:
-        """Write one pointer, retrying transient failures as uploads do. One that still
-        fails leaves the block readable by this node; other nodes miss it and recompute."""
-        key, meta, where = pointer
-        s = self.settings
-        for attempt in range(s.demote_retries + 1):
-            with self._lock:  # deleted or moved meanwhile, or the name holds live blocks
-                if self._held.where(key) != where or self._held.names_group(key):
-                    return
-            kind = self._objects.put_pointer(key, meta, where)
-            if kind not in RETRYABLE or self._closed or attempt == s.demote_retries:
-                return
-            time.sleep(min(s.retry_backoff_max_s, s.retry_backoff_s * 2**attempt))
-
-    def _read_group(
-        self, group: BlockKey, members: list[tuple[int, int, BlockKey]], size: int
-    ) -> list[bytes | None]:
-        wanted = [(index, key) for _, index, key in members]
-        datas, gone = self._objects.read(group, wanted, size)
-        if gone:
-            with self._lock:  # gone (evicted or replaced by another node): stop claiming it
-                if self._queue.get(group) is None:
-                    for key in self._held.lose(group):
-                        self._known.mark_missing(key)
-        return datas
-
-    def _delete_objects(self, names: list[BlockKey]) -> None:
-        with self._lock:  # an object put again since its delete was scheduled must survive
-            gone = [n for n in names if not self._held.in_use(n) and self._queue.get(n) is None]
-        self._objects.delete(gone)
-
-    # -- bookkeeping ----------------------------------------------------------------------
-    def _on_drop(self, name: BlockKey) -> None:
-        with self._lock:
-            lost = [] if self._queue.get(name) is not None else self._held.lose(name)
-        self.state.count("dropped", max(1, len(lost)))  # blocks given up, not objects
-
-    def _on_orphan(self, name: BlockKey) -> None:
-        self._background.submit(self._delete_objects, [name])

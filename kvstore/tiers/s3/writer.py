@@ -1,0 +1,205 @@
+"""The S3 tier's write side: puts cut into objects and queued for upload, the pointers of each
+group's other members, and deletes of the objects whose last live member died.
+
+It owns the write pool's work: the write-back queue (``writeback``), the background tasks
+(``background``), the alias names and the upload count. It shares with the rest of the tier
+the node's :class:`~kvstore.tiers.s3.holdings.Holdings` and the one lock that guards them and
+the :class:`~kvstore.tiers.s3.known.KnownBlocks`; it takes that lock, never holds it across an
+S3 request.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from kvstore.errors import CapacityError, TierUnavailableError
+from kvstore.tiers.base import BlockMeta, Buffer
+from kvstore.tiers.s3.background import BackgroundTasks
+from kvstore.tiers.s3.client import S3Settings
+from kvstore.tiers.s3.grouping import cut
+from kvstore.tiers.s3.health import S3Health
+from kvstore.tiers.s3.holdings import Holdings
+from kvstore.tiers.s3.known import KnownBlocks
+from kvstore.tiers.s3.layout import Where
+from kvstore.tiers.s3.objects import Batch, S3Objects
+from kvstore.tiers.s3.writeback import RETRYABLE, Pending, WriteBack
+from kvstore.types import BlockKey
+
+
+class S3Writer:
+    """Puts, pointers and deletes of one S3 tier; ``capacity_bytes`` bounds what the node's
+    holdings may charge. Every method is safe from any thread."""
+
+    def __init__(
+        self,
+        settings: S3Settings,
+        state: S3Health,
+        objects: S3Objects,
+        pool: ThreadPoolExecutor,
+        held: Holdings,
+        known: KnownBlocks,
+        lock: threading.Lock,
+        capacity_bytes: int,
+    ) -> None:
+        s = self.settings = settings
+        self.state = state
+        self.capacity_bytes = capacity_bytes
+        self.closed = False
+        self.uploaded = 0  # blocks uploaded (the queue counts objects)
+        self._objects = objects
+        self._held = held
+        self._known = known
+        self._lock = lock
+        self._aliases = 0  # alias names handed out (see _name)
+        self._background = BackgroundTasks(pool)  # deletes, pointers: flush waits
+        self._queue = WriteBack(
+            pool,
+            self._upload,
+            objects.report,
+            self._on_drop,
+            self._on_orphan,
+            max_bytes=s.queue_bytes,
+            retries=s.demote_retries,
+            backoff_s=s.retry_backoff_s,
+            backoff_max_s=s.retry_backoff_max_s,
+        )
+
+    def queued(self, name: BlockKey) -> Pending | None:
+        """The object ``name`` while it waits in the write-back queue, else None."""
+        return self._queue.get(name)
+
+    def put_many(self, items: Sequence[tuple[BlockKey, Buffer, BlockMeta]]) -> None:
+        """See :meth:`~kvstore.tiers.s3.tier.S3Tier.put_many`."""
+        if self.closed:
+            raise TierUnavailableError("s3 tier is closed")
+        if self.state.auth_failed:
+            raise TierUnavailableError(self.state.last_error)
+        for key, buf, meta in items:
+            if memoryview(buf).nbytes != meta.size:
+                raise ValueError(
+                    f"block {key[1].hex()} has {memoryview(buf).nbytes} bytes, "
+                    f"meta says {meta.size}"
+                )
+        last = {key: i for i, (key, _, _) in enumerate(items)}  # a key twice: the last wins
+        blocks = [it for i, it in enumerate(items) if last[it[0]] == i]
+        # Objects are cut and copied out of the caller's buffers (one copy) before taking the
+        # lock, assuming every block is new; the rare batch that holds known blocks is cut
+        # again under the lock.
+        batches = self._objects_of(blocks)
+        with self._lock:
+            held = self._held
+            fresh = [b for b in blocks if held.get(b[0]) != b[2]]
+            revive = [(k, m) for k, _, m in fresh if held.revivable(k, m) is not None]
+            fresh = [b for b in fresh if held.revivable(b[0], b[2]) is None]
+            replaced = sum(m.size for k, _, _ in fresh if (m := held.get(k)))
+            need = sum(m.size for _, _, m in fresh) + sum(m.size for _, m in revive)
+            if held.used - replaced + need > self.capacity_bytes:
+                raise CapacityError(
+                    f"s3 tier: {len(blocks)} blocks do not fit ({held.used} of "
+                    f"{self.capacity_bytes} bytes used)"
+                )
+            if len(fresh) != len(blocks):
+                batches = self._objects_of(fresh)
+            batches = [(self._name(first), data, batch) for first, data, batch in batches]
+            self._queue.submit(batches)  # raises when full: then nothing below happens
+            for key, meta in revive:
+                held.revive(key, meta)
+            dead: list[BlockKey] = []
+            for name, _, batch in batches:
+                for index, (key, meta) in enumerate(zip(batch.keys, batch.metas, strict=True)):
+                    dead += held.hold(key, meta, Where(name, index))
+                    self._known.clear_negative(key)
+        if dead:
+            self._background.submit(self._delete_objects, dead)
+
+    def delete(self, keys: Sequence[BlockKey]) -> None:
+        """See :meth:`~kvstore.tiers.s3.tier.S3Tier.delete`."""
+        with self._lock:
+            names = [n for key in keys for n in self._held.forget(key)]
+            names = [n for n in names if not self._held.in_use(n)]
+        if names:
+            self._queue.cancel(names)
+            self._background.submit(self._delete_objects, names)
+
+    def stats(self) -> dict[str, Any]:
+        """The write-back queue's counters."""
+        return self._queue.stats()
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` in all until the queue is empty and background deletes and
+        pointers are done; False if they were not."""
+        deadline = time.monotonic() + timeout_s
+        drained = self._queue.wait_idle(timeout_s)
+        remaining_s = max(0.0, deadline - time.monotonic())
+        return self._background.wait_idle(remaining_s) and drained
+
+    def close(self) -> None:
+        """Refuse new puts and stop retrying: what still fails drops now."""
+        self.closed = True
+        self._background.close()
+        self._queue.abandon()  # anything still failing drops now instead of backing off
+
+    def _objects_of(
+        self, blocks: Sequence[tuple[BlockKey, Buffer, BlockMeta]]
+    ) -> list[tuple[BlockKey, bytes, Batch]]:
+        """``blocks`` cut into objects (``grouping.cut``): first key, body, members."""
+        s = self.settings
+        return [
+            (g[0][0], bytes(g[0][1]) if len(g) == 1 else b"".join(d for _, d, _ in g),
+             Batch(tuple(k for k, _, _ in g), tuple(m for _, _, m in g)))
+            for g in cut(blocks, s.group_blocks, s.group_bytes)
+        ]
+
+    def _name(self, first: BlockKey) -> BlockKey:
+        """The name of a new object whose first block is ``first``: ``first`` itself, unless
+        a group object of live blocks has that name (``first`` was its member 0 and is put
+        again with other bytes); then an alias that discovery and scans skip, so that the
+        live blocks keep their object. Caller holds the lock."""
+        if not self._held.names_group(first):
+            return first
+        self._aliases += 1
+        return first[0], first[1] + b"\x00" + self._aliases.to_bytes(8, "big")
+
+    # -- S3 calls (pool threads) ----------------------------------------------------------
+    def _upload(self, name: BlockKey, data: bytes, batch: Batch) -> None:
+        """Write a group object, then (in the background, counted by ``flush``) a pointer
+        for each other member, so a pointer never names an object that is not there yet."""
+        self._objects.put(name, data, batch)
+        with self._lock:
+            self.uploaded += len(batch.keys)
+        for index in range(1, len(batch.keys)):
+            where = Where(name, index)
+            pointer = (batch.keys[index], batch.metas[index], where)
+            self._background.submit(self._put_pointer, pointer)
+
+    def _put_pointer(self, pointer: tuple[BlockKey, BlockMeta, Where]) -> None:
+        """Write one pointer, retrying transient failures as uploads do. One that still
+        fails leaves the block readable by this node; other nodes miss it and recompute."""
+        key, meta, where = pointer
+        s = self.settings
+        for attempt in range(s.demote_retries + 1):
+            with self._lock:  # deleted or moved meanwhile, or the name holds live blocks
+                if self._held.where(key) != where or self._held.names_group(key):
+                    return
+            kind = self._objects.put_pointer(key, meta, where)
+            if kind not in RETRYABLE or self.closed or attempt == s.demote_retries:
+                return
+            time.sleep(min(s.retry_backoff_max_s, s.retry_backoff_s * 2**attempt))
+
+    def _delete_objects(self, names: list[BlockKey]) -> None:
+        with self._lock:  # an object put again since its delete was scheduled must survive
+            gone = [n for n in names if not self._held.in_use(n) and self._queue.get(n) is None]
+        self._objects.delete(gone)
+
+    # -- the queue's callbacks ------------------------------------------------------------
+    def _on_drop(self, name: BlockKey) -> None:
+        with self._lock:
+            lost = [] if self._queue.get(name) is not None else self._held.lose(name)
+        self.state.count("dropped", max(1, len(lost)))  # blocks given up, not objects
+
+    def _on_orphan(self, name: BlockKey) -> None:
+        self._background.submit(self._delete_objects, [name])
