@@ -21,6 +21,7 @@ import threading
 from kvstore.checksum import checksum
 from kvstore.errors import CapacityError, TierUnavailableError
 from kvstore.store.counters import Tally
+from kvstore.store.exits import Exits
 from kvstore.store.index import Entry
 from kvstore.store.leases import LeaseTable
 from kvstore.store.ledger import GONE, Ledger
@@ -38,10 +39,10 @@ class Demoter:
     """Settles tier ``pos`` into tier ``pos + 1`` from a thread of its own. Takes the store
     lock itself (the caller of :meth:`signal` may hold it)."""
 
-    def __init__(self, stack: TierStack, ledger: Ledger, placer: Placer, tally: Tally,
-                 leases: LeaseTable, lock: StoreLock, pos: int) -> None:
+    def __init__(self, stack: TierStack, ledger: Ledger, placer: Placer, exits: Exits,
+                 tally: Tally, leases: LeaseTable, lock: StoreLock, pos: int) -> None:
         self._stack, self._tiers = stack, stack.tiers
-        self._ledger, self._placer, self._tally = ledger, placer, tally
+        self._ledger, self._placer, self._exits, self._tally = ledger, placer, exits, tally
         self._leases, self._lock = leases, lock
         self.pos, self.low = pos, pos + 1
         self._wake = threading.Event()
@@ -178,7 +179,7 @@ class Demoter:
                 self._tiers[low].delete(stale)
             if moved:
                 self._tally.evicted(pos, len(moved))
-                self._placer.remove(pos, moved)
+                self._exits.remove(pos, moved)
             self._placer.settle(low)
 
     # -- without the lock ---------------------------------------------------------------------

@@ -27,6 +27,7 @@ from kvstore.policy import make_tier_policy
 from kvstore.store.cold import ColdIndex
 from kvstore.store.counters import Tally
 from kvstore.store.demoter import Demoter
+from kvstore.store.exits import Exits
 from kvstore.store.ghosts import Ghosts
 from kvstore.store.host_path import HostPath
 from kvstore.store.index import make_keys
@@ -64,12 +65,13 @@ class Store:
         self._tally = Tally(len(self._stack))
         self._leases = LeaseTable(quota=config.max_pinned_bytes_per_tenant)
         self._ghosts = Ghosts(config.ghost_entries)
+        self._exits = Exits(self._stack, self._ledger, self._leases, self._ghosts)
         self._placer = Placer(self._stack, self._ledger, self._tally, self._leases,
-                              self._ghosts)
-        self._reader = Reader(self._stack, self._ledger, self._placer, self._tally,
-                              self._leases, self._lock, self._book)
-        self._host = HostPath(self._stack, self._ledger, self._placer, self._reader,
-                              self._tally, self._leases, self._lock)
+                              self._exits)
+        self._reader = Reader(self._stack, self._ledger, self._placer, self._exits,
+                              self._tally, self._leases, self._lock, self._book)
+        self._host = HostPath(self._stack, self._ledger, self._placer, self._exits,
+                              self._reader, self._tally, self._leases, self._lock)
         self._report = Report(self._stack, self._ledger, self._tally, self._leases,
                               self._host, self._ghosts, self._lock)
         self._demoter = self._start_demoter() if config.background_demotion else None
@@ -90,8 +92,8 @@ class Store:
         tiers = self._stack.tiers
         if host is None or host + 1 >= len(tiers) or not tiers[host + 1].persistent:
             return None
-        demoter = Demoter(self._stack, self._ledger, self._placer, self._tally, self._leases,
-                          self._lock, host)
+        demoter = Demoter(self._stack, self._ledger, self._placer, self._exits, self._tally,
+                          self._leases, self._lock, host)
         self._placer.settlers[host] = demoter.signal
         return demoter
 

@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from kvstore.errors import CapacityError, WouldBlock
 from kvstore.namespace import Namespace
 from kvstore.store.counters import Tally
+from kvstore.store.exits import Exits
 from kvstore.store.index import Entry
 from kvstore.store.leases import LeaseTable
 from kvstore.store.ledger import Ledger
@@ -53,11 +54,12 @@ class HostPath:
     """Reservations, staged places and retired slots of the host tier, and the operations
     over them. Every public method takes the store lock itself."""
 
-    def __init__(self, stack: TierStack, ledger: Ledger, placer: Placer, reader: Reader,
-                 tally: Tally, leases: LeaseTable, lock: StoreLock) -> None:
+    def __init__(self, stack: TierStack, ledger: Ledger, placer: Placer, exits: Exits,
+                 reader: Reader, tally: Tally, leases: LeaseTable, lock: StoreLock) -> None:
         self._stack = stack
         self._ledger = ledger
         self._placer = placer
+        self._exits = exits
         self._reader = reader
         self._tally = tally
         self._leases = leases
@@ -267,13 +269,13 @@ class HostPath:
             if entry is not None and not entry.pending:
                 live.append(key)
         if remember:  # before retiring: a ghost names the top tier the block was in
-            self._placer.remember(live, "deleted")
+            self._exits.remember(live, "deleted")
         for key in live:
             entry = self._ledger.get(key)
             if host is not None and entry is not None and entry.holds(host) \
                     and self._leases.is_pinned(key):
                 self.retire(key, entry)
-        self._placer.drop_many(live)
+        self._exits.drop_many(live)
         for key in live:
             self._stack.forget(key)
         return len(live)

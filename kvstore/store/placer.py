@@ -1,10 +1,10 @@
 """Placement and eviction: where a new block goes, how a tier makes room (demoting its victims
 down the stack in batches), write-through copies, and the spill to disk on close.
 
-Every method expects the store lock to be held. Checksums are computed here, lazily: a block
-that only memory tiers hold has none (they never verify), and :meth:`Placer.write` computes it
-the first time the block goes to a tier that keeps one (disk, S3), recording it in the index
-entry too.
+Every method expects the store lock to be held. Checksums are computed lazily: a block that
+only memory tiers hold has none (they never verify), and :meth:`Placer.write` computes it (in
+:mod:`kvstore.store.tier_writer`) the first time the block goes to a tier that keeps one (disk,
+S3), recording it in the index entry too. Blocks leave through :mod:`kvstore.store.exits`.
 
 Demotion moves a batch of victims with one read from the tier they leave and one write into
 the tier below (one LMDB transaction per batch, not per block).
@@ -14,42 +14,38 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from collections.abc import Callable
 
 from kvstore.checksum import checksum
-from kvstore.errors import CapacityError, TierUnavailableError
 from kvstore.store.counters import Tally
-from kvstore.store.ghosts import Ghosts
+from kvstore.store.exits import Exits
 from kvstore.store.index import Entry
 from kvstore.store.leases import LeaseTable
 from kvstore.store.ledger import Ledger
 from kvstore.store.stack import TierStack
+from kvstore.store.tier_writer import Item, TierWriter
 from kvstore.tiers.base import BlockMeta, Buffer
-from kvstore.types import BlockKey, LeftBecause, PutResult
+from kvstore.types import BlockKey, PutResult
 
 log = logging.getLogger("kvstore.store")
-Item = tuple[BlockKey, Buffer, BlockMeta]
 MAX_DEMOTE_BATCH = 256  # victims moved down in one read and one write at most
-QUIET_S = 60.0  # a tier that failed is reported again only after this long without failure
 
 
 class Placer:
-    """Writes blocks into tiers and takes them out. Owns no records: it changes the ledger,
-    the counters, the leases and the ghosts of the blocks it moves through their own methods.
-    Every block that leaves the store leaves through :meth:`drop`, :meth:`drop_many` or an
-    eviction here; evictions and :meth:`drop` record its ghost, and a delete calls
-    :meth:`remember` before :meth:`drop_many`."""
+    """Writes blocks into tiers and evicts them. Owns no records: it changes the ledger and
+    the counters of the blocks it moves through their own methods, asks the leases which
+    blocks may go, writes through :class:`~kvstore.store.tier_writer.TierWriter` and takes
+    blocks out through :class:`~kvstore.store.exits.Exits`."""
 
     def __init__(self, stack: TierStack, ledger: Ledger, tally: Tally, leases: LeaseTable,
-                 ghosts: Ghosts) -> None:
+                 exits: Exits) -> None:
         self._stack = stack
         self._tiers = stack.tiers
         self._ledger = ledger
         self._tally = tally
         self._leases = leases
-        self._ghosts = ghosts
-        self._failing: dict[int, float] = {}  # tier -> monotonic time of its last failure
+        self._exits = exits
+        self._writer = TierWriter(stack, ledger)
         # tier -> what settles it in the background (kvstore.store.demoter) instead of here
         self.settlers: dict[int, Callable[[], None]] = {}
 
@@ -165,41 +161,13 @@ class Placer:
 
     # -- writing and making room -------------------------------------------------------------
     def write(self, pos: int, items: list[Item]) -> bool:
-        """Make room in tier ``pos`` and write ``items``; False if it cannot. For a tier that
-        keeps checksums, items without one get it computed, in ``items`` (callers read their
-        metas back) and in the index entry if the block has one."""
+        """Make room in tier ``pos`` and write ``items`` (:meth:`TierWriter.put`, which fills
+        in checksums where the tier keeps them); False if it cannot."""
         tier = self._tiers[pos]
         need = sum(tier.charge(m.size) for _, _, m in items)
         if need > tier.capacity_bytes or not self.make_room(pos, need):
             return False
-        if tier.needs_checksum:
-            self._seal(items)
-        try:
-            tier.put_many(items)
-        except CapacityError as exc:
-            log.warning("%s tier refused %d blocks: %s", tier.name, len(items), exc)
-            return False
-        except TierUnavailableError as exc:
-            # once per episode, not once per block: the tier's health says it meanwhile
-            if pos not in self._failing:
-                log.error("%s tier cannot take writes (%s); blocks that no other tier takes "
-                          "are refused or dropped until it recovers", tier.name, exc)
-            self._failing[pos] = time.monotonic()
-            return False
-        if pos in self._failing and time.monotonic() - self._failing[pos] > QUIET_S:
-            del self._failing[pos]  # near the limit some writes fit: over once it holds
-            log.warning("%s tier takes writes again", tier.name)
-        return True
-
-    def _seal(self, items: list[Item]) -> None:
-        """Fill in missing checksums, in place."""
-        for i, (key, data, meta) in enumerate(items):
-            if meta.checksum is None:
-                csum = checksum(data)
-                items[i] = (key, data, meta._replace(checksum=csum))
-                entry = self._ledger.get(key)
-                if entry is not None and entry.checksum is None:
-                    entry.checksum = csum
+        return self._writer.put(pos, items)
 
     def make_room(self, pos: int, need: int) -> bool:
         """Evict from tier ``pos`` until ``need`` more bytes fit under its capacity."""
@@ -289,61 +257,13 @@ class Placer:
                 todo = [it for it in todo if it[0] in refused or not admit(it[0])]
                 if not todo:
                     break
-        self.remove(pos, [k for k, _ in entries])
+        self._exits.remove(pos, [k for k, _ in entries])
         gone = [key for key, entry in entries if not entry.tiers]
-        for key in gone:  # no copy left: only the index entry and the pins to forget
-            self._forget(key, self._ledger.get(key))
+        for key in gone:
             self._tally.evicted_from_store(key[0])
-        if gone:
-            self._ghosts.record(gone, self._stack.names[pos], "evicted")
+        self._exits.evicted(pos, gone)  # no copy left: the index entry and the pins go
 
-    # -- taking blocks out -------------------------------------------------------------------
-    def remove(self, pos: int, keys: list[BlockKey]) -> None:
-        """Delete the copies tier ``pos`` holds of ``keys`` (one tier call)."""
-        held = [(k, e) for k in keys if (e := self._ledger.get(k)) is not None and e.holds(pos)]
-        if not held:
-            return
-        self._tiers[pos].delete([k for k, _ in held])
-        for key, entry in held:
-            self._ledger.drop_copy(pos, key, entry)
-
-    def drop(self, key: BlockKey, entry: Entry, *, left: int, why: LeftBecause) -> None:
-        """Forget a block that leaves the store from tier ``left`` because ``why``: delete
-        every copy left, its index entry and its pins, and record its ghost."""
-        self._forget(key, entry)
-        self._ghosts.record((key,), self._stack.names[left], why)
-
-    def _forget(self, key: BlockKey, entry: Entry | None) -> None:
-        if entry is None:
-            return
-        for pos in entry.positions():
-            self.remove(pos, [key])
-        self._ledger.forget(key, entry)
-        self._leases.forget(key)
-
-    def remember(self, keys: list[BlockKey], why: LeftBecause) -> None:
-        """Record the ghosts of blocks about to leave the store through :meth:`drop_many`,
-        each naming the top tier it is in now."""
-        by_top: dict[int, list[BlockKey]] = {}
-        for key in keys:
-            entry = self._ledger.get(key)
-            if entry is not None and entry.tiers:
-                by_top.setdefault(entry.top(), []).append(key)
-        for pos, gone in by_top.items():
-            self._ghosts.record(gone, self._stack.names[pos], why)
-
-    def drop_many(self, keys: list[BlockKey]) -> None:
-        """Forget blocks: delete their copies with one call per tier, then their index entries
-        and pins (a namespace's deletion: one LMDB transaction, not one per block). Records no
-        ghost: a delete calls :meth:`remember` first, a namespace going away does not."""
-        for pos in range(len(self._tiers)):
-            self.remove(pos, keys)
-        for key in keys:
-            entry = self._ledger.get(key)
-            if entry is not None:
-                self._ledger.forget(key, entry)
-            self._leases.forget(key)
-
+    # -- shutdown ----------------------------------------------------------------------------
     def spill(self) -> int:
         """Graceful shutdown: copy blocks that only memory tiers hold into the first persistent
         tier, so that a restart finds them, a batch per source tier. Admission is not asked:

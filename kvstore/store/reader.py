@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from kvstore.checksum import checksum
 from kvstore.errors import WouldBlock
 from kvstore.store.counters import Tally
+from kvstore.store.exits import Exits
 from kvstore.store.index import Entry, check_hashes, fmt_key, make_keys
 from kvstore.store.leases import LeaseTable
 from kvstore.store.ledger import Ledger
@@ -31,12 +32,14 @@ class Reader:
     """Serves reads over the stack. Takes the store lock itself (the caller must not hold
     it): a read leaves it while a persistent tier answers."""
 
-    def __init__(self, stack: TierStack, ledger: Ledger, placer: Placer, tally: Tally,
-                 leases: LeaseTable, lock: StoreLock, namespaces: NamespaceBook) -> None:
+    def __init__(self, stack: TierStack, ledger: Ledger, placer: Placer, exits: Exits,
+                 tally: Tally, leases: LeaseTable, lock: StoreLock,
+                 namespaces: NamespaceBook) -> None:
         self._stack = stack
         self._tiers = stack.tiers
         self._ledger = ledger
         self._placer = placer
+        self._exits = exits
         self._tally = tally
         self._leases = leases
         self._lock = lock
@@ -104,9 +107,9 @@ class Reader:
         if data is None and entry is not None and entry.holds(pos) and not tier.contains(key):
             # the tier lost it behind our back (an S3 upload dropped after retries, an object
             # deleted by another node): forget that copy
-            self._placer.remove(pos, [key])
+            self._exits.remove(pos, [key])
             if not entry.tiers:
-                self._placer.drop(key, entry, left=pos, why="lost")
+                self._exits.drop(key, entry, left=pos, why="lost")
                 self._tally.lost(key[0])
         # a persistent-tier read ran unlocked: the block may have left meanwhile (memory-tier
         # reads ran under the lock and are valid as read)
@@ -114,9 +117,9 @@ class Reader:
             return None
         if tier.verify_reads and checksum(data) != entry.checksum:
             log.error("checksum mismatch for %s in the %s tier: dropped", fmt_key(key), tier.name)
-            self._placer.remove(pos, [key])
+            self._exits.remove(pos, [key])
             if not entry.tiers:
-                self._placer.drop(key, entry, left=pos, why="corrupt")
+                self._exits.drop(key, entry, left=pos, why="corrupt")
             self._tally.corrupt(pos, key[0])
             return None
         return entry

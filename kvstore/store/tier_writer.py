@@ -1,0 +1,66 @@
+"""Writing a batch into one tier: checksums filled in for tiers that keep them, and a tier's
+refusals reported once per episode of failure rather than once per block.
+
+Room is made before (:meth:`kvstore.store.placer.Placer.write`); this part only writes.
+Expects the store lock to be held.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from kvstore.checksum import checksum
+from kvstore.errors import CapacityError, TierUnavailableError
+from kvstore.store.ledger import Ledger
+from kvstore.store.stack import TierStack
+from kvstore.tiers.base import BlockMeta, Buffer
+from kvstore.types import BlockKey
+
+log = logging.getLogger("kvstore.store")
+Item = tuple[BlockKey, Buffer, BlockMeta]
+QUIET_S = 60.0  # a tier that failed is reported again only after this long without failure
+
+
+class TierWriter:
+    """Calls a tier's ``put_many``. Owns when each tier last failed (to log an episode once);
+    fills missing checksums into the ledger's entries through :meth:`Ledger.get`."""
+
+    def __init__(self, stack: TierStack, ledger: Ledger) -> None:
+        self._tiers = stack.tiers
+        self._ledger = ledger
+        self._failing: dict[int, float] = {}  # tier -> monotonic time of its last failure
+
+    def put(self, pos: int, items: list[Item]) -> bool:
+        """Write ``items`` into tier ``pos``, which has room for them; False if it refuses.
+        For a tier that keeps checksums, items without one get it computed, in ``items``
+        (callers read their metas back) and in the index entry if the block has one."""
+        tier = self._tiers[pos]
+        if tier.needs_checksum:
+            self._seal(items)
+        try:
+            tier.put_many(items)
+        except CapacityError as exc:
+            log.warning("%s tier refused %d blocks: %s", tier.name, len(items), exc)
+            return False
+        except TierUnavailableError as exc:
+            # once per episode, not once per block: the tier's health says it meanwhile
+            if pos not in self._failing:
+                log.error("%s tier cannot take writes (%s); blocks that no other tier takes "
+                          "are refused or dropped until it recovers", tier.name, exc)
+            self._failing[pos] = time.monotonic()
+            return False
+        if pos in self._failing and time.monotonic() - self._failing[pos] > QUIET_S:
+            del self._failing[pos]  # near the limit some writes fit: over once it holds
+            log.warning("%s tier takes writes again", tier.name)
+        return True
+
+    def _seal(self, items: list[Item]) -> None:
+        """Fill in missing checksums, in place."""
+        for i, (key, data, meta) in enumerate(items):
+            if meta.checksum is None:
+                csum = checksum(data)
+                items[i] = (key, data, meta._replace(checksum=csum))
+                entry = self._ledger.get(key)
+                if entry is not None and entry.checksum is None:
+                    entry.checksum = csum
