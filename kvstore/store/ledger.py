@@ -146,7 +146,15 @@ class Ledger:
         return self._tier_bytes[pos]
 
     def victims(self, pos: int, n: int, evictable: Callable[[BlockKey], bool]) -> list[BlockKey]:
-        return self.policies[pos].victims(n, evictable)
+        """Up to ``n`` keys to take out of tier ``pos``: the policy's, among the blocks this
+        ledger records in that tier. A tier that indexes itself samples its own file, which
+        also holds a batch the background demoter wrote and has not recorded yet (it waits
+        for the lock we hold): evicting those would free nothing."""
+        def ours(key: BlockKey) -> bool:
+            entry = self.get(key)
+            return entry is not None and entry.holds(pos) and evictable(key)
+
+        return self.policies[pos].victims(n, ours)
 
 
     # -- blocks a writer outside the lock is copying (the background demoter) ---------------

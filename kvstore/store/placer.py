@@ -214,6 +214,10 @@ class Placer:
             victims = self._enough(pos, victims, nbytes - freed)
             before = tier.used_bytes()
             self._demote(pos, victims)
+            if tier.used_bytes() >= before:  # nothing left the tier: never loop on it
+                log.warning("eviction from the %s tier freed nothing (%d victims)",
+                            self._stack.names[pos], len(victims))
+                return freed > 0
             freed += before - tier.used_bytes()
         return True
 

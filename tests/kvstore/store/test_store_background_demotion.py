@@ -102,3 +102,49 @@ def test_a_block_deleted_and_put_again_while_its_batch_is_written_is_kept_once(
     store.check_integrity()
     assert store.get("m", hashes, promote=False) == data
     assert store.stats()["namespaces"]["m"]["blocks"] == 14
+
+
+def test_a_full_disk_makes_room_while_a_batch_is_written_to_it(
+    make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The batch is in the disk file but not yet recorded (the demoter waits for the lock):
+    the disk samples its keys as victims (never touched there, they come first), yet the store
+    does not count them as the disk's, so evicting them frees nothing. A put that must make
+    room on the disk meanwhile used to loop on those victims forever, holding the store lock;
+    now only blocks the store records on the disk are named."""
+    store = make_store(host=16, disk=16, host_watermarks=(0.5, 0.75), background_demotion=True)
+    disk = store.tier("disk")
+    written, release = threading.Event(), threading.Event()
+    real = disk.put_many
+
+    def held(items: Sequence[Any]) -> None:
+        real(items)  # in the file already ...
+        if threading.current_thread().name == "kvstore-demote":
+            written.set()
+            assert release.wait(30)  # ... and not recorded until released
+
+    monkeypatch.setattr(disk, "put_many", held)
+    hashes, data = blocks(44)
+    store.put("m", hashes[:14], data[:14])
+    assert written.wait(10)
+    try:
+        done: list[int] = []
+
+        def fill() -> None:  # through the request path: host full, then disk full
+            for i in range(14, 44, 2):
+                store.get("m", hashes[:6])  # the batch stays hot: the host keeps it
+                store.put("m", hashes[i:i + 2], data[i:i + 2])
+            done.append(1)
+
+        writer = threading.Thread(target=fill, daemon=True)
+        writer.start()
+        writer.join(20)
+        assert done == [1], "the put never finished (it kept the store lock)"
+        assert "freed nothing" not in caplog.text  # only blocks it holds were named
+    finally:
+        release.set()
+    assert store.settled(10)
+    store.check_integrity()
+    stats = store.stats()["tiers"]
+    assert all(stats[t]["bytes"] <= 16 * len(data[0]) for t in ("host", "disk"))
+    assert store.get("m", hashes[-2:], promote=False) == data[-2:]
