@@ -29,6 +29,7 @@ class FrameSocket:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
         self.sock = sock
+        self.timeout = timeout
         self._next_id = 1
 
     @classmethod
@@ -97,12 +98,16 @@ class FrameSocket:
         error reply; OSError if the connection broke."""
         rid = self._next_id
         self._next_id += 1
-        self.send(encode_frame({**header, "id": rid}, payload))
-        if header.get("noreply"):
-            return {}, []
-        header_len, payload_len = PREFIX.unpack(self.recv_bytes(PREFIX_BYTES))
-        reply = decode_header(self.recv_bytes(header_len))
-        blocks = self._read_blocks(reply, payload_len, into)
+        try:
+            self.send(encode_frame({**header, "id": rid}, payload))
+            if header.get("noreply"):
+                return {}, []
+            header_len, payload_len = PREFIX.unpack(self.recv_bytes(PREFIX_BYTES))
+            reply = decode_header(self.recv_bytes(header_len))
+            blocks = self._read_blocks(reply, payload_len, into)
+        except BlockingIOError as exc:  # EAGAIN: the kernel timeouts set above ran out
+            raise TimeoutError(f"no answer from the data plane within {self.timeout:g} s "
+                               "(the client's timeout)") from exc
         if reply.get("id") != rid and reply.get("ok"):
             raise ProtocolError(f"reply id {reply.get('id')} does not match request {rid}")
         if not reply.get("ok"):

@@ -205,3 +205,19 @@ def test_an_unreachable_server_is_named_once_in_the_error() -> None:
             pytest.raises(KVStoreUnavailableError) as err:
         client.lookup("ns", H)
     assert str(err.value).count(url) == 1, str(err.value)
+
+
+def test_a_server_that_never_answers_is_a_timeout_that_says_so() -> None:
+    """The data plane socket waits with kernel timeouts, which end in EAGAIN ("Resource
+    temporarily unavailable"); the client says what happened instead."""
+    import socket
+
+    from kvstore.client.socket_conn import FrameSocket
+
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        conn = FrameSocket.connect(listener.getsockname()[:2], 0.3)
+        try:
+            with pytest.raises(TimeoutError, match=r"no answer .* within 0.3 s"):
+                conn.request({"op": "stats"})
+        finally:
+            conn.close()
