@@ -51,7 +51,8 @@ def test_another_client_reads_granted_blocks_from_its_own_mapping(
 def test_blocks_held_only_below_the_host_tier_are_not_granted_or_promoted(
     make_server: Callable[..., ServerProc], ns_name: str
 ) -> None:
-    srv = make_server("--host-capacity", str(16 * BLOCK))
+    # demotion in the put: a background demoter could move a block between the two lookups
+    srv = make_server("--host-capacity", str(16 * BLOCK), "--no-background-demotion")
     hashes, data = _blocks(24, ns_name)
     with KVStoreClient(srv.url, use_shm=True) as c:
         c.register_namespace(ns_name, BLOCK, {"model_id": "m"})
