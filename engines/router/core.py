@@ -9,6 +9,7 @@ the prefix kvstore holds (any worker can load it instead of computing), and the 
 router has queued there, each priced with the prefill, decode and load rates the worker
 measured. ``round-robin``, ``least-loaded`` and ``session`` (affinity) are the baselines.
 
+The HTTP call to a worker, and what its answer means, is :mod:`engines.router.forward`.
 A worker that refuses a connection or answers 5xx is marked down (skipped for ``RETRY_S``
 until the background poller sees ``/health`` answer again; see :mod:`engines.router.workers`)
 and the request goes to the next-best worker. With prefill workers configured, generation is
@@ -20,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import json
 import logging
 import time
 from collections.abc import AsyncGenerator
@@ -29,20 +29,20 @@ from typing import Any, NamedTuple
 import httpx
 
 from engines import disagg
+from engines.router import forward
 from engines.router import workers as worker_view
+from engines.router.accounts import Accounts
 from engines.router.cost import CostModel
+from engines.router.forward import FAILURES, WorkerDown, WrongRole
 from engines.router.policies import POLICIES, Ask, make_policy
 from engines.router.workers import POLL_S, RETRY_S, Job, Worker
 from engines.store_io import BlockStore, open_store
-from engines.worker_control import ROLE_HEADER
 from kvstore.keys import BlockHasher
 
 __all__ = ["POLICIES", "POLL_S", "RETRY_S", "NoWorker", "Plan", "Router", "Worker",
            "WorkerDown", "WrongRole"]
 
 log = logging.getLogger(__name__)
-
-_FAILURES = (httpx.TransportError,)
 
 
 class Plan(NamedTuple):
@@ -54,25 +54,14 @@ class Plan(NamedTuple):
     work: dict[Worker, Job]
 
 
-class WorkerDown(Exception):
-    """The worker could not serve the request (connection refused, 5xx): try another."""
-
-
-class WrongRole(WorkerDown):
-    """The worker's role changed since the request was planned (409 with ``x-kvstore-role``):
-    the router relearns it and tries another worker; the worker is not marked down."""
-
-
-def _wrong_role(r: httpx.Response) -> bool:
-    return r.status_code == 409 and ROLE_HEADER in r.headers
-
-
 class NoWorker(Exception):
     """No live worker is left for the request."""
 
 
 class Router:
-    """Routing state and request forwarding; owned by one asyncio loop."""
+    """Routing state, planning and retries over the workers (each HTTP call is
+    :mod:`engines.router.forward`, the counts :mod:`engines.router.accounts`); owned by one
+    asyncio loop."""
 
     def __init__(self, workers: list[str], *, prefill_workers: list[str] | None = None,
                  policy: str = "kv", kvstore: str | BlockStore | None = None,
@@ -94,8 +83,7 @@ class Router:
         self.max_model_len = 0  # tokens, prompt and output (0: not told)
         self._rr = itertools.count()
         self._poller: asyncio.Task[None] | None = None
-        self.totals = {"requests": 0, "failed": 0, "retries": 0, "prompt_tokens": 0,
-                       "hit_tokens": 0, "store_prefix_tokens": 0}
+        self.accounts = Accounts()
 
     # -- lifecycle ----------------------------------------------------------------------------
     async def start(self, poll: bool = True) -> None:
@@ -131,19 +119,8 @@ class Router:
         if not w.known or w.role != role:
             log.info("worker %s answered (role %s)", w.url, role)
         w.mark_known(role)
-        self._place(w)
+        worker_view.place(w, self.workers, self.prefill)
         return True
-
-    def _place(self, w: Worker) -> None:
-        """Keep ``w`` in the pool its role serves: a worker switched at run time (``POST
-        /admin/role``, the SLO planner) moves between the decode and prefill lists; ``both``
-        stays where it was configured."""
-        if w.role == "prefill" and w in self.workers:
-            self.workers.remove(w)
-            self.prefill.append(w)
-        elif w.role == "decode" and w in self.prefill:
-            self.prefill.remove(w)
-            self.workers.append(w)
 
     def check_ready(self, pool: list[Worker] | None = None) -> None:
         """Raise :class:`NoWorker` (with what the router is waiting for) when no worker of
@@ -195,11 +172,11 @@ class Router:
             try:
                 doc = await self._attempt(w, body, plan)
             except WorkerDown:
-                self.totals["retries"] += 1
+                self.accounts.retried()
                 continue
             self._account(w, body, doc, plan.store_blocks)
             return {**doc, "worker": w.url}
-        self.totals["failed"] += 1
+        self.accounts.failed()
         raise NoWorker("every worker failed")
 
     async def stream(self, body: dict[str, Any]) -> AsyncGenerator[dict[str, Any], None]:
@@ -214,42 +191,27 @@ class Router:
             w.begin(job)
             try:
                 req_body = await self._body_for(body, plan.hashes)
-                async with self.client.stream("POST", f"{w.url}/generate",
-                                              json={**req_body, "stream": True}) as r:
-                    if r.status_code >= 500:
-                        raise WorkerDown(f"{w.url}: {r.status_code}")
-                    if _wrong_role(r):
-                        raise WrongRole(f"{w.url} is now {r.headers[ROLE_HEADER]}")
-                    if r.status_code >= 400:
-                        await r.aread()
-                        raise httpx.HTTPStatusError(r.text, request=r.request, response=r)
-                    async for line in r.aiter_lines():
-                        if not line.startswith("data: ") or line == "data: [DONE]":
-                            continue
-                        doc = json.loads(line[6:])
-                        if "token_id" in doc:
-                            if not started:
-                                started = True
-                                w.first_token(job)
-                                self._account(w, body, doc, plan.store_blocks)
-                                doc = {**doc, "worker": w.url}
-                            yield doc
-                        elif "error" in doc:
-                            if started:  # tokens already went to the client: cannot retry
-                                raise RuntimeError(doc["error"])
-                            raise WorkerDown(doc["error"])
-                        else:
-                            yield {**doc, "worker": w.url}
-                    return
-            except (WorkerDown, *_FAILURES) as exc:
+                async with contextlib.aclosing(
+                        forward.stream(self.client, w.url, req_body)) as docs:
+                    async for doc in docs:
+                        if "token_id" not in doc:  # the summary
+                            doc = {**doc, "worker": w.url}
+                        elif not started:
+                            started = True
+                            w.first_token(job)
+                            self._account(w, body, doc, plan.store_blocks)
+                            doc = {**doc, "worker": w.url}
+                        yield doc
+                return
+            except (WorkerDown, *FAILURES) as exc:
                 if started:
                     raise
                 await self._failed(w, exc)
-                self.totals["retries"] += 1
+                self.accounts.retried()
             finally:
                 w.end(job)
                 await self.sync(w)
-        self.totals["failed"] += 1
+        self.accounts.failed()
         raise NoWorker("every worker failed")
 
     async def sync(self, w: Worker) -> None:
@@ -257,17 +219,7 @@ class Router:
         await worker_view.sync(self.client, w)
 
     def stats(self) -> dict[str, Any]:
-        t = self.totals
-        return {
-            "policy": self.policy, **t,
-            "prefix_hit_rate": t["hit_tokens"] / t["prompt_tokens"] if t["prompt_tokens"] else 0,
-            "workers": {w.url: {"role": w.role, "up": w.up, "inflight": w.inflight,
-                                "queued_tokens": w.queued, "rates": w.rates,
-                                "routed": w.routed, "failures": w.failures,
-                                "prompt_tokens": w.prompt_tokens, "hit_tokens": w.hit_tokens,
-                                "resident_blocks": len(w.resident)}
-                        for w in self.workers + self.prefill},
-        }
+        return self.accounts.stats(self.policy, self.workers + self.prefill)
 
     # -- internals ----------------------------------------------------------------------------
     async def _plan(self, body: dict[str, Any]) -> Plan:
@@ -288,14 +240,14 @@ class Router:
             try:
                 handoff = await disagg.prefill(self.client, p.url, body["prompt_ids"])
             except httpx.HTTPStatusError as exc:
-                if _wrong_role(exc.response):
+                if forward.wrong_role(exc.response):
                     await self.learn(p)
                     continue
                 if exc.response.status_code < 500:
                     raise
                 self._mark_down(p, exc)
                 continue
-            except _FAILURES as exc:
+            except FAILURES as exc:
                 self._mark_down(p, exc)
                 continue
             p.routed += 1
@@ -308,15 +260,8 @@ class Router:
         w.begin(job)
         try:
             req_body = await self._body_for(body, plan.hashes)
-            r = await self.client.post(f"{w.url}/generate", json=req_body)
-            if r.status_code >= 500:
-                raise WorkerDown(f"{w.url}: {r.status_code} {r.text[:200]}")
-            if _wrong_role(r):
-                raise WrongRole(f"{w.url} is now {r.headers[ROLE_HEADER]}")
-            r.raise_for_status()  # 4xx: the request is bad, another worker would refuse it too
-            doc: dict[str, Any] = r.json()
-            return doc
-        except (WorkerDown, *_FAILURES) as exc:
+            return await forward.generate(self.client, w.url, req_body)
+        except (WorkerDown, *FAILURES) as exc:
             await self._failed(w, exc)
             raise WorkerDown(str(exc)) from exc
         finally:
@@ -325,17 +270,8 @@ class Router:
 
     def _account(self, w: Worker, body: dict[str, Any], doc: dict[str, Any],
                  stored: int) -> None:
-        n = len(body["prompt_ids"])
-        hit = int(doc.get("cached_tokens", 0))
-        w.up, w.routed = True, w.routed + 1
-        w.prompt_tokens += n
-        w.hit_tokens += hit
-        t = self.totals
-        t["requests"] += 1
-        t["prompt_tokens"] += n
-        t["hit_tokens"] += hit
         assert self.hasher is not None
-        t["store_prefix_tokens"] += stored * self.hasher.block_size
+        self.accounts.served(w, doc, len(body["prompt_ids"]), stored * self.hasher.block_size)
 
     async def _failed(self, w: Worker, exc: Exception) -> None:
         """A worker that could not take a request: relearn a switched role, else mark it

@@ -118,6 +118,18 @@ class Worker:
         self.down_until = time.monotonic() + RETRY_S
 
 
+def place(w: Worker, workers: list[Worker], prefill: list[Worker]) -> None:
+    """Keep ``w`` in the pool its role serves: a worker switched at run time (``POST
+    /admin/role``, the SLO planner) moves between the decode (``workers``) and ``prefill``
+    lists; ``both`` stays where it was configured."""
+    if w.role == "prefill" and w in workers:
+        workers.remove(w)
+        prefill.append(w)
+    elif w.role == "decode" and w in prefill:
+        prefill.remove(w)
+        workers.append(w)
+
+
 async def sync(client: httpx.AsyncClient, w: Worker) -> None:
     """Pull ``w``'s residency events since the last pull."""
     try:

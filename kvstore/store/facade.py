@@ -12,40 +12,22 @@ answers (reads, the host path), which then takes it itself.
 
 from __future__ import annotations
 
-import logging
-import math
 import time
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Any
 
-from kvstore.checksum import checksum
 from kvstore.config import StoreConfig
-from kvstore.errors import InvalidLeaseError, KVStoreError, UnknownNamespaceError
+from kvstore.errors import UnknownNamespaceError
 from kvstore.namespace import Namespace
-from kvstore.policy import make_tier_policy
-from kvstore.store.cold import ColdIndex
-from kvstore.store.counters import Tally
-from kvstore.store.demoter import Demoter
-from kvstore.store.exits import Exits
-from kvstore.store.ghosts import Ghosts
-from kvstore.store.host_path import HostPath
 from kvstore.store.index import make_keys
-from kvstore.store.leases import LeaseTable
-from kvstore.store.ledger import Ledger
-from kvstore.store.lock import StoreLock
-from kvstore.store.namespaces import NamespaceBook, NamespaceLimits
-from kvstore.store.placer import Placer
-from kvstore.store.reader import Reader
-from kvstore.store.report import Report
-from kvstore.store.stack import TierStack
+from kvstore.store.lifecycle import Lifecycle
+from kvstore.store.parts import Parts
 from kvstore.tiers import Tier
-from kvstore.tiers.base import BlockMeta, Buffer
+from kvstore.tiers.base import Buffer
 from kvstore.tiers.slab import SlabInfo, SlabShare
 from kvstore.tiers.slots import Extents
 from kvstore.types import BlockHash, LookupResult, PutResult, Trace
-
-log = logging.getLogger("kvstore.store")
 
 
 class Store:
@@ -53,31 +35,12 @@ class Store:
 
     def __init__(self, config: StoreConfig, tiers: Sequence[Tier] | None = None) -> None:
         self.config = config
-        self._stack = TierStack(config.tiers, tiers)
-        self._lock = StoreLock()
-        self._book = NamespaceBook(config.namespaces_path, NamespaceLimits(
-            config.max_namespaces, config.max_namespaces_per_tenant))
-        tiers_ = self._stack.tiers
-        cold = ColdIndex([(p, t) for p, t in enumerate(tiers_)  # type: ignore[misc]
-                          if getattr(t, "indexes_itself", False)], self._book.layout_id)
-        self._ledger = Ledger([make_tier_policy(c.policy, t) for c, t in zip(
-            config.tiers, tiers_, strict=True)], self._stack.top_name_by_mask, cold)
-        self._tally = Tally(len(self._stack))
-        self._leases = LeaseTable(quota=config.max_pinned_bytes_per_tenant)
-        self._ghosts = Ghosts(config.ghost_entries)
-        self._exits = Exits(self._stack, self._ledger, self._leases, self._ghosts)
-        self._placer = Placer(self._stack, self._ledger, self._tally, self._leases,
-                              self._exits)
-        self._reader = Reader(self._stack, self._ledger, self._placer, self._exits,
-                              self._tally, self._leases, self._lock, self._book)
-        self._host = HostPath(self._stack, self._ledger, self._placer, self._exits,
-                              self._reader, self._tally, self._leases, self._lock)
-        self._report = Report(self._stack, self._ledger, self._tally, self._leases,
-                              self._host, self._ghosts, self._lock)
-        self._demoter = self._start_demoter() if config.background_demotion else None
-        self._closed = False
-        self._prefetcher = ThreadPoolExecutor(
-            max_workers=config.prefetch_workers, thread_name_prefix="kvstore-prefetch")
+        parts = Parts.build(config, tiers)
+        self._stack, self._lock, self._book = parts.stack, parts.lock, parts.book
+        self._ledger, self._tally, self._leases = parts.ledger, parts.tally, parts.leases
+        self._exits, self._placer, self._reader = parts.exits, parts.placer, parts.reader
+        self._writer, self._host, self._report = parts.writer, parts.host, parts.report
+        self._life = Lifecycle(config, parts)
         for ns in self._book.load():
             self._count_namespace(ns)
         self._reader.index_persistent()
@@ -86,21 +49,10 @@ class Store:
     def open(cls, config: StoreConfig) -> Store:
         return cls(config)
 
-    def _start_demoter(self) -> Demoter | None:
-        """The host tier's background settler, where a persistent tier sits right below."""
-        host = self._stack.host
-        tiers = self._stack.tiers
-        if host is None or host + 1 >= len(tiers) or not tiers[host + 1].persistent:
-            return None
-        demoter = Demoter(self._stack, self._ledger, self._placer, self._exits, self._tally,
-                          self._leases, self._lock, host)
-        self._placer.settlers[host] = demoter.signal
-        return demoter
-
     def settled(self, timeout: float | None = None) -> bool:
         """Wait until background demotion (``background_demotion``) has nothing left to do;
         False on timeout. Returns at once without it."""
-        return self._demoter is None or self._demoter.wait_idle(timeout)
+        return self._life.settled(timeout)
 
     # -- namespaces --------------------------------------------------------------------------
     def register_namespace(self, ns: Namespace) -> bool:
@@ -124,9 +76,8 @@ class Store:
             with self._lock:
                 self._host.unreserve_namespace(name)
                 dropped = self._host.delete_blocks(self._ledger.keys_of(name), remember=False)
-                self._ghosts.forget_namespace(name)
+                self._exits.forget_namespace(name)
                 self._tally.forgotten(name)
-                self._ledger.forget_usage(name)
         except BaseException:
             self._book.relist(ns)
             raise
@@ -149,20 +100,9 @@ class Store:
         can take, because everything evictable is pinned, are ``refused``. Raises on a bad
         namespace, size or hash before storing anything."""
         ns = self.namespace(namespace)
-        if len(hashes) != len(blocks):
-            raise ValueError(f"{len(hashes)} hashes but {len(blocks)} blocks")
-        keys = make_keys(namespace, hashes)
-        for block in blocks:
-            ns.check_size(memoryview(block).nbytes)
-        start = self._stack.pos(tier) if tier is not None else 0
-        # Checksums only where a tier written now keeps them (computed outside the lock); a
-        # block that lands in memory gets its checksum when it first goes lower.
-        eager = self._stack.eager_sums[start]
-        items = [(key, block, BlockMeta(ns.layout_id, checksum(block) if eager else None,
-                                        ns.block_bytes))
-                 for key, block in zip(keys, blocks, strict=True)]
+        start, items = self._writer.new_items(ns, hashes, blocks, tier)  # outside the lock
         with self._lock:
-            self._check_open()
+            self._life.check_open()
             if self._book.layout_id(namespace) != ns.layout_id:  # deleted meanwhile
                 raise UnknownNamespaceError(f"unknown namespace {namespace!r}")
             result = self._placer.put(items, start, named_tier=tier is not None)
@@ -174,9 +114,8 @@ class Store:
         """Bytes of each block, or None for a miss (absent, or dropped because its checksum
         failed). A hit from a lower tier is copied to the top tier when ``promote`` (default:
         the config's ``promote_on_hit``)."""
-        self.namespace(namespace)
-        keys = make_keys(namespace, hashes)
-        self._check_open()
+        _, keys = self._book.keys(namespace, hashes)
+        self._life.check_open()
         do_promote = self.config.promote_on_hit if promote is None else promote
         return self._reader.read(keys, promote=do_promote, count=True)
 
@@ -198,8 +137,7 @@ class Store:
         hold the ghost of its departure (when, from which tier, why), if the ghost record
         (``ghost_entries`` departures) still has it. No side effects on recency, leases or
         stats; blocks missing from the index are asked of shared tiers (S3), as a get does."""
-        self.namespace(namespace)
-        keys = make_keys(namespace, hashes)
+        _, keys = self._book.keys(namespace, hashes)
         self._reader.discover_missing(keys)
         return self._report.trace(keys)
 
@@ -208,28 +146,24 @@ class Store:
         slots of a pinned block stay allocated (unreadable) until its pins would have expired:
         a shared-memory reader handed their extents copies the bytes it asked for, never those
         of a block stored there after the delete."""
-        self.namespace(namespace)
-        keys = make_keys(namespace, hashes)
+        _, keys = self._book.keys(namespace, hashes)
         with self._lock:
             return self._host.delete_blocks(keys)
 
     def prefetch(self, namespace: str, hashes: Sequence[BlockHash]) -> Future[int]:
         """Start onboarding the blocks toward the top tier. The future resolves to the number
         of requested blocks resident in the top tier when it finished."""
-        self.namespace(namespace)
-        keys = make_keys(namespace, hashes)
-        return self._prefetcher.submit(self._reader.prefetch, keys)
+        _, keys = self._book.keys(namespace, hashes)
+        return self._life.prefetch(self._reader.prefetch, keys)
 
     # -- pins --------------------------------------------------------------------------------
     def pin(self, namespace: str, hashes: Sequence[BlockHash], *, lease_s: float | None = None,
             owner: str = "", tenant: str | None = None) -> list[bool]:
-        """Pin existing blocks for ``lease_s`` seconds (renewed by pinning again; see
-        :meth:`_lease`). True where the block exists and is now pinned. With ``tenant`` the
-        blocks are charged to it: :class:`~kvstore.errors.PinQuotaError`, pinning nothing,
-        past its ``max_pinned_bytes_per_tenant``."""
-        ns = self.namespace(namespace)
-        keys = make_keys(namespace, hashes)
-        lease = self._lease(lease_s)
+        """Pin existing blocks for ``lease_s`` seconds (``LeaseTable.term``; renewed by pinning
+        again). True where the block exists and is now pinned. With ``tenant`` the blocks are
+        charged to it: ``PinQuotaError``, pinning nothing, past ``max_pinned_bytes_per_tenant``."""
+        ns, keys = self._book.keys(namespace, hashes)
+        lease = self._leases.term(lease_s)
         with self._lock:
             live = [self._ledger.visible(key) is not None for key in keys]
             self._leases.pin_many([k for k, ok in zip(keys, live, strict=True) if ok], owner,
@@ -268,9 +202,8 @@ class Store:
         """Pinned host-slab extents of each block (None: a miss), charged to ``tenant`` as
         :meth:`pin`; see HostPath."""
         self._stack.slab()
-        ns = self.namespace(namespace)
-        keys = make_keys(namespace, hashes)
-        return self._host.acquire_read(keys, lease=self._lease(lease_s), owner=owner,
+        ns, keys = self._book.keys(namespace, hashes)
+        return self._host.acquire_read(keys, lease=self._leases.term(lease_s), owner=owner,
                                        nowait=nowait, promote=promote, size=ns.block_bytes,
                                        tenant=tenant)
 
@@ -279,10 +212,9 @@ class Store:
                       nowait: bool = False) -> list[Extents | None]:
         """Host-slab extents to write each new block into (None: skip it); see HostPath."""
         self._stack.slab()
-        ns = self.namespace(namespace)
-        keys = make_keys(namespace, hashes)
-        expiry = time.monotonic() + self._lease(lease_s)
-        self._check_open()
+        ns, keys = self._book.keys(namespace, hashes)
+        expiry = time.monotonic() + self._leases.term(lease_s)
+        self._life.check_open()
         return self._host.reserve_write(ns, keys, expiry=expiry, owner=owner, nowait=nowait)
 
     def commit_write(self, namespace: str, hashes: Sequence[BlockHash], *, owner: str = "",
@@ -304,7 +236,7 @@ class Store:
         """Up to ``count`` staged places for blocks of ``namespace``; see HostPath."""
         self._stack.slab()
         ns = self.namespace(namespace)
-        self._check_open()
+        self._life.check_open()
         return self._host.stage_write(ns, count, owner=owner, nowait=nowait)
 
     def commit_staged(self, namespace: str, hashes: Sequence[BlockHash], places: Sequence[int],
@@ -313,8 +245,7 @@ class Store:
         """Publish ``hashes[i]``, written at the staged place ``places[i]`` (whose generation
         must still be ``gens[i]`` when given); see HostPath."""
         self._stack.slab()
-        ns = self.namespace(namespace)
-        keys = make_keys(namespace, hashes)
+        ns, keys = self._book.keys(namespace, hashes)
         return self._host.commit_staged(ns, keys, places, owner=owner, nowait=nowait,
                                         gens=gens)
 
@@ -327,17 +258,14 @@ class Store:
     def host_share(self) -> SlabShare | None:
         """The host slab's file descriptor and layout (for ``SCM_RIGHTS``), or None without a
         host tier that can share one."""
-        if self._stack.host is None:
-            return None
-        share = getattr(self._stack.slab(), "share", None)
-        return share() if share is not None else None
+        return self._stack.slab_share()
 
     # -- reports and lifecycle ---------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
         return self._report.stats()
 
     def health(self) -> dict[str, Any]:
-        return self._report.health(self._closed)
+        return self._report.health(self._life.closed)
 
     def check_integrity(self) -> None:
         """Raise :class:`~kvstore.store.report.IntegrityError` if the index, the tiers and the
@@ -351,36 +279,13 @@ class Store:
         return self._stack.tiers[self._stack.pos(name)]
 
     def flush(self) -> None:
-        with self._lock:
-            for tier in self._stack.tiers:
-                tier.flush()
+        self._life.flush()
 
     def close(self) -> int:
         """Stop prefetching, free the host path's places, spill memory-only blocks to disk
         (``spill_on_close``), and close every tier. Returns how many memory-only blocks the
         spill could not write (they are lost; 0 on a second call). Idempotent."""
-        with self._lock:
-            if self._closed:
-                return 0
-            self._closed = True
-        self._prefetcher.shutdown(wait=True, cancel_futures=True)
-        if self._demoter is not None:  # its batch in flight lands first; spill does the rest
-            self._demoter.close()
-        lost = 0
-        with self._lock:
-            if self._stack.host is not None:
-                self._host.close()
-            if self.config.spill_on_close:
-                lost = self._placer.spill()
-                if lost:
-                    log.error("shutdown: %d memory-only blocks could not be written to the "
-                              "persistent tier and are lost", lost)
-            for tier in self._stack.tiers:
-                try:
-                    tier.close()
-                except Exception:
-                    log.exception("closing the %s tier failed", tier.name)
-        return lost
+        return self._life.close()
 
     def __enter__(self) -> Store:
         return self
@@ -392,17 +297,3 @@ class Store:
         """Give a registered namespace its (zero) rows in the stats."""
         self._tally.registered(ns.name, ns.block_bytes)
         self._ledger.usage(ns.name)
-
-    def _lease(self, lease_s: float | None) -> float:
-        """The lease every pinning call gets: ``lease_s`` (the config's default when None) cut
-        to ``max_lease_s``, so that no caller holds a pin or a reservation longer. Raises
-        :class:`~kvstore.errors.InvalidLeaseError` unless it is a finite, positive number."""
-        lease = self.config.default_lease_s if lease_s is None else float(lease_s)
-        if not (lease > 0 and math.isfinite(lease)):
-            raise InvalidLeaseError(f"lease_s must be a finite, positive number of seconds, "
-                                    f"got {lease_s!r}")
-        return min(lease, self.config.max_lease_s)
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise KVStoreError("the store is closed")

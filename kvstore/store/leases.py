@@ -8,11 +8,13 @@ pin taken without a tenant (the admin, a library user) is never charged.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from kvstore.errors import PinQuotaError
+from kvstore.config import DEFAULT_LEASE_S, DEFAULT_MAX_LEASE_S
+from kvstore.errors import InvalidLeaseError, PinQuotaError
 from kvstore.types import BlockKey
 
 
@@ -34,14 +36,27 @@ class LeaseTable:
     """
 
     def __init__(self, clock: Callable[[], float] = time.monotonic,
-                 quota: int | None = None) -> None:
+                 quota: int | None = None, *, default_s: float = DEFAULT_LEASE_S,
+                 max_s: float = DEFAULT_MAX_LEASE_S) -> None:
         self._clock = clock
         self._quota = quota  # bytes one tenant may hold pinned; None: no limit
+        self._default_s = default_s  # the lease of a call that names none
+        self._max_s = max_s  # every lease asked for longer is cut to this
         self._pins: dict[BlockKey, dict[str, Pin]] = {}
         self._reading: dict[BlockKey, int] = {}  # reads in flight outside the store lock
         # tenant -> key -> how many of the tenant's owners pin it (charged once per block)
         self._held: dict[str, dict[BlockKey, int]] = {}
         self._bytes: dict[str, int] = {}  # tenant -> bytes of the blocks in _held[tenant]
+
+    def term(self, lease_s: float | None) -> float:
+        """The lease every pinning call gets: ``lease_s`` (the default when None) cut to the
+        maximum, so that no caller holds a pin or a reservation longer. Raises
+        :class:`~kvstore.errors.InvalidLeaseError` unless it is a finite, positive number."""
+        lease = self._default_s if lease_s is None else float(lease_s)
+        if not (lease > 0 and math.isfinite(lease)):
+            raise InvalidLeaseError(f"lease_s must be a finite, positive number of seconds, "
+                                    f"got {lease_s!r}")
+        return min(lease, self._max_s)
 
     def start_read(self, key: BlockKey) -> None:
         """A read of ``key`` runs outside the store lock: keep the block until it ends."""

@@ -17,11 +17,14 @@ import json
 import logging
 import os
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
 from kvstore.errors import NamespaceLimitError
 from kvstore.namespace import Namespace, NamespaceRegistry
+from kvstore.store.index import make_keys
+from kvstore.types import BlockKey
 
 log = logging.getLogger("kvstore.store")
 
@@ -103,6 +106,12 @@ class NamespaceBook:
     def get(self, name: str) -> Namespace:
         """The registered namespace ``name``; raises ``UnknownNamespaceError``."""
         return self._registry.get(name)
+
+    def keys(self, name: str, hashes: Sequence[bytes]) -> tuple[Namespace, list[BlockKey]]:
+        """The registered namespace ``name`` and the index keys of ``hashes`` in it, as the
+        store's calls on a namespace's blocks start; raises ``UnknownNamespaceError``, then
+        ``InvalidHashError``. Takes no lock."""
+        return self._registry.get(name), make_keys(name, hashes)
 
     def layout_id(self, name: str) -> int | None:
         """The layout id of ``name``, or None if it is not registered."""

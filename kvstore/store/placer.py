@@ -38,14 +38,14 @@ class Placer:
     blocks out through :class:`~kvstore.store.exits.Exits`."""
 
     def __init__(self, stack: TierStack, ledger: Ledger, tally: Tally, leases: LeaseTable,
-                 exits: Exits) -> None:
+                 exits: Exits, writer: TierWriter) -> None:
         self._stack = stack
         self._tiers = stack.tiers
         self._ledger = ledger
         self._tally = tally
         self._leases = leases
         self._exits = exits
-        self._writer = TierWriter(stack, ledger)
+        self._writer = writer
         # tier -> what settles it in the background (kvstore.store.demoter) instead of here
         self.settlers: dict[int, Callable[[], None]] = {}
 

@@ -10,7 +10,7 @@ from kvstore.config import TierConfig
 from kvstore.errors import KVStoreError
 from kvstore.policy import Admission, make_admission
 from kvstore.tiers import Tier, make_tier
-from kvstore.tiers.slab import SlabTier
+from kvstore.tiers.slab import SlabShare, SlabTier
 from kvstore.types import BlockKey
 
 
@@ -75,6 +75,14 @@ class TierStack:
         if self.host is None:
             raise KVStoreError("this store has no host tier: the shared-memory path is off")
         return cast(SlabTier, self.tiers[self.host])
+
+    def slab_share(self) -> SlabShare | None:
+        """The host slab's file descriptor and layout (for ``SCM_RIGHTS``), or None without a
+        host tier that can share one."""
+        if self.host is None:
+            return None
+        share = getattr(self.slab(), "share", None)
+        return share() if share is not None else None
 
     def writes_through(self, pos: int) -> bool:
         """Whether a tier below ``pos`` takes a copy of every new block."""

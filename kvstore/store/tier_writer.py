@@ -1,21 +1,25 @@
 """Writing a batch into one tier: checksums filled in for tiers that keep them, and a tier's
 refusals reported once per episode of failure rather than once per block.
 
-Room is made before (:meth:`kvstore.store.placer.Placer.write`); this part only writes.
-Expects the store lock to be held.
+Room is made before (:meth:`kvstore.store.placer.Placer.write`); this part only writes, and
+builds a put's items (:meth:`TierWriter.new_items`, the one method called without the store
+lock). :meth:`TierWriter.put` expects the store lock to be held.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 
 from kvstore.checksum import checksum
 from kvstore.errors import CapacityError, TierUnavailableError
+from kvstore.namespace import Namespace
+from kvstore.store.index import make_keys
 from kvstore.store.ledger import Ledger
 from kvstore.store.stack import TierStack
 from kvstore.tiers.base import BlockMeta, Buffer
-from kvstore.types import BlockKey
+from kvstore.types import BlockHash, BlockKey
 
 log = logging.getLogger("kvstore.store")
 Item = tuple[BlockKey, Buffer, BlockMeta]
@@ -24,12 +28,33 @@ QUIET_S = 60.0  # a tier that failed is reported again only after this long with
 
 class TierWriter:
     """Calls a tier's ``put_many``. Owns when each tier last failed (to log an episode once);
-    fills missing checksums into the ledger's entries through :meth:`Ledger.get`."""
+    reads the stack's facts and fills missing checksums into the ledger's entries."""
 
     def __init__(self, stack: TierStack, ledger: Ledger) -> None:
+        self._stack = stack
         self._tiers = stack.tiers
         self._ledger = ledger
         self._failing: dict[int, float] = {}  # tier -> monotonic time of its last failure
+
+    def new_items(self, ns: Namespace, hashes: Sequence[BlockHash], blocks: Sequence[Buffer],
+                  tier: str | None) -> tuple[int, list[Item]]:
+        """The tier a put of ``blocks`` lands in (``tier``, else the top one) and its items.
+        Raises, before anything is stored, ``ValueError`` unless there are as many hashes as
+        blocks, then ``InvalidHashError``, ``BlockSizeError`` (each block must be the
+        namespace's ``block_bytes``) and ``ValueError`` for an unknown ``tier``, in that
+        order. Called without the store lock: checksums are computed here only where a tier
+        written now keeps them, and a block that lands in memory gets its checksum when it
+        first goes lower (:meth:`put`)."""
+        if len(hashes) != len(blocks):
+            raise ValueError(f"{len(hashes)} hashes but {len(blocks)} blocks")
+        keys = make_keys(ns.name, hashes)
+        for block in blocks:
+            ns.check_size(memoryview(block).nbytes)
+        start = self._stack.pos(tier) if tier is not None else 0
+        eager = self._stack.eager_sums[start]
+        return start, [(key, block, BlockMeta(ns.layout_id, checksum(block) if eager else None,
+                                              ns.block_bytes))
+                       for key, block in zip(keys, blocks, strict=True)]
 
     def put(self, pos: int, items: list[Item]) -> bool:
         """Write ``items`` into tier ``pos``, which has room for them; False if it refuses.
