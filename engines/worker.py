@@ -193,8 +193,11 @@ def create_app(engine: Engine, role: str = "both", admin_token: str | None = Non
                 "max_model_len": min(engine.model_cfg.max_position_embeddings,
                                      e.num_blocks * e.block_size)}
 
+    # /kv/events and /stats wait for the engine lock, which a forward step holds: plain
+    # ``def`` routes (a worker thread), so that the wait never stalls the event loop and with
+    # it every stream this worker is sending.
     @app.get("/kv/events")
-    async def kv_events(since: int = 0) -> dict[str, Any]:
+    def kv_events(since: int = 0) -> dict[str, Any]:
         """Residency events after cursor ``since``. ``resync`` is true (and ``resident``
         lists every resident hash) when events the caller has not seen were dropped."""
         with loop.lock:
@@ -209,7 +212,7 @@ def create_app(engine: Engine, role: str = "both", admin_token: str | None = Non
                            for e in events]}
 
     @app.get("/stats")
-    async def stats() -> dict[str, Any]:
+    def stats() -> dict[str, Any]:
         return snapshot()
 
     @app.get("/metrics", response_class=Response)

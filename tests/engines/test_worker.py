@@ -123,3 +123,35 @@ def test_cli_refuses_cuda_without_a_gpu(gqa_model: Path,
                "--device", "cuda"])
     assert rc == 2
     assert "no CUDA device" in capsys.readouterr().err
+
+
+def test_stats_waiting_for_the_engine_lock_leaves_other_requests_alone(gqa_model: Path) -> None:
+    """``/stats`` takes the engine lock, which a forward step holds for its whole length; the
+    wait must not stall the worker's event loop (and with it ``/health`` and every stream)."""
+    import threading
+
+    engine = Engine(gqa_model, ECFG)
+    entered, release = threading.Event(), threading.Event()
+    real = engine.stats
+
+    def slow_stats() -> dict[str, object]:  # stands for a long step: called under the lock
+        entered.set()
+        assert release.wait(30)
+        return real()
+
+    engine.stats = slow_stats  # type: ignore[method-assign]
+    server = LiveServer(create_app(engine)).start()
+    try:
+        got: list[int] = []
+        t = threading.Thread(target=lambda: got.append(
+            httpx.get(f"{server.url}/stats", timeout=60).status_code))
+        t.start()
+        assert entered.wait(30)
+        try:
+            assert httpx.get(f"{server.url}/health", timeout=5).json()["ok"] is True
+        finally:
+            release.set()
+            t.join(60)
+        assert got == [200]
+    finally:
+        server.stop()
