@@ -1,5 +1,5 @@
 """The simulator's rates measured from a real worker (``kvstore-engine serve``), by probing
-it with requests that share nothing:
+it with requests that share nothing.
 
 - prefill: the worker's own time to first token (``ttft_s``) of a short and a long prompt
   alone; the slope is the prefill rate;

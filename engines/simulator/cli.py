@@ -42,6 +42,8 @@ def _floats(text: str) -> list[float]:
 
 
 def _policies(text: str) -> list[str]:
+    if text.strip() == "all":
+        return list(POLICIES)
     names = [v.strip() for v in text.split(",") if v.strip()]
     bad = [n for n in names if n not in POLICIES]
     if bad or not names:
@@ -61,8 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--loads", type=_floats, default="0.5", metavar="X[,X...]",
                    help="offered loads, as fractions of the fleet's capacity (at the "
                         "traffic's reuse bound), comma-separated")
-    p.add_argument("--policies", type=_policies, default=",".join(POLICIES),
-                   metavar="NAMES", help="routing policies, comma-separated")
+    p.add_argument("--policies", type=_policies, default="all", metavar="NAMES",
+                   help=f"routing policies, comma-separated, or all ({', '.join(POLICIES)})")
     p.add_argument("--kvstore", choices=tuple(STORES), default="both",
                    help="kvstore behind the workers: off, on, or both (each policy twice)")
     p.add_argument("--store-blocks", type=int, default=None, metavar="N",
