@@ -24,10 +24,12 @@ def ttft_against_load(points: list[Point], path: str | Path) -> None:
     fig, axes = plt.subplots(1, len(sizes), figsize=(4.5 * len(sizes), 3.8), squeeze=False)
     for ax, size in zip(axes[0], sizes, strict=True):
         here = sorted((p for p in points if p.workers == size), key=lambda p: p.load)
+        policies = list(dict.fromkeys(policy for policy, _ in here[0].results))
         for policy, store in here[0].results:
             ax.plot([p.load for p in here], [p.results[(policy, store)]["ttft_p50"] * 1e3
                                              for p in here],
                     marker="o", linestyle="--" if store else "-",
+                    color=f"C{policies.index(policy)}",
                     label=f"{policy}{' + kvstore' if store else ''}")
         ax.set_title(f"{size} workers (simulated)")
         ax.set_xlabel("offered load (fraction of capacity)")
