@@ -47,20 +47,32 @@ METRICS = (("TTFT p50", "ttft_p50", "s", False, 1.3), ("goodput", "goodput", "re
 
 
 def calibrate(rates_out: str | None) -> SimRates:
-    """Rates measured from one real worker of the routing bench's model and flags."""
+    """Rates measured from one real worker of the routing bench's model and flags, the
+    request overhead through a router (a thread here, as in the routing bench)."""
     from bench_engine import make_model
 
-    from engines.simulator.calibrate import measure
-    from kvstore.testing.engines import engine_proc
+    from engines.router.app import create_app as router_app
+    from engines.router.core import Router
+    from engines.simulator.calibrate import measure, measure_route
+    from engines.simulator.traffic import targets
+    from kvstore.testing.engines import ThreadServer, engine_proc
 
+    wl = workload(vocab=500)
+    shape = default_shape(wl)
+    mean_prompt = targets(wl, FleetConfig(shape=shape)).mean_prompt
     with tempfile.TemporaryDirectory() as tmp:
         model = make_model(Path(tmp) / "model", quick=False)
-        proc = engine_proc(model, args=("--block-size", "16", "--num-blocks", "512",
-                                        "--max-batch-tokens", "256", "--kernels", "numpy"))
+        proc = engine_proc(model, args=(
+            "--block-size", str(shape.block_size), "--num-blocks", str(shape.num_blocks),
+            "--max-batch-tokens", str(shape.max_batch_tokens), "--kernels", "numpy"))
         proc.start()
+        router = ThreadServer(router_app(Router([proc.url]))).start()
         try:
-            rates = measure(proc.url, vocab=500)
+            rates = measure(proc.url, vocab=490, long=mean_prompt,
+                            max_batch_tokens=shape.max_batch_tokens)
+            rates = measure_route(router.url, rates, vocab=490, repeats=10)
         finally:
+            router.stop()
             proc.stop()
     if rates_out:
         rates.save(rates_out)

@@ -74,7 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="JSON of prefill_tokens_per_s, decode_tokens_per_s, "
                         "load_tokens_per_s, step_overhead_s, request_overhead_s, as "
                         "bench/bench_simulate.py --rates-out writes from real workers "
-                        "(default: 20000, 4000, 80000 tokens/s, 0.004 and 0.003 s)")
+                        "(default: 11000, 3700, 80000 tokens/s, 0.0025 and 0.012 s, "
+                        "measured on a 2-core CPU with the routing bench's model)")
     p.add_argument("--sessions-per-worker", type=int, default=25, metavar="N",
                    help="sessions of traffic per simulated worker")
     p.add_argument("--seed", type=int, default=0, help="the workload's seed")

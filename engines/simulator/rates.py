@@ -13,11 +13,13 @@ router), which the client sees in its time to first token.
 The file is what :meth:`SimRates.save` writes (and ``bench/bench_simulate.py --rates-out``
 or :func:`engines.simulator.calibrate.measure` produce)::
 
-    {"prefill_tokens_per_s": 20000, "decode_tokens_per_s": 4000, "load_tokens_per_s": 80000,
-     "step_overhead_s": 0.004, "request_overhead_s": 0.003}
+    {"prefill_tokens_per_s": 11000, "decode_tokens_per_s": 3700, "load_tokens_per_s": 80000,
+     "step_overhead_s": 0.0025, "request_overhead_s": 0.012}
 
-Missing keys take the defaults of :class:`SimRates` (the order of magnitude of the tiny CPU
-model of the benches: prefill several times faster per token than a step's fixed cost).
+Missing keys take the defaults of :class:`SimRates`: what ``bench/bench_simulate.py
+--calibrate`` measured for the routing bench's model on a 2-core CPU machine (one worker
+process, the router a thread of the client's process, as in ``bench/engine_routing.py``),
+rounded; except the load rate, which a worker without kvstore cannot measure (a guess).
 """
 
 from __future__ import annotations
@@ -33,11 +35,11 @@ from typing import Any
 class SimRates:
     """Rates in tokens per second, overheads in seconds."""
 
-    prefill_tokens_per_s: float = 20_000.0
-    decode_tokens_per_s: float = 4_000.0  # marginal: one more sequence in a step's batch
-    load_tokens_per_s: float = 80_000.0  # prompt tokens copied in from kvstore
-    step_overhead_s: float = 0.004  # every step, whatever its batch
-    request_overhead_s: float = 0.003  # once per request: client, router and HTTP
+    prefill_tokens_per_s: float = 11_000.0
+    decode_tokens_per_s: float = 3_700.0  # marginal: one more sequence in a step's batch
+    load_tokens_per_s: float = 80_000.0  # prompt tokens copied in from kvstore (a guess)
+    step_overhead_s: float = 0.0025  # every step, whatever its batch
+    request_overhead_s: float = 0.012  # once per request: client, router, HTTP and SSE
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
