@@ -9,11 +9,15 @@ import dataclasses
 import json
 import platform
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from engines.router.policies import POLICIES
 from kvstore import cli_kit
 from kvstore.cli_kit import CommandError
+
+if TYPE_CHECKING:
+    from engines.simulator.fleet import FleetConfig
+    from engines.workload import WorkloadConfig
 
 PROG = "kvstore-router simulate"
 STORES = {"off": (False,), "on": (True,), "both": (False, True)}
@@ -95,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _settings(args: argparse.Namespace) -> tuple[Any, Any]:
+def _settings(args: argparse.Namespace) -> tuple[WorkloadConfig, FleetConfig]:
     from engines.simulator.engine import EngineShape
     from engines.simulator.fleet import FleetConfig
     from engines.simulator.rates import SimRates
@@ -107,21 +111,20 @@ def _settings(args: argparse.Namespace) -> tuple[Any, Any]:
         raise CommandError(f"--rates {args.rates}: {exc}") from None
     if args.scale <= 0 or args.sessions_per_worker < 1:
         raise CommandError("--scale must be > 0 and --sessions-per-worker >= 1")
-    try:
-        wl = workload(args.scale, seed=args.seed)
-        shape = default_shape(wl, args.block_size)
-        shape = EngineShape(args.block_size, args.num_blocks or shape.num_blocks,
-                            args.max_batch_tokens, args.max_seqs)
-        fleet = FleetConfig(rates=rates, shape=shape, store_blocks=args.store_blocks)
-        if args.store_blocks is not None and args.store_blocks < 1:
-            raise ValueError("--store-blocks must be >= 1")
-    except ValueError as exc:
-        raise CommandError(str(exc)) from None
-    longest = -(-(wl.max_prompt + wl.max_output) // shape.block_size)
+    sizes = (args.block_size, args.max_batch_tokens, args.max_seqs,
+             *(n for n in (args.num_blocks, args.store_blocks) if n is not None))
+    if min(sizes) < 1:
+        raise CommandError("--block-size, --num-blocks, --max-batch-tokens, --max-seqs and "
+                           "--store-blocks must be >= 1")
+    wl = workload(args.scale, seed=args.seed)
+    shape = EngineShape(args.block_size, args.num_blocks if args.num_blocks is not None
+                        else default_shape(wl, args.block_size).num_blocks,
+                        args.max_batch_tokens, args.max_seqs)
+    longest = shape.blocks_for(wl.max_prompt + wl.max_output)
     if shape.num_blocks < longest:
         raise CommandError(f"--num-blocks {shape.num_blocks}: the longest request needs "
                            f"{longest} blocks")
-    return wl, fleet
+    return wl, FleetConfig(rates=rates, shape=shape, store_blocks=args.store_blocks)
 
 
 def simulate(args: argparse.Namespace) -> int:

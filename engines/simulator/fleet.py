@@ -31,7 +31,7 @@ from engines.simulator.store import SharedStore
 from engines.workload import Request
 from kvstore.keys import BlockHasher
 
-ARRIVE, REACH, STEP, POLL = range(4)  # event kinds, in tie order at one instant
+ARRIVE, REACH, STEP, POLL = range(4)  # event kinds (events at one instant go in push order)
 
 
 @dataclass(frozen=True, slots=True)

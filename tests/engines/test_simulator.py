@@ -156,6 +156,8 @@ def test_simulate_command_prints_the_table_and_writes_json(
     (["--workers", "0"], "--workers"),
     (["--policies", "fastest"], "unknown policy 'fastest'"),
     (["--num-blocks", "2"], "--num-blocks 2"),
+    (["--block-size", "0"], "--block-size"),
+    (["--store-blocks", "0"], "--store-blocks"),
 ])
 def test_bad_simulate_input_is_one_line_and_exit_2(
         argv: list[str], says: str, capsys: pytest.CaptureFixture[str]) -> None:
