@@ -1,6 +1,9 @@
 """``kvstore-router``: the KV-aware router with an OpenAI-compatible API (see
 :mod:`engines.router.core` for the policy and :mod:`engines.router.app` for the routes).
 
+``kvstore-router simulate`` runs the same policies on simulated fleets instead
+(:mod:`engines.simulator.cli`; ``kvstore-router simulate --help``).
+
 The router may start before its workers: it answers 503 (with what it is waiting for) until
 one answers ``/info``, and keeps asking the others. A start that cannot work (a taken
 ``--port``, no tokenizer at ``--tokenizer``, a bad flag) is one line and exit code 2.
@@ -28,7 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = cli_kit.Parser(prog=PROG, description="The KV-aware router: an OpenAI-compatible API "
                        "(/v1/completions, /v1/chat/completions, /v1/models) in front of "
                        "kvstore-engine workers. It may start before its workers: it answers "
-                       "503 until one answers.")
+                       "503 until one answers. 'kvstore-router simulate --help': the same "
+                       "policies on simulated fleets of any size.")
     cli_kit.add_version(p)
     p.add_argument("--workers", required=True, metavar="URLS",
                    help="comma-separated worker URLs (roles decode or both)")
@@ -91,6 +95,11 @@ def serve(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["simulate"]:  # a subcommand beside the router's own flags
+        from engines.simulator.cli import main as simulate
+
+        return simulate(argv[1:])
     args = build_parser().parse_args(argv)
     return cli_kit.run(PROG, lambda: serve(args))
 

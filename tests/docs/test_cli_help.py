@@ -14,6 +14,7 @@ import pytest
 
 from engines.cli import build_parser as engine_parser
 from engines.router.cli import build_parser as router_parser
+from engines.simulator.cli import build_parser as simulate_parser
 from kvstore.cli import build_parser as kvstore_parser
 from kvstore.testing.proc import ROOT, console_script
 from server.cli import flag_of, shown_default
@@ -49,7 +50,8 @@ def subcommands(parser: argparse.ArgumentParser) -> Iterator[tuple[str, argparse
                 yield from subcommands(child)
 
 
-@pytest.mark.parametrize("make", [kvstore_parser, engine_parser, router_parser])
+@pytest.mark.parametrize("make", [kvstore_parser, engine_parser, router_parser,
+                                  simulate_parser])
 def test_every_flag_says_what_it_is_and_its_default(make: object) -> None:
     for prog, parser in subcommands(make()):  # type: ignore[operator]
         if prog == "kvstore serve":

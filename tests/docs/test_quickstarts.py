@@ -63,6 +63,10 @@ QUICKSTARTS: dict[tuple[str, str], tuple[str, ...]] = {
         r"data: \[DONE\]",  # the stream
         r"(?m)^'[^'\n]*' [1-9]\d*$",  # the client's second chat: cached prompt tokens
     ),
+    ("engines/README.md", "simulate"): (
+        r"128 workers, load 2: \d+ requests",  # the last of the simulator's tables
+        r"(?m)^round-robin +True ",
+    ),
 }
 # the prelude of every script: wait for a server started in the background
 READY = r"""
@@ -105,7 +109,7 @@ def commands(body: str) -> list[str]:
 def server_start(code: str, ports: dict[int, int]) -> tuple[str, str] | None:
     """The readiness check (URL, text its body must hold) of a command that starts a server
     in the foreground; None for any other command."""
-    if not SERVER.match(code) or code.endswith("&"):
+    if not SERVER.match(code) or code.endswith("&") or code.startswith("kvstore-router simulate"):
         return None
     port = re.search(r"--port (\d+)", code)
     if code.startswith("kvstore serve"):

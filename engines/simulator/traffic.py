@@ -1,0 +1,91 @@
+"""The traffic a simulation serves, sized as ``bench/engine_routing.py`` sizes the real one:
+the same workload shape, the same per-worker cache share of the shared prefixes, the same
+goodput targets (multiples of the idle latency of a mean-sized request) and an arrival rate
+set to a fraction (``load``) of the fleet's capacity, measured here on the simulated fleet.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from typing import NamedTuple
+
+from engines.simulator.engine import EngineShape
+from engines.simulator.fleet import FleetConfig, simulate
+from engines.workload import Request, WorkloadConfig, generate, reuse_bound
+
+CACHE_SHARE = 0.14  # of the shared prefixes (system prompts + documents) one worker holds
+TTFT_SLO, ITL_SLO = 5.0, 8.0  # goodput targets, as multiples of the idle TTFT and ITL
+SCALE = 1 / 16  # the real bench's lengths: a tiny CPU model serves them in seconds
+
+
+def workload(scale: float = SCALE, **changes: object) -> WorkloadConfig:
+    """The routing bench's traffic (``bench/engine_routing.py``), lengths times ``scale`` of
+    the full-size defaults; ``changes`` replace fields after scaling."""
+    return WorkloadConfig(docs=24, tenants=4, think_s=1.0, chat_share=0.4,
+                          rag_share=0.4).scaled(scale, max_prompt=round(16384 * scale),
+                                                **changes)
+
+
+def cache_blocks(cfg: WorkloadConfig, block_size: int) -> int:
+    """A worker's cache: ``CACHE_SHARE`` of the shared prefixes, at least one longest
+    request."""
+    shared = cfg.tenants * cfg.system_len + cfg.docs * cfg.doc_len
+    longest = -(-(cfg.max_prompt + cfg.max_output) // block_size)
+    return max(int(shared * CACHE_SHARE) // block_size, longest)
+
+
+class Targets(NamedTuple):
+    """Idle latencies of a mean-sized request and the goodput targets they set."""
+
+    mean_prompt: int
+    mean_output: int
+    idle_ttft_s: float
+    idle_itl_s: float
+    ttft_target_s: float
+    itl_target_s: float
+    capacity_rps: float  # requests/s the fleet completes in a burst without cache hits
+
+
+def fresh(cfg: WorkloadConfig, n: int, count: int, salt: int = 20_000) -> list[Request]:
+    """``count`` requests of ``n`` prompt tokens at time 0, sharing nothing."""
+    shape = dataclasses.replace(cfg, sessions=count, chat_share=0, rag_share=0, oneoff_len=n,
+                                length_sigma=0.01, salt=salt, session_rate=1e9)
+    return [dataclasses.replace(r, at=0.0) for r in generate(shape)]
+
+
+def targets(cfg: WorkloadConfig, fleet: FleetConfig) -> Targets:
+    """Idle TTFT and ITL of a mean-sized request on one worker, the targets, and the
+    fleet's capacity (a burst of three mean-sized requests per worker, round-robin)."""
+    reqs = generate(dataclasses.replace(cfg, salt=10_000))
+    n = int(statistics.mean(len(r.prompt) for r in reqs))
+    out = max(2, int(statistics.mean(r.max_tokens for r in reqs)))
+    one = [dataclasses.replace(r, max_tokens=out) for r in fresh(cfg, n, 1)]
+    idle = simulate(one, dataclasses.replace(fleet, workers=1, policy="round-robin",
+                                             kvstore=False))[0]
+    burst = [dataclasses.replace(r, max_tokens=out) for r in fresh(cfg, n, 3 * fleet.workers)]
+    done = simulate(burst, dataclasses.replace(fleet, policy="round-robin", kvstore=False))
+    capacity = len(done) / max(o.end for o in done)
+    return Targets(n, out, idle.ttft, idle.itl, TTFT_SLO * idle.ttft, ITL_SLO * idle.itl,
+                   capacity)
+
+
+def sized(cfg: WorkloadConfig, t: Targets, load: float, sessions: int,
+          block_size: int) -> WorkloadConfig:
+    """``cfg`` with ``sessions`` sessions arriving at the rate that loads the fleet to
+    ``load`` of its capacity if it hit the reuse bound (every prefix seen before reused), as
+    the real bench sizes its traffic: a policy that reuses less works harder."""
+    if load <= 0 or sessions < 1:
+        raise ValueError("load must be > 0 and sessions >= 1")
+    probe = dataclasses.replace(cfg, sessions=max(sessions, 50))
+    reqs = generate(probe)
+    per_session = len(reqs) / probe.sessions
+    bound = min(reuse_bound(reqs, block_size), 0.95)
+    rate = load * t.capacity_rps / (1 - bound) / per_session
+    return dataclasses.replace(cfg, session_rate=rate, sessions=sessions)
+
+
+def default_shape(cfg: WorkloadConfig, block_size: int = 16) -> EngineShape:
+    """The real bench's worker flags for ``cfg``."""
+    return EngineShape(block_size=block_size, num_blocks=cache_blocks(cfg, block_size),
+                       max_batch_tokens=256)
