@@ -72,11 +72,16 @@ class SessionAffinity:
         start = bisect.bisect(self.keys, _point(key))
         alive = set(live)
         out: list[Worker] = []
-        for i in range(len(self.owners)):  # clockwise from the key: the successors in turn
-            w = self.owners[(start + i) % len(self.owners)]
-            if w in alive and w not in out:
+        seen: set[Worker] = set()
+        n = len(self.owners)
+        for i in range(n):  # clockwise from the key: the successors in turn
+            w = self.owners[(start + i) % n]
+            if w in alive and w not in seen:
                 out.append(w)
-        return out + [w for w in live if w not in out]
+                seen.add(w)
+                if len(out) == len(alive):  # every live worker placed: the rest of the
+                    break  # ring (VNODES points per worker) can add nothing
+        return out + [w for w in live if w not in seen]
 
 
 class KVAware:

@@ -75,7 +75,8 @@ class Store:
         try:
             with self._lock:
                 self._host.unreserve_namespace(name)
-                dropped = self._host.delete_blocks(self._ledger.keys_of(name), remember=False)
+                dropped = self._host.deletes.delete_blocks(self._ledger.keys_of(name),
+                                                           remember=False)
                 self._exits.forget_namespace(name)
                 self._tally.forgotten(name)
         except BaseException:
@@ -148,7 +149,7 @@ class Store:
         of a block stored there after the delete."""
         _, keys = self._book.keys(namespace, hashes)
         with self._lock:
-            return self._host.delete_blocks(keys)
+            return self._host.deletes.delete_blocks(keys)
 
     def prefetch(self, namespace: str, hashes: Sequence[BlockHash]) -> Future[int]:
         """Start onboarding the blocks toward the top tier. The future resolves to the number

@@ -10,9 +10,9 @@ inside it and copies block bytes itself, so only control messages cross a socket
   :meth:`HostPath.commit_write` publishes them, or :meth:`HostPath.abort_write` frees them. A
   reservation whose lease runs out is freed, so a client that dies mid-write leaves nothing
   behind. Staged places (:mod:`kvstore.store.staging`) make a put one round trip.
-- delete: the host slots of a deleted block that a reader still has pinned stay allocated
-  (unreadable, "retired") until that pin would have expired, so the reader copies the bytes it
-  asked for, never those of a block stored there after the delete.
+- delete (:mod:`kvstore.store.deletes`): the host slots of a deleted block that a reader still
+  has pinned stay allocated (unreadable, "retired") until that pin would have expired, so the
+  reader copies the bytes it asked for, never those of a block stored there after the delete.
 
 Fencing: every extent list goes out with its generation (``slab_generations``, see
 :mod:`kvstore.tiers.slots`). A commit that names generations refuses a block whose slots were
@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from kvstore.errors import CapacityError, WouldBlock
 from kvstore.namespace import Namespace
 from kvstore.store.counters import Tally
+from kvstore.store.deletes import Deletes
 from kvstore.store.exits import Exits
 from kvstore.store.index import Entry
 from kvstore.store.leases import LeaseTable
@@ -47,12 +48,10 @@ from kvstore.tiers.slab import SlabTier
 from kvstore.tiers.slots import Extents
 from kvstore.types import BlockKey, PutResult
 
-RETIRED_NS = "\x00retired"  # placeholder keys of deleted blocks' slots; no namespace has NUL
-
 
 class HostPath:
-    """Reservations, staged places and retired slots of the host tier, and the operations
-    over them. Every public method takes the store lock itself."""
+    """Reservations and (through its parts :class:`Staging` and :class:`Deletes`) staged
+    places and retired slots of the host tier, and the operations over them."""
 
     def __init__(self, stack: TierStack, ledger: Ledger, placer: Placer, exits: Exits,
                  reader: Reader, tally: Tally, leases: LeaseTable, lock: StoreLock) -> None:
@@ -66,10 +65,9 @@ class HostPath:
         self._lock = lock
         # shm writes in flight: key -> (owner, lease expiry, host-slab extents)
         self._reservations: dict[BlockKey, tuple[str, float, Extents]] = {}
-        # host slots of deleted blocks a reader may still copy: (free after, placeholder key)
-        self._retired: list[tuple[float, BlockKey]] = []
         self._seq = 0  # numbers placeholder keys (staged places, retired slots)
         self.staging = Staging(stack, placer, self._next_ids)
+        self.deletes = Deletes(stack, ledger, exits, leases, self._next_ids)
 
     # -- reads -------------------------------------------------------------------------------
     def acquire_read(self, keys: list[BlockKey], *, lease: float, owner: str, nowait: bool,
@@ -257,45 +255,13 @@ class HostPath:
         self._placer.settle(host)
 
     # -- deletes, owners, leases -------------------------------------------------------------
-    def delete_blocks(self, keys: Sequence[BlockKey], *, remember: bool = True) -> int:
-        """Remove published blocks from every tier, one tier call per tier (lock held); how
-        many existed. The host slots of a block a reader has pinned are retired, not freed: a
-        shared-memory reader handed their extents copies the bytes it asked for, never those
-        of a block stored there after the delete. With ``remember``, each leaves a ghost."""
-        host = self._stack.host
-        live: list[BlockKey] = []
-        for key in dict.fromkeys(keys):
-            entry = self._ledger.get(key)
-            if entry is not None and not entry.pending:
-                live.append(key)
-        if remember:  # before retiring: a ghost names the top tier the block was in
-            self._exits.remember(live, "deleted")
-        for key in live:
-            entry = self._ledger.get(key)
-            if host is not None and entry is not None and entry.holds(host) \
-                    and self._leases.is_pinned(key):
-                self.retire(key, entry)
-        self._exits.drop_many(live)
-        for key in live:
-            self._stack.forget(key)
-        return len(live)
-
-    def retire(self, key: BlockKey, entry: Entry) -> None:
-        """``key`` is being deleted while a reader has it pinned: keep its host slots, under a
-        placeholder, until that pin would have expired (lock held)."""
-        host, slab = self._host()
-        placeholder = (RETIRED_NS, str(self._next_ids(1)).encode())
-        slab.retire(key, placeholder)
-        self._retired.append((self._leases.until(key), placeholder))
-        self._ledger.drop_copy(host, key, entry)
-
     def expire(self, owner: str | None, now: float) -> int:
         """Free what has run out by ``now``: reservations, retired slots, and with ``owner``
         everything that owner reserved or staged (lock held). How many places were freed."""
         dropped = 0
         if owner is not None:
             dropped += self.staging.drop(owner)
-        self._free_retired(now)
+        self.deletes.free_retired(now)
         for key, (who, expiry, _) in list(self._reservations.items()):
             if (owner is not None and who == owner) or expiry <= now:
                 self._unreserve(key)
@@ -313,19 +279,10 @@ class HostPath:
         for key in list(self._reservations):
             self._unreserve(key)
         self.staging.drop_all()
-        self._free_retired(math.inf)
+        self.deletes.free_retired(math.inf)
 
     def reserved(self, key: BlockKey) -> bool:
         return key in self._reservations
-
-    def _free_retired(self, now: float) -> None:
-        keep = []
-        for until, placeholder in self._retired:
-            if until <= now:
-                self._stack.slab().unreserve(placeholder)
-            else:
-                keep.append((until, placeholder))
-        self._retired = keep
 
     def _unreserve(self, key: BlockKey) -> None:
         self._reservations.pop(key, None)
