@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -16,20 +16,41 @@ from kvstore.store.index import make_keys
 from .conftest import StoreFactory, blocks
 
 
-def _held_disk_writes(monkeypatch: pytest.MonkeyPatch, store: Store) -> tuple[threading.Event,
-                                                                               threading.Event]:
-    """Make the disk tier's writes wait for ``release``; ``entered`` is set when one starts."""
+class InFlight(NamedTuple):
+    """A store whose demoter is inside its first disk write; ``release`` lets it go on."""
+
+    store: Store
+    hashes: list[bytes]
+    data: list[bytes]
+    release: threading.Event
+
+
+def _batch_in_flight(make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch, *,
+                     disk: int = 256, n: int = 14, written: bool = False) -> InFlight:
+    """Put ``n`` blocks into a 16-block host tier (watermarks 0.5/0.75) and hold the
+    demoter's disk write until ``release``: before it writes, or, with ``written``, after it
+    wrote (the batch in the file, not yet recorded). Only the demoter's writes are held."""
+    store = make_store(host=16, disk=disk, host_watermarks=(0.5, 0.75), background_demotion=True)
     entered, release = threading.Event(), threading.Event()
-    disk = store.tier("disk")
-    real = disk.put_many
+    tier = store.tier("disk")
+    real = tier.put_many
 
     def held(items: Sequence[Any]) -> None:
+        if threading.current_thread().name != "kvstore-demote":
+            real(items)
+            return
+        if written:
+            real(items)
         entered.set()
-        assert release.wait(10)
-        real(items)
+        assert release.wait(30)
+        if not written:
+            real(items)
 
-    monkeypatch.setattr(disk, "put_many", held)
-    return entered, release
+    monkeypatch.setattr(tier, "put_many", held)
+    hashes, data = blocks(n)
+    store.put("m", hashes[:14], data[:14])
+    assert entered.wait(10)
+    return InFlight(store, hashes, data, release)
 
 
 def test_puts_past_the_high_watermark_are_settled_in_the_background(
@@ -51,12 +72,8 @@ def test_puts_past_the_high_watermark_are_settled_in_the_background(
 def test_the_disk_write_runs_without_the_store_lock(
     make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    store = make_store(host=16, disk=256, host_watermarks=(0.5, 0.75), background_demotion=True)
-    entered, release = _held_disk_writes(monkeypatch, store)
-    hashes, data = blocks(14)
-    store.put("m", hashes, data)
-    assert entered.wait(10)  # the demoter is inside the disk write ...
-    try:
+    store, hashes, data, release = _batch_in_flight(make_store, monkeypatch)
+    try:  # the demoter is inside the disk write ...
         got: list[Any] = []
         reader = threading.Thread(target=lambda: got.append(store.get("m", hashes[-2:])))
         reader.start()
@@ -72,11 +89,7 @@ def test_the_disk_write_runs_without_the_store_lock(
 def test_a_block_deleted_while_its_batch_is_written_is_not_left_on_disk(
     make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    store = make_store(host=16, disk=256, host_watermarks=(0.5, 0.75), background_demotion=True)
-    entered, release = _held_disk_writes(monkeypatch, store)
-    hashes, data = blocks(14)
-    store.put("m", hashes, data)
-    assert entered.wait(10)
+    store, hashes, data, release = _batch_in_flight(make_store, monkeypatch)
     assert store.delete("m", hashes[:3]) == 3  # the coldest: in the batch being written
     release.set()
     assert store.settled(10)
@@ -90,11 +103,7 @@ def test_a_block_deleted_while_its_batch_is_written_is_not_left_on_disk(
 def test_a_block_deleted_and_put_again_while_its_batch_is_written_is_kept_once(
     make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    store = make_store(host=16, disk=256, host_watermarks=(0.5, 0.75), background_demotion=True)
-    entered, release = _held_disk_writes(monkeypatch, store)
-    hashes, data = blocks(14)
-    store.put("m", hashes, data)
-    assert entered.wait(10)
+    store, hashes, data, release = _batch_in_flight(make_store, monkeypatch)
     assert store.delete("m", hashes[:2]) == 2  # in the batch being written ...
     store.put("m", hashes[:2], data[:2])  # ... and put again, into the host tier
     release.set()
@@ -112,21 +121,8 @@ def test_a_full_disk_makes_room_while_a_batch_is_written_to_it(
     does not count them as the disk's, so evicting them frees nothing. A put that must make
     room on the disk meanwhile used to loop on those victims forever, holding the store lock;
     now only blocks the store records on the disk are named."""
-    store = make_store(host=16, disk=16, host_watermarks=(0.5, 0.75), background_demotion=True)
-    disk = store.tier("disk")
-    written, release = threading.Event(), threading.Event()
-    real = disk.put_many
-
-    def held(items: Sequence[Any]) -> None:
-        real(items)  # in the file already ...
-        if threading.current_thread().name == "kvstore-demote":
-            written.set()
-            assert release.wait(30)  # ... and not recorded until released
-
-    monkeypatch.setattr(disk, "put_many", held)
-    hashes, data = blocks(44)
-    store.put("m", hashes[:14], data[:14])
-    assert written.wait(10)
+    store, hashes, data, release = _batch_in_flight(make_store, monkeypatch, disk=16, n=44,
+                                                    written=True)
     try:
         done: list[int] = []
 
