@@ -8,8 +8,9 @@ import argparse
 import dataclasses
 import json
 import platform
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from engines.router.policies import POLICIES
 from kvstore import cli_kit
@@ -23,26 +24,25 @@ PROG = "kvstore-router simulate"
 STORES = {"off": (False,), "on": (True,), "both": (False, True)}
 
 
-def _ints(text: str) -> list[int]:
+def _numbers(text: str, kind: type[int] | type[float], what: str, ok: str,
+             positive: Callable[[float], bool]) -> list[Any]:
+    """``text`` as a comma-separated list of ``kind``, each passing ``positive``."""
     try:
-        values = [int(v) for v in text.split(",") if v.strip()]
+        values = [kind(v) for v in text.split(",") if v.strip()]
     except ValueError:
-        msg = f"not a comma-separated list of integers: {text!r}"
-        raise argparse.ArgumentTypeError(msg) from None
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"need integers >= 1: {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"not a comma-separated list of {what}: {text!r}") from None
+    if not values or not all(positive(v) for v in values):
+        raise argparse.ArgumentTypeError(f"need {ok}: {text!r}")
     return values
+
+
+def _ints(text: str) -> list[int]:
+    return _numbers(text, int, "integers", "integers >= 1", lambda v: v >= 1)
 
 
 def _floats(text: str) -> list[float]:
-    try:
-        values = [float(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        msg = f"not a comma-separated list of numbers: {text!r}"
-        raise argparse.ArgumentTypeError(msg) from None
-    if not values or min(values) <= 0:
-        raise argparse.ArgumentTypeError(f"need numbers > 0: {text!r}")
-    return values
+    return _numbers(text, float, "numbers", "numbers > 0", lambda v: v > 0)
 
 
 def _policies(text: str) -> list[str]:
