@@ -9,7 +9,8 @@ Load it with::
 
 vLLM builds one instance in the scheduler process (role SCHEDULER) and one per worker (role
 WORKER); this class only routes each hook to :class:`~connectors.vllm.scheduler_side.
-SchedulerSide` or :class:`~connectors.vllm.worker_side.WorkerSide`.
+SchedulerSide` or :class:`~connectors.vllm.worker_side.WorkerSide` (built by
+:mod:`connectors.vllm.sides`).
 
 Scheduler side: ``on_new_request`` (prefetch), ``get_num_new_matched_tokens`` (lookup; the hit
 beyond vLLM's own prefix cache is an asynchronous load), ``update_state_after_alloc`` (plan
@@ -26,7 +27,6 @@ it bytes it did not verify came whole from the store.
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 from typing import TYPE_CHECKING, Any
@@ -43,12 +43,9 @@ from vllm.v1.metrics.cache_hit_source import CacheHitSource
 from connectors.vllm.config import ConnectorConfig
 from connectors.vllm.layout import hash_recipe
 from connectors.vllm.metadata import KVStoreConnectorMetadata
-from connectors.vllm.scheduler_side import SchedulerSide
-from connectors.vllm.segments import Segment, cannot_resume, segments_from_vllm
+from connectors.vllm.segments import segments_from_vllm
+from connectors.vllm.sides import scheduler_side, tp_rank, worker_sides
 from connectors.vllm.stats import KVStoreConnectorStats, KVStorePromMetrics
-from connectors.vllm.store_link import StoreLink
-from connectors.vllm.worker_side import WorkerSide
-from kvstore.keys import BlockHasher
 
 if TYPE_CHECKING:
     import torch
@@ -66,6 +63,9 @@ if TYPE_CHECKING:
     from vllm.v1.kv_cache_interface import KVCacheConfig
     from vllm.v1.outputs import KVConnectorOutput
     from vllm.v1.request import Request
+
+    from connectors.vllm.scheduler_side import SchedulerSide
+    from connectors.vllm.worker_side import WorkerSide
 
 # Under "vllm." so that records show in vLLM's own log format and level.
 logger = logging.getLogger(f"vllm.{__name__}")
@@ -89,56 +89,17 @@ class KVStoreConnector(KVConnectorBase_V1, SupportsHMA):
         ktc = self._kv_transfer_config
         cfg = ConnectorConfig.from_extra(ktc.kv_connector_extra_config or {})
         algo, seed = hash_recipe(vllm_config.cache_config.prefix_caching_hash_algo, os.environ)
-        rank = _tp_rank() if role == KVConnectorRole.WORKER else 0
+        rank = tp_rank() if role == KVConnectorRole.WORKER else 0
         segments = segments_from_vllm(vllm_config, kv_cache_config, rank, cfg.window_stride)
         self._cfg = cfg
         self._num_blocks = int(kv_cache_config.num_blocks)
         self._hybrid = len(segments) > 1
         self._scheduler: SchedulerSide | None = None
         self._workers: list[WorkerSide] = []
-
-        def make_link(seg: Segment) -> StoreLink:
-            lay = seg.layout
-            return StoreLink(
-                cfg, lay.namespace(cfg.namespace), lay.block_bytes,
-                lay.to_store_layout(), algo, seed,
-            )
-
         if role == KVConnectorRole.SCHEDULER:
-            if ktc.kv_load_failure_policy == "fail" and cfg.on_load_error == "recompute":
-                # vLLM's default fails a request whose load broke; for a cache, a lost block
-                # is a miss, so recompute it unless the user asked for "fail" here too.
-                ktc.kv_load_failure_policy = "recompute"
-            links = [(seg, make_link(seg)) for seg in segments]
-            no_loads = cannot_resume(vllm_config)
-            if no_loads and ktc.is_kv_consumer:
-                logger.warning("KVStoreConnector: loads are off for this engine: %s; it only "
-                               "stores its KV", no_loads)
-            for _, link in links:
-                if not link.register():
-                    logger.warning("kvstore at %s unreachable at start; will retry", cfg.url)
-            self._scheduler = SchedulerSide(
-                links if self._hybrid or segments[0].sliding else links[0][1],
-                segments[0].layout.block_size,
-                BlockHasher(algo, seed, segments[0].layout.block_size),
-                load=ktc.is_kv_consumer and not no_loads,
-                save=ktc.is_kv_producer,
-                prefetch=cfg.prefetch,
-                load_async=cfg.load_mode == "async",
-            )
-            logger.info(
-                "KVStoreConnector: kvstore %s, namespace%s %s (%s, seed %s)",
-                cfg.url, "s" if len(links) > 1 else "",
-                ", ".join(link.namespace for _, link in links),
-                algo, "PYTHONHASHSEED" if seed else "default",
-            )
+            self._scheduler = scheduler_side(vllm_config, ktc, cfg, segments, algo, seed)
         else:
-            self._workers = [
-                WorkerSide(seg.layout, functools.partial(make_link, seg), cfg.timeout_s,
-                           groups=seg.layer_groups(),
-                           save=rank == 0 or not seg.layout.shared_ranks)
-                for seg in segments
-            ]
+            self._workers = worker_sides(cfg, segments, rank, algo, seed)
             self._layers = [set(seg.layer_groups()) for seg in segments]
 
     # -- properties vLLM reads ---------------------------------------------------------------
@@ -291,11 +252,3 @@ class KVStoreConnector(KVConnectorBase_V1, SupportsHMA):
         if self._scheduler is not None:
             self._scheduler.close()
 
-
-def _tp_rank() -> int:
-    from vllm.distributed.parallel_state import get_tensor_model_parallel_rank
-
-    try:
-        return int(get_tensor_model_parallel_rank())
-    except (AssertionError, RuntimeError):  # parallel state not initialized: one rank
-        return 0

@@ -15,16 +15,14 @@ store cannot supply (down, evicted, failed checksum) fails that block and every 
 the request: vLLM learns them from :meth:`WorkerSide.take_load_errors` and recomputes from the
 first one.
 
-Saves are copied out of the pages in ``wait_for_save`` (after the forward pass that filled
-them, before the scheduler can free or reuse them) and handed to one background thread that
-stores them, so the engine never waits for the network on the save path.
+Saves are copied out of the pages in ``wait_for_save`` and stored by a background thread:
+see :mod:`connectors.vllm.saver`.
 """
 
 from __future__ import annotations
 
 import atexit
 import logging
-import queue
 import threading
 import time
 from typing import TYPE_CHECKING
@@ -35,6 +33,7 @@ import torch
 from connectors.vllm.layout import KVLayout
 from connectors.vllm.metadata import BlockTransfer, KVStoreConnectorMetadata
 from connectors.vllm.pages import PagedKV
+from connectors.vllm.saver import Saver
 from connectors.vllm.stats import KVStoreConnectorStats
 from connectors.vllm.store_link import StoreLink, StoreUnavailable
 
@@ -44,9 +43,7 @@ if TYPE_CHECKING:
 # Under "vllm." so that records show in vLLM's own log format and level.
 logger = logging.getLogger(f"vllm.{__name__}")
 
-MAX_PENDING_SAVE_BYTES = 512 << 20  # saves beyond this are dropped rather than queued
 LOAD_CHUNK_BYTES = 256 << 20  # loads go through a reused buffer of at most this size
-SAVE_POOL_BYTES = 128 << 20  # snapshot buffers of finished saves kept for the next ones
 
 
 class WorkerSide:
@@ -76,12 +73,7 @@ class WorkerSide:
         self._load_errors: set[int] = set()
         self._stats = KVStoreConnectorStats()
         self._stats_lock = threading.Lock()
-        # (hashes, snapshot rows, the pooled buffer they live in)
-        self._saves: queue.Queue[tuple[list[bytes], torch.Tensor, torch.Tensor] | None] = \
-            queue.Queue()
-        self._save_pool: list[torch.Tensor] = []  # idle snapshot buffers, guarded by _stats_lock
-        self._pending_save_bytes = 0
-        self._saver: threading.Thread | None = None
+        self._saver: Saver | None = None  # from register_kv_caches, on ranks that save
 
     def register_kv_caches(self, kv_caches: dict[str, torch.Tensor], num_blocks: int) -> None:
         """Adopt the engine's KV tensors and register this rank's namespace.
@@ -105,8 +97,8 @@ class WorkerSide:
         self._load_link = self._make_link()
         if not self._load_link.register():
             logger.warning("kvstore unreachable at start; the connector will retry")
-        self._saver = threading.Thread(target=self._save_loop, name="kvstore-save", daemon=True)
-        self._saver.start()
+        if self._save_enabled:
+            self._saver = Saver(pages, self._make_link)
         # A process that exits right after its last request must still store that request's
         # blocks: atexit runs before daemon threads are stopped, so flush there too.
         atexit.register(self.shutdown, self._flush_timeout_s)
@@ -232,75 +224,29 @@ class WorkerSide:
 
     def save(self, meta: KVStoreConnectorMetadata) -> None:
         """Snapshot the pages named by this step's saves and queue them for storing."""
-        if not meta.saves or self._pages is None or not self._save_enabled:
-            return
-        start = time.perf_counter()
-        ids = [b for t in meta.saves for b in t.block_ids]
-        extra = [[b for t in meta.saves for b in t.extra_ids[k]]
-                 for k in range(self._pages.num_groups - 1)]
-        hashes = [h for t in meta.saves for h in t.hashes]
-        size = len(ids) * self._pages.block_bytes
-        if self._pending_save_bytes + size > MAX_PENDING_SAVE_BYTES:
-            # The store cannot keep up; a dropped save is only a future miss.
-            with self._stats_lock:
-                self._stats.add("save_errors", len(ids))
-            return
-        buf = self._save_buffer(len(ids))
-        data = self._pages.gather(ids, out=buf[: len(ids)], extra_ids=extra)
-        with self._stats_lock:
-            self._pending_save_bytes += size
-            self._stats.add("save_s", time.perf_counter() - start)
-        self._saves.put((hashes, data, buf))
-
-    def _save_buffer(self, n: int) -> torch.Tensor:
-        """A snapshot buffer of at least ``n`` rows: the smallest idle one that fits, else a
-        new one (touched once here, so the engine thread does not fault its pages in)."""
-        assert self._pages is not None
-        with self._stats_lock:
-            fits = [i for i, b in enumerate(self._save_pool) if b.shape[0] >= n]
-            if fits:  # by index: tensors do not compare as booleans
-                return self._save_pool.pop(min(fits, key=lambda i: self._save_pool[i].shape[0]))
-        return torch.zeros((n, self._pages.block_bytes), dtype=torch.uint8)
-
-    def _save_loop(self) -> None:
-        link = self._make_link()
-        try:
-            while (item := self._saves.get()) is not None:
-                hashes, data, buf = item
-                start = time.perf_counter()
-                ok = link.put(hashes, [memoryview(row.numpy()) for row in data])
-                with self._stats_lock:
-                    pooled = sum(b.numel() for b in self._save_pool)
-                    if pooled + buf.numel() <= SAVE_POOL_BYTES:
-                        self._save_pool.append(buf)
-                    self._pending_save_bytes -= data.numel()
-                    self._stats.add("saved_blocks" if ok else "save_errors", len(hashes))
-                    if ok:
-                        self._stats.add("saved_bytes", data.numel())
-                    self._stats.add("save_s", time.perf_counter() - start)
-        finally:
-            link.close()
+        if self._saver is not None:
+            self._saver.save(meta)
 
     def flush(self, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` for queued saves to be stored; True when none is left."""
-        deadline = time.monotonic() + timeout_s
-        while self._pending_save_bytes > 0 and time.monotonic() < deadline:
-            time.sleep(0.005)
-        return self._pending_save_bytes <= 0
+        return self._saver is None or self._saver.flush(timeout_s)
 
     # -- stats and shutdown ------------------------------------------------------------------
 
     def take_stats(self) -> KVStoreConnectorStats | None:
         with self._stats_lock:
-            return self._stats.take()
+            stats = self._stats.take()
+        saves = self._saver.take_stats() if self._saver is not None else None
+        if stats is None or saves is None:
+            return stats or saves
+        stats.aggregate(saves)
+        return stats
 
     def shutdown(self, timeout_s: float) -> None:
         """Store what is queued (up to ``timeout_s``), then stop the save thread. Idempotent:
         vLLM's shutdown and the exit hook may both call it."""
         if self._saver is not None:
-            self.flush(timeout_s)
-            self._saves.put(None)
-            self._saver.join(timeout_s)
+            self._saver.stop(timeout_s)
             self._saver = None
         if self._load_link is not None:
             self._load_link.close()

@@ -20,9 +20,8 @@ freed since (its lease ran out, its owner's places were dropped): the bytes such
 copied never become a block. Honest clients also check the number before copying in and after
 copying out, so a late copy is a miss, never another block's bytes.
 
-Commit does not checksum: like every block that only memory tiers hold, a committed block is
-hashed when it first goes to disk or S3. Local clients are trusted with the host tier's
-memory (they could overwrite any slot); only authenticated, trusted principals get it.
+Commit does not checksum (a block is hashed when it first goes to disk or S3). Local clients
+are trusted with the host tier's memory; only authenticated, trusted principals get it.
 """
 
 from __future__ import annotations

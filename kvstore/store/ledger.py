@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from kvstore.policy import Policy
+from kvstore.store.candidates import Candidates
 from kvstore.store.cold import ColdIndex
 from kvstore.store.counters import NamespaceUsage
 from kvstore.store.index import BlockIndex, Entry
@@ -147,15 +148,8 @@ class Ledger:
 
     def victims(self, pos: int, n: int, evictable: Callable[[BlockKey], bool]) -> list[BlockKey]:
         """Up to ``n`` keys to take out of tier ``pos``: the policy's, among the blocks this
-        ledger records in that tier. A tier that indexes itself samples its own file, which
-        also holds a batch the background demoter wrote and has not recorded yet (it waits
-        for the lock we hold): evicting those would free nothing."""
-        def ours(key: BlockKey) -> bool:
-            entry = self.get(key)
-            return entry is not None and entry.holds(pos) and evictable(key)
-
-        return self.policies[pos].victims(n, ours)
-
+        ledger records in that tier (see :class:`~kvstore.store.candidates.Candidates`)."""
+        return self.policies[pos].victims(n, Candidates(self._index, self._cold, pos, evictable))
 
     # -- blocks a writer outside the lock is copying (the background demoter) ---------------
     def watch(self, keys: Iterable[BlockKey]) -> None:

@@ -70,18 +70,18 @@ def test_saves_store_page_snapshots_through_reused_buffers(server: Any) -> None:
         first = [os.urandom(32) for _ in range(3)]
         side.save(KVStoreConnectorMetadata(saves=[BlockTransfer("a", [5, 6, 7], first)]))
         assert side.flush(10)
-        (pooled,) = side._save_pool  # the snapshot buffer is back for the next save
+        (pooled,) = side._saver.pool  # the snapshot buffer is back for the next save
         second = [os.urandom(32) for _ in range(2)]
         side.save(KVStoreConnectorMetadata(saves=[BlockTransfer("b", [1, 2], second)]))
         assert side.flush(10)
-        assert len(side._save_pool) == 1 and side._save_pool[0] is pooled  # reused
+        assert len(side._saver.pool) == 1 and side._saver.pool[0] is pooled  # reused
         # two saves queued at once need two buffers; both come back, and the next save takes
         # the one that fits (not the first in the pool)
         third, fourth = [os.urandom(32)], [os.urandom(32) for _ in range(4)]
         side.save(KVStoreConnectorMetadata(saves=[BlockTransfer("c", [3], third)]))
         side.save(KVStoreConnectorMetadata(saves=[BlockTransfer("d", [8, 9, 10, 11], fourth)]))
         assert side.flush(10)
-        assert sorted(b.shape[0] for b in side._save_pool) == [3, 4]
+        assert sorted(b.shape[0] for b in side._saver.pool) == [3, 4]
         fifth = [os.urandom(32) for _ in range(4)]
         side.save(KVStoreConnectorMetadata(saves=[BlockTransfer("e", [12, 13, 14, 15], fifth)]))
         assert side.flush(10)
