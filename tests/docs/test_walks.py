@@ -1,0 +1,29 @@
+"""The store's module walks (``docs/structure.md``): a request passes down through the
+store's parts and never returns to a module it has left (no two modules call each other)."""
+
+from __future__ import annotations
+
+from kvstore.testing.walks import Walk, trace, walks
+
+
+def test_put_and_read_walks_have_no_cycle() -> None:
+    found = walks()
+    assert set(found) == {"put", "lookup+get"}
+    for name, walk in found.items():
+        assert walk.cycles == [], f"{name}: modules calling each other: {walk.cycles}"
+        # the walk reaches the bottom: the request really demoted to / read from the disk
+        assert "tiers/disk" in walk.modules and "store/facade" == walk.modules[0], name
+
+
+def test_a_cycle_is_found() -> None:
+    """The tracer itself sees a return to a module already left: a victim predicate that
+    asks the ledger again (ledger -> candidates -> ledger)."""
+    from kvstore.policy.lru import LRUPolicy
+    from kvstore.store.index import Entry
+    from kvstore.store.ledger import Ledger
+
+    ledger = Ledger([LRUPolicy()], [None, "host"])
+    ledger.add_block(("ns", b"k"), Entry(size=1, checksum=None, layout_id=0), 0)
+    walk: Walk = trace(lambda: ledger.victims(0, 1, ledger.__contains__))
+    assert ("store/candidates", "store/ledger") in walk.cycles
+    assert trace(lambda: ledger.victims(0, 1, bool)).cycles == []
