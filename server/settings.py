@@ -123,7 +123,9 @@ class ServerSettings(BaseSettings):
     s3_prefix: str = Field("kvstore/", description="key prefix of the S3 tier's objects")
     s3_region: str | None = Field(None, description="S3 region")
     s3_capacity: Size = Field(1 << 40, description="bytes the S3 tier may hold")
-    policy: str = Field("lru", description="eviction policy of every tier: lru, lfu or s3fifo")
+    policy: str = Field("lru", description="eviction policy of every tier: lru, lfu, "
+                        "s3fifo, or sampled_lru, sampled_lfu, sampled_s3fifo (no object per "
+                        "block; the disk tier always uses the sampled form of the rule)")
     ghost_entries: int = Field(DEFAULT_GHOST_ENTRIES, ge=0, description="blocks that left the "
                                "store remembered with when, from which tier and why, for "
                                "kvstore explain (about 200 bytes each); 0: none")
