@@ -12,7 +12,7 @@ def test_put_and_read_walks_have_no_cycle() -> None:
     for name, walk in found.items():
         assert walk.cycles == [], f"{name}: modules calling each other: {walk.cycles}"
         # the walk reaches the bottom: the request really demoted to / read from the disk
-        assert "tiers/disk" in walk.modules and "store/facade" == walk.modules[0], name
+        assert "tiers/disk" in walk.modules and walk.modules[0] == "store/facade", name
 
 
 def test_a_cycle_is_found() -> None:

@@ -28,6 +28,8 @@ DEFAULT_MULTIPART_THRESHOLD = 16 << 20  # bytes: larger objects upload in parts
 DEFAULT_FLUSH_TIMEOUT_S = 60.0  # seconds flush()/close() wait for the write-back queue
 DEFAULT_GROUP_BLOCKS = 8  # consecutive blocks per object (1 = one object per block), max 16
 DEFAULT_GROUP_BYTES = 2 << 20  # bytes: a group object is at most this large (larger blocks: alone)
+# a group object whose deleted members take more than this part of its bytes is rewritten
+DEFAULT_COMPACT_DEAD_SHARE = 0.5
 
 AUTH_CODES = frozenset(
     {
@@ -91,6 +93,7 @@ class S3Settings:
     flush_timeout_s: float = DEFAULT_FLUSH_TIMEOUT_S
     group_blocks: int = DEFAULT_GROUP_BLOCKS
     group_bytes: int = DEFAULT_GROUP_BYTES
+    compact_dead_share: float = DEFAULT_COMPACT_DEAD_SHARE  # 1: never rewrite a group
     create_bucket: bool = False  # create the bucket at start if it is missing
     scan_on_start: bool = True  # False: scan() yields nothing; blocks are found by discover()
 
@@ -105,6 +108,10 @@ class S3Settings:
             raise ValueError(f"s3 retry_mode must be standard or adaptive, got {self.retry_mode!r}")
         if not 1 <= self.group_blocks <= 16:  # 16 hashes fit S3's 2 KiB of user metadata
             raise ValueError(f"s3 group_blocks must be 1 to 16, got {self.group_blocks!r}")
+        if not 0 < self.compact_dead_share <= 1:
+            raise ValueError(
+                f"s3 compact_dead_share must be above 0 and at most 1, got "
+                f"{self.compact_dead_share!r}")
         names = ("max_workers", "max_attempts", "queue_bytes", "multipart_threshold", "group_bytes")
         for name in names:
             if int(getattr(self, name)) < 1:

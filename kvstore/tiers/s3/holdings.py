@@ -10,7 +10,8 @@ this node knows of it dies. Until then a dead member put again with the same met
 
 Accounting: ``used`` counts live blocks only (so evicting a block frees its bytes, as in every
 tier); ``dead_bytes`` counts the dead members still stored because a live member shares their
-object, so this node's footprint in the bucket is ``used + dead_bytes``.
+object, so this node's footprint in the bucket is ``used + dead_bytes``. The writer rewrites a
+group whose dead share passes a bound (compaction, ``writer``), which bounds that footprint.
 
 Memory: a live block costs one dict entry (key -> its group's record) plus two list slots in
 the record (its key and meta); a location is computed when asked for, not stored per block.
@@ -96,6 +97,28 @@ class Holdings:
     def names_group(self, name: BlockKey) -> bool:
         """Whether ``name`` is the name of a group object holding a live block."""
         return name in self._groups
+
+    def group_of(self, key: BlockKey) -> BlockKey | None:
+        """The name of the object holding live block ``key``."""
+        record = self._live.get(key)
+        return record.name if record is not None else None
+
+    def live_members(self, group: BlockKey) -> list[tuple[int, BlockKey, BlockMeta]]:
+        """``(position, key, meta)`` of each live member of object ``group``."""
+        record = self._groups.get(group)
+        if record is None:
+            return []
+        return [(pos, key, meta) for pos, (key, meta) in enumerate(zip(record.keys,
+                                                                      record.metas, strict=True))
+                if key is not None and meta is not None and record.alive >> pos & 1]
+
+    def dead_share(self, group: BlockKey) -> float:
+        """The part of object ``group``'s known bytes that dead members take (0 if unknown)."""
+        record = self._groups.get(group)
+        if record is None or not record.dead_size:
+            return 0.0
+        live = sum(meta.size for _, _, meta in self.live_members(group))
+        return record.dead_size / (record.dead_size + live)
 
     def in_use(self, name: BlockKey) -> bool:
         """Whether an object named ``name`` serves a live block of this node (a group it

@@ -17,7 +17,9 @@ What it promises beyond :class:`~kvstore.tiers.base.Tier`:
 - **Groups.** ``put_many`` writes runs of up to ``group_blocks`` consecutive blocks as one
   object and a pointer for each other member; a batch read fetches each group's members with
   one ranged GET and verifies every block alone. A deleted block stays in its object until
-  the last live member dies, then the object and its pointers are deleted (``holdings``).
+  the last live member dies, then the object and its pointers are deleted (``holdings``),
+  or until dead members take more than ``compact_dead_share`` of the object: then its live
+  members are rewritten without them (compaction, ``writer``).
 
 The parts: the write side (puts, pointers, deletes) in ``writer`` over the write-back queue
 in ``writeback`` and background deletes and pointers in ``background``, the read side in
@@ -174,8 +176,9 @@ class S3Tier(Tier):
     def stats(self) -> dict[str, Any]:
         """Health plus traffic counters: ``gets``/``hits`` (blocks), ``discovered`` (blocks
         adopted from other nodes), ``negative_hits``, ``over_capacity`` (found but not adopted),
-        ``blocks``, ``used_bytes``, ``objects`` (group objects with a live block) and
-        ``dead_bytes`` (deleted blocks still stored beside live ones)."""
+        ``blocks``, ``used_bytes``, ``objects`` (group objects with a live block),
+        ``dead_bytes`` (deleted blocks still stored beside live ones) and ``compactions``
+        (group objects rewritten without their dead members)."""
         with self._lock:
             counts = {**self._reader.counts, **self._known.counts}
             counts.update(
@@ -183,6 +186,7 @@ class S3Tier(Tier):
                 used_bytes=self._held.used,
                 objects=self._held.objects,
                 dead_bytes=self._held.dead_bytes,
+                compactions=self._writer.compactions,
             )
         return {**self.health(), **counts}
 

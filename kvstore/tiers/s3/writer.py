@@ -1,5 +1,13 @@
 """The S3 tier's write side: puts cut into objects and queued for upload, the pointers of each
-group's other members, and deletes of the objects whose last live member died.
+group's other members, deletes of the objects whose last live member died, and compaction.
+
+Compaction: a deleted block's bytes stay in its group object while a live member shares it, so
+a node's footprint in the bucket could grow to ``group_blocks`` times what it holds. When the
+dead members of an object take more than ``compact_dead_share`` of its bytes, its live members
+are read back (one ranged GET, each verified), written as new objects through the write-back
+queue as a put would write them (served from the queue meanwhile), and the old object and the
+dead members' pointers are deleted. Another node reading the old object while it is replaced
+sees a miss, as when a group is replaced by another node; never other bytes.
 
 It owns the write pool's work: the write-back queue (``writeback``), the background tasks
 (``background``), the alias names and the upload count. It shares with the rest of the tier
@@ -55,6 +63,7 @@ class S3Writer:
         self._known = known
         self._lock = lock
         self._aliases = 0  # alias names handed out (see _name)
+        self.compactions = 0  # group objects rewritten without their dead members
         self._background = BackgroundTasks(pool)  # deletes, pointers: flush waits
         self._queue = WriteBack(
             pool,
@@ -109,21 +118,29 @@ class S3Writer:
             for key, meta in revive:
                 held.revive(key, meta)
             dead: list[BlockKey] = []
+            touched = {g for k, _, _ in fresh if (g := held.group_of(k)) is not None}
             for name, _, batch in batches:
                 for index, (key, meta) in enumerate(zip(batch.keys, batch.metas, strict=True)):
                     dead += held.hold(key, meta, Where(name, index))
                     self._known.clear_negative(key)
+            sparse = self._sparse(touched)
         if dead:
             self._background.submit(self._delete_objects, dead)
+        for group in sparse:
+            self._background.submit(self._compact, group)
 
     def delete(self, keys: Sequence[BlockKey]) -> None:
         """See :meth:`~kvstore.tiers.s3.tier.S3Tier.delete`."""
         with self._lock:
+            touched = {g for k in keys if (g := self._held.group_of(k)) is not None}
             names = [n for key in keys for n in self._held.forget(key)]
             names = [n for n in names if not self._held.in_use(n)]
+            sparse = self._sparse(touched)
         if names:
             self._queue.cancel(names)
             self._background.submit(self._delete_objects, names)
+        for group in sparse:
+            self._background.submit(self._compact, group)
 
     def stats(self) -> dict[str, Any]:
         """The write-back queue's counters."""
@@ -164,7 +181,49 @@ class S3Writer:
         self._aliases += 1
         return first[0], first[1] + b"\x00" + self._aliases.to_bytes(8, "big")
 
+    def _sparse(self, groups: set[BlockKey]) -> list[BlockKey]:
+        """Those of ``groups`` (still held, uploaded) that compaction should rewrite. Caller
+        holds the lock."""
+        bound = self.settings.compact_dead_share
+        return [g for g in groups if self._held.dead_share(g) > bound
+                and self._queue.get(g) is None]
+
     # -- S3 calls (pool threads) ----------------------------------------------------------
+    def _compact(self, group: BlockKey) -> None:
+        """Rewrite object ``group`` without its dead members (see the module docstring)."""
+        with self._lock:
+            if self.closed or not self._sparse({group}):
+                return
+            live = self._held.live_members(group)
+        datas, _ = self._objects.read(group, [(pos, key) for pos, key, _ in live],
+                                      live[0][2].size)
+        with self._lock:
+            if self.closed:
+                return
+            held = self._held
+            # members deleted, moved or put again while we read keep what they have now
+            kept = [(pos, key, meta, data) for (pos, key, meta), data
+                    in zip(live, datas, strict=True)
+                    if data is not None and held.find(key) == (meta, Where(group, pos))]
+            if not kept:
+                return
+            dead = [n for _, key, _, _ in kept for n in held.forget(key)]
+            batches = [(self._name(first), body, batch) for first, body, batch
+                       in self._objects_of([(key, data, meta) for _, key, meta, data in kept])]
+            try:
+                self._queue.submit(batches)
+            except TierUnavailableError:  # queue full: keep the old object, try another time
+                for pos, key, meta, _ in kept:
+                    held.hold(key, meta, Where(group, pos))
+                return
+            for name, _, batch in batches:
+                for index, (key, meta) in enumerate(zip(batch.keys, batch.metas, strict=True)):
+                    held.hold(key, meta, Where(name, index))
+            self.compactions += 1
+            dead = [n for n in dead if not held.in_use(n)]
+        if dead:
+            self._background.submit(self._delete_objects, dead)
+
     def _upload(self, name: BlockKey, data: bytes, batch: Batch) -> None:
         """Write a group object, then (in the background, counted by ``flush``) a pointer
         for each other member, so a pointer never names an object that is not there yet."""

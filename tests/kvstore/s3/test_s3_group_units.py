@@ -97,3 +97,19 @@ def test_group_settings_are_validated() -> None:
             S3Settings(bucket="b", group_blocks=bad)
     with pytest.raises(ValueError, match="group_bytes"):
         S3Settings(bucket="b", group_bytes=0)
+
+
+def test_holdings_name_a_group_s_live_members_and_its_dead_share() -> None:
+    held = Holdings()
+    for i in range(4):
+        held.hold(k(i), m(), Where(k(0), i))
+    assert held.group_of(k(2)) == k(0) and held.group_of(k(9)) is None
+    assert held.dead_share(k(0)) == 0.0
+    held.forget(k(1))
+    held.forget(k(3))
+    assert held.group_of(k(1)) is None
+    assert held.live_members(k(0)) == [(0, k(0), m()), (2, k(2), m())]
+    assert held.dead_share(k(0)) == 0.5
+    held.forget(k(0))
+    assert held.dead_share(k(0)) == 0.75
+    assert held.live_members(k(5)) == [] and held.dead_share(k(5)) == 0.0

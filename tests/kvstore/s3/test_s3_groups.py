@@ -98,7 +98,7 @@ def test_a_corrupted_member_is_a_counted_miss_and_its_neighbours_still_read(
 def test_an_object_goes_when_its_last_live_block_goes(
     make_tier: MakeTier, seaweed: SeaweedServer
 ) -> None:
-    tier = make_tier()
+    tier = make_tier(compact_dead_share=1.0)  # never rewritten: the deletion rule alone
     put_chain(tier, 3)
     tier.delete([key(0), key(1)])
     tier.flush()

@@ -43,6 +43,9 @@ def test_settings_prefix_and_validation() -> None:
         S3Settings(bucket="b", addressing_style="sideways")
     with pytest.raises(ValueError, match="max_workers"):
         S3Settings(bucket="b", max_workers=0)
+    for share in (0, -0.5, 1.5, float("nan")):
+        with pytest.raises(ValueError, match="compact_dead_share"):
+            S3Settings(bucket="b", compact_dead_share=share)
 
 
 def test_metadata_must_be_complete_and_match_the_length() -> None:
