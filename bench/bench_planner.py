@@ -22,7 +22,9 @@ two prefill workers computing at once share the cores (processor sharing), so ea
 takes about twice as long: on this machine a *larger* prefill pool has the *higher* TTFT, the
 opposite of a fleet where each worker owns its accelerator, and the planner (which adds
 workers to the pool over target) loses to the best fixed split. The timeline of its moves and
-judgements is in the JSON (``timeline``) to show what it saw.
+judgements is in the JSON (``timeline``) to show what it saw. ``bench/bench_planner_sim.py``
+asks the same question of simulated fleets of 16 and 32 workers, where each worker has its
+own compute.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from engines.decoder.config import EngineConfig
 from engines.decoder.runner import Engine
 from engines.router.app import create_app as router_app
 from engines.router.core import Router
+from engines.simulator.shift import Arrival, two_phase_trace
 from engines.store_io import open_store
 from engines.tiny_model import llama_config, write_checkpoint
 from engines.worker import create_app as worker_app
@@ -63,30 +66,6 @@ WORKERS = 4
 # small batches per worker: a worker moved between pools brings its batch slots, the one
 # capacity that 4 workers sharing 2 cores do not share
 ECFG = EngineConfig(block_size=16, num_blocks=512, max_batch_tokens=64, max_seqs=2)
-
-
-class Arrival(NamedTuple):
-    t: float  # seconds from the start
-    prompt_len: int
-    max_tokens: int
-    phase: str
-
-
-def two_phase_trace(seed: int, duration_s: float, rate_a: float, rate_b: float,
-                    long_prompt: int = 384, short_out: int = 4, short_prompt: int = 16,
-                    long_out: int = 48) -> list[Arrival]:
-    """Poisson arrivals: the first half long prompts with short outputs (phase ``A``), the
-    second half short prompts with long outputs (``B``); lengths vary +-25%."""
-    rng = random.Random(seed)
-    out, t = [], 0.0
-    while True:
-        t += rng.expovariate(rate_a if t < duration_s / 2 else rate_b)
-        if t >= duration_s:
-            return out
-        p, n = (long_prompt, short_out) if t < duration_s / 2 else (short_prompt, long_out)
-        out.append(Arrival(t, max(1, int(p * rng.uniform(0.75, 1.25))),
-                           max(1, int(n * rng.uniform(0.75, 1.25))),
-                           "A" if t < duration_s / 2 else "B"))
 
 
 class Result(NamedTuple):

@@ -53,7 +53,7 @@ class Planner:
             log.warning("router %s did not answer: %s", self.s.router, exc)
             return None
         now = time.time()
-        pools = self.observer.pools(now)
+        pools = self.observer.view.pools(now)
         press = self.policy.pressures(pools)
         if self.metrics:
             self.metrics.observe(pools, press)
@@ -68,7 +68,7 @@ class Planner:
         doc = action.doc()
         if action.kind == "move":  # a pool's name is the role its workers take
             assert action.donor is not None
-            url = self.observer.donor(action.donor, action.pool)
+            url = self.observer.view.donor(action.donor, action.pool)
             if url is None:
                 doc = {**doc, "event": "recommend",
                        "reason": doc["reason"] + "; no donor worker can take the role"}
@@ -92,7 +92,7 @@ class Planner:
         if r.status_code != 200:
             log.warning("switching %s to %s refused: %s %s", url, role, r.status_code, r.text)
             return False
-        self.observer.set_role(url, role)
+        self.observer.view.set_role(url, role)
         return True
 
     async def run(self, stop: Callable[[], bool] = lambda: False) -> None:

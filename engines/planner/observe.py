@@ -69,50 +69,17 @@ class PoolView(NamedTuple):
         return max(parts)
 
 
-class Observer:
-    """Keeps the fleet's view current; owned by the planner's asyncio loop."""
+class FleetView:
+    """The workers as last seen, and each pool's view of them at a judgement. No I/O: the
+    :class:`Observer` fills it from HTTP, the simulator (:mod:`engines.simulator.pools`)
+    from its simulated workers."""
 
-    def __init__(self, client: httpx.AsyncClient, router: str, *, window_s: float,
-                 percentile: float, min_samples: int) -> None:
-        self.client, self.router = client, router.rstrip("/")
+    def __init__(self, *, window_s: float, percentile: float, min_samples: int) -> None:
         self.window_s, self.pct, self.min_samples = window_s, percentile, min_samples
         self.workers: dict[str, WorkerSeen] = {}
 
-    async def refresh(self) -> None:
-        """Read the router's worker list, then each live worker's latencies and queue.
-        Raises ``httpx.HTTPError`` when the router does not answer."""
-        r = await self.client.get(f"{self.router}/stats", timeout=5.0)
-        r.raise_for_status()
-        listed: dict[str, Any] = r.json()["workers"]
-        for url, doc in listed.items():
-            w = self.workers.setdefault(url, WorkerSeen(url))
-            w.up = bool(doc["up"])
-        for url in list(self.workers):
-            if url not in listed:
-                del self.workers[url]
-        for w in self.workers.values():
-            if w.up:
-                await self._read(w)
-
-    async def _read(self, w: WorkerSeen) -> None:
-        try:
-            if not w.kvstore:
-                w.kvstore = bool((await self.client.get(f"{w.url}/info", timeout=5.0))
-                                 .json().get("kvstore"))
-            lat = (await self.client.get(f"{w.url}/latency", params={"since": w.cursor},
-                                         timeout=5.0)).json()
-        except (httpx.HTTPError, ValueError):
-            w.up = False
-            return
-        if lat["role"] != w.role:
-            w.samples.clear()  # judged afresh in its new pool
-        w.role, w.cursor = lat["role"], lat["cursor"]
-        for f in lat["finished"]:
-            w.samples.append((f["at"], f["kind"], f["ttft_s"], f["itl_s"], f["tokens"]))
-        w.inflight, w.waiting = int(lat["inflight"]), int(lat["waiting"])
-
     def set_role(self, url: str, role: str) -> None:
-        """Record a switch the planner made (the worker's next ``/latency`` confirms it)."""
+        """Record a switch the planner made (the worker's next report confirms it)."""
         w = self.workers[url]
         if w.role != role:
             w.role = role
@@ -145,3 +112,48 @@ class Observer:
         ok = [w for w in self.workers.values() if w.up and pool_of(w.role) == pool
               and (to_role != "prefill" or w.kvstore)]
         return min(ok, key=lambda w: (w.inflight + w.waiting, w.url)).url if ok else None
+
+
+class Observer:
+    """Keeps a :class:`FleetView` current from the router's and the workers' HTTP routes;
+    owned by the planner's asyncio loop."""
+
+    def __init__(self, client: httpx.AsyncClient, router: str, *, window_s: float,
+                 percentile: float, min_samples: int) -> None:
+        self.client, self.router = client, router.rstrip("/")
+        self.view = FleetView(window_s=window_s, percentile=percentile,
+                              min_samples=min_samples)
+
+    async def refresh(self) -> None:
+        """Read the router's worker list, then each live worker's latencies and queue.
+        Raises ``httpx.HTTPError`` when the router does not answer."""
+        r = await self.client.get(f"{self.router}/stats", timeout=5.0)
+        r.raise_for_status()
+        listed: dict[str, Any] = r.json()["workers"]
+        workers = self.view.workers
+        for url, doc in listed.items():
+            w = workers.setdefault(url, WorkerSeen(url))
+            w.up = bool(doc["up"])
+        for url in list(workers):
+            if url not in listed:
+                del workers[url]
+        for w in workers.values():
+            if w.up:
+                await self._read(w)
+
+    async def _read(self, w: WorkerSeen) -> None:
+        try:
+            if not w.kvstore:
+                w.kvstore = bool((await self.client.get(f"{w.url}/info", timeout=5.0))
+                                 .json().get("kvstore"))
+            lat = (await self.client.get(f"{w.url}/latency", params={"since": w.cursor},
+                                         timeout=5.0)).json()
+        except (httpx.HTTPError, ValueError):
+            w.up = False
+            return
+        if lat["role"] != w.role:
+            w.samples.clear()  # judged afresh in its new pool
+        w.role, w.cursor = lat["role"], lat["cursor"]
+        for f in lat["finished"]:
+            w.samples.append((f["at"], f["kind"], f["ttft_s"], f["itl_s"], f["tokens"]))
+        w.inflight, w.waiting = int(lat["inflight"]), int(lat["waiting"])
