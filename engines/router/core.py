@@ -23,7 +23,7 @@ import contextlib
 import itertools
 import logging
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from typing import Any, NamedTuple
 
 import httpx
@@ -84,6 +84,9 @@ class Router:
         self._rr = itertools.count()
         self._poller: asyncio.Task[None] | None = None
         self.accounts = Accounts()
+        # called with (seconds since the request or the previous token, first?) per token
+        # of a stream: where /metrics times TTFT and ITL as the router sees them
+        self.token_observers: list[Callable[[float, bool], None]] = []
 
     # -- lifecycle ----------------------------------------------------------------------------
     async def start(self, poll: bool = True) -> None:
@@ -184,6 +187,7 @@ class Router:
         the prompt's prefix hit and the ``worker``, then the summary. Falls back to another
         worker only before the first token. The request counts as served at its first token,
         so a caller may stop reading (and close this generator) at any point after it."""
+        last = time.perf_counter()
         plan = await self._plan(body)
         for w in plan.order:
             started = False
@@ -196,11 +200,16 @@ class Router:
                     async for doc in docs:
                         if "token_id" not in doc:  # the summary
                             doc = {**doc, "worker": w.url}
-                        elif not started:
-                            started = True
-                            w.first_token(job)
-                            self._account(w, body, doc, plan.store_blocks)
-                            doc = {**doc, "worker": w.url}
+                        else:
+                            now = time.perf_counter()
+                            for observe in self.token_observers:
+                                observe(now - last, not started)
+                            last = now
+                            if not started:
+                                started = True
+                                w.first_token(job)
+                                self._account(w, body, doc, plan.store_blocks)
+                                doc = {**doc, "worker": w.url}
                         yield doc
                 return
             except (WorkerDown, *FAILURES) as exc:

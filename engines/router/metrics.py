@@ -4,8 +4,9 @@ token and inter-token latency as the router sees them (from the request to the w
 token, and between tokens).
 
 Counters are read from :meth:`Router.stats` at scrape time, so the routing code carries no
-metrics calls. The latencies need each token's arrival: :class:`RouterMetrics` wraps the
-router's ``stream`` (the path every OpenAI request takes) once, at app assembly.
+metrics calls. The latencies need each token's arrival: :class:`RouterMetrics` is one of the
+router's ``token_observers``, which its ``stream`` (the path every OpenAI request takes) calls
+with each token's gap.
 
 Series: ``kvstore_router_decisions_total{policy,worker,outcome}`` (``routed``: served;
 ``failed``: the worker failed it and the request moved on; ``no_worker``, worker ``none``:
@@ -20,10 +21,7 @@ every worker failed), ``kvstore_router_requests_total{policy}``,
 
 from __future__ import annotations
 
-import contextlib
-import time
-from collections.abc import AsyncGenerator, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 from fastapi import APIRouter
 from fastapi.responses import Response
@@ -84,7 +82,7 @@ class RoutingCollector(Collector):
 
 
 class RouterMetrics:
-    """The router's registry; wraps ``router.stream`` to time its tokens."""
+    """The router's registry; observes the tokens of its streams."""
 
     def __init__(self, router: Router) -> None:
         self.registry = CollectorRegistry()
@@ -93,19 +91,10 @@ class RouterMetrics:
                               buckets=TTFT_BUCKETS, registry=self.registry)
         self.itl = Histogram("kvstore_router_itl_seconds", "between consecutive tokens",
                              buckets=ITL_BUCKETS, registry=self.registry)
-        self._stream = router.stream
-        router.stream = self._timed  # type: ignore[method-assign]
+        router.token_observers.append(self._token)
 
-    async def _timed(self, body: dict[str, Any]) -> AsyncGenerator[dict[str, Any], None]:
-        last = time.perf_counter()
-        first = True
-        async with contextlib.aclosing(self._stream(body)) as events:
-            async for ev in events:
-                if "token_id" in ev:
-                    now = time.perf_counter()
-                    (self.ttft if first else self.itl).observe(now - last)
-                    first, last = False, now
-                yield ev
+    def _token(self, gap_s: float, first: bool) -> None:
+        (self.ttft if first else self.itl).observe(gap_s)
 
     def routes(self) -> APIRouter:
         api = APIRouter()
