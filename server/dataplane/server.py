@@ -158,8 +158,9 @@ class DataPlane:
                 log.exception("expiring leases failed")
 
     async def close(self, grace_s: float) -> None:
-        """Stop accepting, let in-flight requests finish (up to ``grace_s``), then close every
-        connection."""
+        """Stop accepting, let in-flight requests finish, then close every connection once
+        the replies already written to it are sent: all within ``grace_s``, after which what
+        is left is cut off."""
         self._closing = True
         for server in self._servers:
             server.close()
@@ -168,7 +169,12 @@ class DataPlane:
             await asyncio.sleep(0.02)
         for conn in list(self.connections):
             if conn.transport is not None:
-                conn.transport.close()
+                conn.transport.close()  # flushes its buffer first, then connection_lost
+        while self.connections and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        for conn in list(self.connections):
+            if conn.transport is not None:
+                conn.transport.abort()
         if self._reaper is not None:
             self._reaper.cancel()
         self.executor.shutdown(wait=True)
