@@ -21,8 +21,8 @@ A calibration step sends a few prompts straight to every worker (each prompt to 
 of a kvstore pool, so the second loads it), so the workers have measured their prefill,
 decode and load rates before a router prices anything; it measures the unloaded TTFT and ITL
 of a mean-sized request (see :func:`unloaded`), which set the goodput targets (``TTFT_SLO``
-and ``ITL_SLO`` times them), and the capacity of the pools bursting together, which sets the
-arrival rate (see :func:`sized`).
+and ``ITL_SLO`` times them), and the capacity of the pools bursting together, without and
+with cache hits, which sets the arrival rate (see :func:`sized`).
 
 Every policy sees the same arrivals and lengths (the workload's ``seed``, one per repetition)
 with its own token values (its ``salt``), so no pool reuses another's prefixes. Per run: TTFT
@@ -156,10 +156,13 @@ def fresh(cfg: WorkloadConfig, n: int, i: int) -> list[int]:
                                         rag_share=0, oneoff_len=n, length_sigma=0.01))[0].prompt
 
 
-def capacity(pools: Pools, cfg: WorkloadConfig, calib: dict[str, float]) -> float:
+def capacity(pools: Pools, cfg: WorkloadConfig, sizes: dict[str, float]) -> dict[str, float]:
     """Requests/s one pool completes while every pool works through a burst of mean-sized
-    requests without cache hits."""
-    n, out = int(calib["mean_prompt"]), int(calib["mean_output"])
+    requests: fresh prompts (no cache hit), then the same prompts again on the same workers
+    (all but their last block cached). Both ends are measured because reuse saves only the
+    prefill: the output still decodes token by token, which on this CPU model costs as much
+    as the prompt (on a GPU, batched decoding costs far less than prefill)."""
+    n, out = int(sizes["mean_prompt"]), int(sizes["mean_output"])
     jobs = [(url, fresh(cfg, n, 5000 + i)) for i in range(3)
             for p in POLICIES for url in pools.urls(p)]
 
@@ -170,16 +173,22 @@ def capacity(pools: Pools, cfg: WorkloadConfig, calib: dict[str, float]) -> floa
                 "prompt_ids": p, "max_tokens": out, "ignore_eos": True}) for u, p in jobs))
             return time.perf_counter() - started
 
-    return len(jobs) / len(POLICIES) / asyncio.run(burst())
+    per_pool = len(jobs) / len(POLICIES)
+    miss = per_pool / asyncio.run(burst())
+    return {"capacity_miss_rps": miss, "capacity_hit_rps": per_pool / asyncio.run(burst())}
 
 
 def sized(cfg: WorkloadConfig, calib: dict[str, float], seconds: float) -> WorkloadConfig:
     """``cfg`` with sessions arriving for about ``seconds`` at the rate that loads the fleet
     to ``LOAD`` of its capacity if it hit the bound (every prefix seen before reused): a
-    policy that reuses less works harder, as on a fleet sized for its cache."""
+    policy that reuses less works harder, as on a fleet sized for its cache. A request's
+    seconds of fleet time are interpolated between the measured ends, by the share of its
+    prompt it reuses."""
     reqs = generate(cfg)
     per_session = len(reqs) / cfg.sessions
-    rate = LOAD * calib["capacity_rps"] / (1 - reuse_bound(reqs, BLOCK)) / per_session
+    bound = reuse_bound(reqs, BLOCK)
+    per_request_s = (1 - bound) / calib["capacity_miss_rps"] + bound / calib["capacity_hit_rps"]
+    rate = LOAD / per_request_s / per_session
     return dataclasses.replace(cfg, session_rate=rate, sessions=max(MIN_SESSIONS,
                                                                     round(rate * seconds)))
 
@@ -327,7 +336,7 @@ def bench_routing(model: Path, quick: bool, tmp: Path, vocab: int) -> list[dict[
                 sizes = warm(pools, cfg)
                 if not with_store:  # the targets and the traffic, once for both phases
                     calib = {**sizes, **unloaded(pools, cfg, sizes),
-                             "capacity_rps": capacity(pools, cfg, sizes)}
+                             **capacity(pools, cfg, sizes)}
                     cfg = sized(cfg, calib, 8.0 if quick else 25.0)
                     print(f"  calibration: {calib}; {cfg.sessions} sessions at "
                           f"{cfg.session_rate:.2f}/s", flush=True)
