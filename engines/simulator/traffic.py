@@ -1,7 +1,8 @@
 """The traffic a simulation serves, sized as ``bench/engine_routing.py`` sizes the real one:
 the same workload shape, the same per-worker cache share of the shared prefixes, the same
-goodput targets (multiples of the idle latency of a mean-sized request) and an arrival rate
-set to a fraction (``load``) of the fleet's capacity, measured here on the simulated fleet.
+goodput targets (multiples of the latency of a mean-sized request without queueing: here on
+one idle worker, as simulated workers share no CPU) and an arrival rate set to a fraction
+(``load``) of the fleet's capacity at the reuse bound, measured here on the simulated fleet.
 """
 
 from __future__ import annotations
