@@ -57,8 +57,9 @@ from kvstore.testing.engines import ThreadServer, engine_proc
 POLICIES = ("round-robin", "least-loaded", "session", "kv")
 # workers per pool: with 2, round-robin lands a chat's next turn on the worker holding its
 # history half the time by chance, which no fleet worth routing has (the simulator, same
-# traffic and policies: KV-aware's TTFT p50 gain over round-robin grows from 1.1-1.2x at 2
-# workers to 1.2-1.25x at 4 and 1.3-1.4x at 8)
+# traffic, policies and load, three seeds, without kvstore: KV-aware's TTFT p50 gain over
+# round-robin is 1.03-1.14x at 2 workers, 1.22-1.24x at 4, 1.26-1.38x at 8; with kvstore
+# 1.01-1.05x at every size, as the store gives every policy the same hits)
 WORKERS = 4
 BLOCK = 16
 CACHE_SHARE = 0.14  # of the shared prefixes (system prompts + documents) one worker holds
