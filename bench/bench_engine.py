@@ -5,8 +5,8 @@ kernels.
 Rows (each a ratio against a baseline measured in the same run, BENCH.md):
 - routing (:mod:`engine_routing`): generated traffic (multi-turn chats, tenants' system
   prompts, Zipf-popular RAG documents, one-off prompts; :mod:`engines.workload`) through the
-  router to 2 worker processes per policy (the policies run at the same time) whose caches
-  hold a seventh of the shared prefixes, without and with a ``kvstore serve`` behind the
+  router to 4 worker processes per policy (the policies run at the same time) whose caches
+  each hold a seventh of the shared prefixes, without and with a ``kvstore serve`` behind the
   workers: TTFT p50/p99, ITL p50, output tokens/s, prefix hit rate and goodput, KV-aware
   against each baseline;
 - TTFT of a long shared prefix on a fresh engine, loading the prefix from a ``kvstore serve``
@@ -18,7 +18,7 @@ Rows (each a ratio against a baseline measured in the same run, BENCH.md):
 - block gather/scatter GB/s of the CPU kernels vs a plain memcpy of the same bytes.
 
 ``--quick`` runs every row on small sizes (about a minute, plus several for the routing
-section, most of it starting sixteen worker processes on a shared 2-core machine); ``--json
+section, much of it starting 32 worker processes on a shared 2-core machine); ``--json
 PATH`` writes the report; ``--device cuda`` runs the decode and TTFT sections on the GPU
 (transformers too).
 """

@@ -5,18 +5,24 @@ The machine is shared and its speed drifts by several times within minutes, so t
 run at the same time, each on its own pool of ``WORKERS`` engine worker processes with its own
 router (a thread of this process) and client: whatever else loads the machine loads every
 policy alike. (A policy that computes less leaves more CPU to the others, which narrows the
-differences rather than widening them.) The pools without kvstore run first, then pools whose
-workers share one ``kvstore serve``. Each client sends each request at its arrival time (a
-chat turn also waits for the previous turn's answer, as a user would) and streams the answer.
-Each worker's cache holds a small share of the traffic's shared prefixes (``CACHE_SHARE``),
-so placement matters; the model and prompts are sized so that prefill dominates TTFT.
+differences rather than widening them.) Worker ``i`` of every pool is pinned to core ``i``
+(modulo the cores), so a pool's workers do not take CPU from one another, as accelerators
+would not, and the workers run at a lower priority (``WORKER_NICE``) than this process, whose
+routers and clients would otherwise wait for a core behind eight busy workers (the routing
+path has its own CPUs in a real deployment). The pools without kvstore run first, then pools
+whose workers share one ``kvstore serve``. Each client sends each request at its arrival time
+(a chat turn also waits for the previous turn's answer, as a user would) and streams the
+answer. Each worker's cache holds a small share of the traffic's shared prefixes
+(``CACHE_SHARE``), so placement matters; the model and prompts are sized so that prefill
+dominates TTFT (each request's split into queueing, loading, prefill and the rest, as its
+worker measured it, is reported per policy).
 
 A calibration step sends a few prompts straight to every worker (each prompt to both workers
 of a kvstore pool, so the second loads it), so the workers have measured their prefill,
-decode and load rates before a router prices anything; it measures the idle TTFT and ITL of
-a mean-sized request, which set the goodput targets (``TTFT_SLO`` and ``ITL_SLO`` times
-them), and the capacity of the pools bursting together, which sets the arrival rate (see
-:func:`sized`).
+decode and load rates before a router prices anything; it measures the unloaded TTFT and ITL
+of a mean-sized request (see :func:`unloaded`), which set the goodput targets (``TTFT_SLO``
+and ``ITL_SLO`` times them), and the capacity of the pools bursting together, without and
+with cache hits, which sets the arrival rate (see :func:`sized`).
 
 Every policy sees the same arrivals and lengths (the workload's ``seed``, one per repetition)
 with its own token values (its ``salt``), so no pool reuses another's prefixes. Per run: TTFT
@@ -33,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import os
 import statistics
 import time
 from pathlib import Path
@@ -43,16 +50,25 @@ import numpy as np
 
 from engines.router.app import create_app as router_app
 from engines.router.core import Router
+from engines.router.cost import RATE_KEYS
 from engines.workload import Request, WorkloadConfig, generate, reuse_bound
 from kvstore.testing.engines import ThreadServer, engine_proc
 
 POLICIES = ("round-robin", "least-loaded", "session", "kv")
-WORKERS = 2
+# workers per pool: with 2, round-robin lands a chat's next turn on the worker holding its
+# history half the time by chance, which no fleet worth routing has (the simulator, same
+# traffic, policies and load, three seeds, without kvstore: KV-aware's TTFT p50 gain over
+# round-robin is 1.03-1.14x at 2 workers, 1.22-1.24x at 4, 1.26-1.38x at 8; with kvstore
+# 1.01-1.05x at every size, as the store gives every policy the same hits)
+WORKERS = 4
 BLOCK = 16
 CACHE_SHARE = 0.14  # of the shared prefixes (system prompts + documents) one worker holds
 LOAD = 0.5  # offered work at the reuse bound, as a fraction of the fleet's capacity
 MIN_SESSIONS = 24  # per run, however slow the machine: fewer make the percentiles noise
-TTFT_SLO, ITL_SLO = 5.0, 8.0  # goodput targets, as multiples of the idle TTFT and ITL
+TTFT_SLO, ITL_SLO = 5.0, 8.0  # goodput targets, multiples of the unloaded TTFT and ITL
+# the workers' CPU priority below this process's (routers and clients): on a real fleet they
+# have their own cores; here eight busy workers would otherwise starve the routing path
+WORKER_NICE = 10
 
 
 def workload(vocab: int) -> WorkloadConfig:
@@ -71,8 +87,12 @@ class Pools:
         args = ("--block-size", str(BLOCK), "--num-blocks", str(self.num_blocks),
                 "--max-batch-tokens", "256", "--kernels", "numpy")
         self.kvstore = kvstore
-        self.procs = {p: [engine_proc(model, kvstore=kvstore, args=args).start(wait=False)
-                          for _ in range(WORKERS)] for p in POLICIES}
+        # worker i of every pool on core i: a pool's two workers never share a core (as two
+        # accelerators would not), and every pool's worker i competes alike
+        cores = sorted(os.sched_getaffinity(0))
+        self.procs = {p: [engine_proc(model, kvstore=kvstore, args=args, nice=WORKER_NICE,
+                                      cpus={cores[i % len(cores)]}).start(wait=False)
+                          for i in range(WORKERS)] for p in POLICIES}
         for pool in self.procs.values():
             for proc in pool:
                 proc.wait_ready()
@@ -95,24 +115,40 @@ def _generate(url: str, prompt: list[int], max_tokens: int) -> dict[str, Any]:
 
 
 def warm(pools: Pools, cfg: WorkloadConfig) -> dict[str, float]:
-    """Warm every worker's rates; the idle TTFT and ITL of a mean-sized request (median over
-    the workers that computed it)."""
+    """Warm every worker's rates (each prompt to both workers of a pool: with kvstore the
+    second loads it); the mean prompt and output lengths of the traffic."""
     reqs = generate(dataclasses.replace(cfg, salt=10_000))
     mean_len = int(statistics.mean(len(r.prompt) for r in reqs))
     mean_out = max(2, int(statistics.mean(r.max_tokens for r in reqs)))
-    ttfts, itls = [], []
     for k, policy in enumerate(POLICIES):
         for i in range(2):
             prompt = fresh(cfg, mean_len, 1000 * k + i + (500 if pools.kvstore else 0))
-            for j, url in enumerate(pools.urls(policy)):  # with kvstore the second loads it
-                doc = _generate(url, prompt if pools.kvstore else [*prompt[1:], j + 3],
-                                mean_out)
-                if not pools.kvstore or j == 0:
-                    ttfts.append(doc["ttft_s"])
-                    itls.append((doc["latency_s"] - doc["ttft_s"]) / (mean_out - 1))
-    ttft, itl = statistics.median(ttfts), statistics.median(itls)
-    return {"mean_prompt": mean_len, "mean_output": mean_out, "idle_ttft_s": ttft,
-            "idle_itl_s": itl, "ttft_target_s": TTFT_SLO * ttft, "itl_target_s": ITL_SLO * itl}
+            for j, url in enumerate(pools.urls(policy)):
+                _generate(url, prompt if pools.kvstore else [*prompt[1:], j + 3], mean_out)
+    return {"mean_prompt": mean_len, "mean_output": mean_out}
+
+
+def unloaded(pools: Pools, cfg: WorkloadConfig, sizes: dict[str, float]) -> dict[str, float]:
+    """TTFT and ITL (medians) of a mean-sized request that neither queues nor shares a batch:
+    every worker of every pool serves one at the same time, as the machine is shared during
+    the runs (one worker alone would get a whole core, which no run gives it). The goodput
+    targets are ``TTFT_SLO`` and ``ITL_SLO`` times them, as a deployment derives its SLOs
+    from its hardware's latency without contention."""
+    n, out = int(sizes["mean_prompt"]), int(sizes["mean_output"])
+    urls = [u for p in POLICIES for u in pools.urls(p)]
+
+    async def together(round_: int) -> list[dict[str, Any]]:
+        async with httpx.AsyncClient(timeout=600) as client:
+            rs = await asyncio.gather(*(client.post(f"{u}/generate", json={
+                "prompt_ids": fresh(cfg, n, 7000 + 100 * round_ + i), "max_tokens": out,
+                "ignore_eos": True}) for i, u in enumerate(urls)))
+        return [r.json() for r in rs]
+
+    docs = [d for k in range(3) for d in asyncio.run(together(k))]
+    ttft = statistics.median(d["ttft_s"] for d in docs)
+    itl = statistics.median((d["latency_s"] - d["ttft_s"]) / (out - 1) for d in docs)
+    return {"unloaded_ttft_s": ttft, "unloaded_itl_s": itl, "ttft_target_s": TTFT_SLO * ttft,
+            "itl_target_s": ITL_SLO * itl}
 
 
 def fresh(cfg: WorkloadConfig, n: int, i: int) -> list[int]:
@@ -121,10 +157,13 @@ def fresh(cfg: WorkloadConfig, n: int, i: int) -> list[int]:
                                         rag_share=0, oneoff_len=n, length_sigma=0.01))[0].prompt
 
 
-def capacity(pools: Pools, cfg: WorkloadConfig, calib: dict[str, float]) -> float:
+def capacity(pools: Pools, cfg: WorkloadConfig, sizes: dict[str, float]) -> dict[str, float]:
     """Requests/s one pool completes while every pool works through a burst of mean-sized
-    requests without cache hits."""
-    n, out = int(calib["mean_prompt"]), int(calib["mean_output"])
+    requests: fresh prompts (no cache hit), then the same prompts again on the same workers
+    (all but their last block cached). Both ends are measured because reuse saves only the
+    prefill: the output still decodes token by token, which on this CPU model costs as much
+    as the prompt (on a GPU, batched decoding costs far less than prefill)."""
+    n, out = int(sizes["mean_prompt"]), int(sizes["mean_output"])
     jobs = [(url, fresh(cfg, n, 5000 + i)) for i in range(3)
             for p in POLICIES for url in pools.urls(p)]
 
@@ -135,16 +174,22 @@ def capacity(pools: Pools, cfg: WorkloadConfig, calib: dict[str, float]) -> floa
                 "prompt_ids": p, "max_tokens": out, "ignore_eos": True}) for u, p in jobs))
             return time.perf_counter() - started
 
-    return len(jobs) / len(POLICIES) / asyncio.run(burst())
+    per_pool = len(jobs) / len(POLICIES)
+    miss = per_pool / asyncio.run(burst())
+    return {"capacity_miss_rps": miss, "capacity_hit_rps": per_pool / asyncio.run(burst())}
 
 
 def sized(cfg: WorkloadConfig, calib: dict[str, float], seconds: float) -> WorkloadConfig:
     """``cfg`` with sessions arriving for about ``seconds`` at the rate that loads the fleet
     to ``LOAD`` of its capacity if it hit the bound (every prefix seen before reused): a
-    policy that reuses less works harder, as on a fleet sized for its cache."""
+    policy that reuses less works harder, as on a fleet sized for its cache. A request's
+    seconds of fleet time are interpolated between the measured ends, by the share of its
+    prompt it reuses."""
     reqs = generate(cfg)
     per_session = len(reqs) / cfg.sessions
-    rate = LOAD * calib["capacity_rps"] / (1 - reuse_bound(reqs, BLOCK)) / per_session
+    bound = reuse_bound(reqs, BLOCK)
+    per_request_s = (1 - bound) / calib["capacity_miss_rps"] + bound / calib["capacity_hit_rps"]
+    rate = LOAD / per_request_s / per_session
     return dataclasses.replace(cfg, session_rate=rate, sessions=max(MIN_SESSIONS,
                                                                     round(rate * seconds)))
 
@@ -186,17 +231,23 @@ async def drive(url: str, reqs: list[Request]) -> list[dict[str, float]]:
                 "ignore_eos": True, "stream": True, "user": r.session}
         start = time.perf_counter()
         stamps: list[float] = []
+        first: dict[str, Any] = {}
         try:
             async with client.stream("POST", f"{url}/v1/completions", json=body) as resp:
                 async for line in resp.aiter_lines():
                     if line.startswith("data: {"):
-                        ids = json.loads(line[6:])["choices"][0]["token_ids"]
-                        stamps += [time.perf_counter()] * len(ids)
+                        doc = json.loads(line[6:])
+                        stamps += [time.perf_counter()] * len(doc["choices"][0]["token_ids"])
+                        first = first or doc.get("kvstore", {})
         finally:
             done[r.index].set()
         n = len(stamps)
-        out.append({"ttft": stamps[0] - start, "tokens": n, "end": stamps[-1] - t0,
-                    "itl": (stamps[-1] - stamps[0]) / (n - 1) if n > 1 else 0.0})
+        ttft = stamps[0] - start
+        parts = {k: float(first[k]) for k in ("queue_s", "load_s", "prefill_s")}
+        out.append({"ttft": ttft, "tokens": n, "end": stamps[-1] - t0,
+                    "itl": (stamps[-1] - stamps[0]) / (n - 1) if n > 1 else 0.0,
+                    **parts, "overhead_s": ttft - sum(parts.values()),
+                    "computed": len(r.prompt) - int(first["cached_tokens"])})
 
     # no keep-alive: a connection the router closes as idle while a request goes out on it
     # would fail that request (requests here come seconds apart)
@@ -233,12 +284,24 @@ def summarize(res: list[dict[str, float]], st: dict[str, Any],
     good = sum(1 for t, i in zip(ttft, itl, strict=True)
                if t <= calib["ttft_target_s"] and i <= calib["itl_target_s"])
     busiest = max(w["routed"] for w in st["workers"].values()) / max(1, st["requests"])
+    # the rates the cost model priced with at the end (medians over the workers): its overlap
+    # credit per kvstore block is 1 - P/L of a local one, its weight per decoding request P/D
+    rates = {k: [r for w in st["workers"].values() if (r := (w["rates"] or {}).get(k))]
+             for k in RATE_KEYS}
+    measured = {f"{k.split('_')[0]}_rate": float(np.median(v)) if v else float("nan")
+                for k, v in rates.items()}
     return {"ttft_p50": float(np.percentile(ttft, 50)), "ttft_p99": float(np.percentile(ttft, 99)),
             "itl_p50": float(np.percentile(itl, 50)),
             "tokens_per_s": sum(r["tokens"] for r in res) / wall,
             "hit_rate": float(st["prefix_hit_rate"]), "goodput": good / wall,
             "good_fraction": good / len(res), "requests": len(res),
-            "busiest_worker_share": busiest}
+            "busiest_worker_share": busiest,
+            # where TTFT went (medians over requests): waiting for the worker's batch,
+            # loading from kvstore, prefill in the batch, and HTTP/router/event loops
+            **{f"{k}_p50": float(np.median([r[k] for r in res]))
+               for k in ("queue_s", "load_s", "prefill_s", "overhead_s")},
+            "queue_mean": float(np.mean([r["queue_s"] for r in res])), **measured,
+            "computed_mean": float(np.mean([r["computed"] for r in res]))}
 
 
 METRICS = (("TTFT p50", "ttft_p50", "s", False), ("goodput", "goodput", "requests/s", True),
@@ -271,9 +334,10 @@ def bench_routing(model: Path, quick: bool, tmp: Path, vocab: int) -> list[dict[
             print(f"  {WORKERS * len(POLICIES)} workers (kvstore={with_store}) up in "
                   f"{time.perf_counter() - started:.0f} s", flush=True)
             try:
-                idle = warm(pools, cfg)
+                sizes = warm(pools, cfg)
                 if not with_store:  # the targets and the traffic, once for both phases
-                    calib = {**idle, "capacity_rps": capacity(pools, cfg, idle)}
+                    calib = {**sizes, **unloaded(pools, cfg, sizes),
+                             **capacity(pools, cfg, sizes)}
                     cfg = sized(cfg, calib, 8.0 if quick else 25.0)
                     print(f"  calibration: {calib}; {cfg.sessions} sessions at "
                           f"{cfg.session_rate:.2f}/s", flush=True)
@@ -334,11 +398,14 @@ def bench_routing(model: Path, quick: bool, tmp: Path, vocab: int) -> list[dict[
 
 def print_table(results: dict[tuple[str, bool], list[dict[str, float]]], reps: int) -> None:
     """Every policy and pool, medians over the repetitions."""
-    keys = [k for _, k, _, _ in METRICS] + ["busiest_worker_share", "reuse_bound",
-                                             "one_worker_hit_rate"]
+    keys = [k for _, k, _, _ in METRICS] + ["good_fraction", "busiest_worker_share",
+                                             "reuse_bound", "one_worker_hit_rate"]
+    parts = ["queue_s_p50", "queue_mean", "load_s_p50", "prefill_s_p50", "overhead_s_p50",
+             "computed_mean", "prefill_rate", "decode_rate", "load_rate"]
     print(f"\nrouting, medians of {reps} repetition(s)")
-    print(f"{'policy':<13} {'kvstore':<8}" + "".join(f"{k:>21}" for k in keys))
-    for (policy, with_store), runs in results.items():
-        vals = [statistics.median(r[k] for r in runs) for k in keys]
-        print(f"{policy:<13} {with_store!s:<8}" + "".join(f"{v:>21.4g}" for v in vals))
+    for names in (keys, parts):
+        print(f"{'policy':<13} {'kvstore':<8}" + "".join(f"{k:>15.15}" for k in names))
+        for (policy, with_store), runs in results.items():
+            vals = [statistics.median(r[k] for r in runs) for k in names]
+            print(f"{policy:<13} {with_store!s:<8}" + "".join(f"{v:>15.4g}" for v in vals))
     print()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
+import time
 from dataclasses import dataclass, field
 
 from engines.decoder.runner import Engine
@@ -29,6 +30,7 @@ class Pending:
     seq: Sequence | None = None
     error: str | None = None
     last_token_at: float | None = None  # when the engine produced its latest token
+    submitted_at: float = field(default_factory=time.perf_counter)  # handed to the thread
 
     def push(self, item: int | None) -> None:
         self.loop.call_soon_threadsafe(self.tokens.put_nowait, item)

@@ -102,14 +102,22 @@ def create_app(engine: Engine, role: str = "both", admin_token: str | None = Non
         return out
 
     def prefix_hit(p: Pending) -> dict[str, Any]:
-        """The prompt's size and prefix hit; final once the first token is out."""
+        """The prompt's size and prefix hit, and where its time to the first token went:
+        ``queue_s`` from submission to joining the batch (loads aside, the step in flight
+        included), ``load_s`` loading from kvstore, ``prefill_s`` from joining the batch to
+        the first token. Final once the first token is out."""
         seq = p.seq
         assert seq is not None
         ttft = (seq.first_token_at - seq.arrival) if seq.first_token_at else None
+        joined = seq.admitted_at
         return {"prompt_tokens": seq.num_prompt,
                 "cached_tokens": seq.local_hit_tokens + seq.store_hit_tokens,
                 "local_hit_tokens": seq.local_hit_tokens,
-                "store_hit_tokens": seq.store_hit_tokens, "ttft_s": ttft}
+                "store_hit_tokens": seq.store_hit_tokens, "ttft_s": ttft,
+                "queue_s": None if joined is None else joined - p.submitted_at - seq.load_s,
+                "load_s": seq.load_s,
+                "prefill_s": None if joined is None or seq.first_token_at is None
+                else seq.first_token_at - joined}
 
     def summary(p: Pending, started: float, kind: str = "generate") -> dict[str, Any]:
         seq = p.seq

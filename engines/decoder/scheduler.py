@@ -47,6 +47,8 @@ class Sequence:
     store_hit_tokens: int = 0
     finish_reason: str | None = None
     arrival: float = field(default_factory=time.perf_counter)
+    admitted_at: float | None = None  # first joined the running batch (loads done)
+    load_s: float = 0.0  # spent loading its prefix from kvstore (every admission attempt)
     first_token_at: float | None = None
 
     @property
@@ -111,6 +113,8 @@ class Scheduler:
                 break
             self.waiting.popleft()
             self.running.append(seq)
+            if seq.admitted_at is None:
+                seq.admitted_at = time.perf_counter()
             self.stats["local_hit_tokens"] += seq.local_hit_tokens
             self.stats["store_hit_tokens"] += seq.store_hit_tokens
             plan.append((seq, n))
@@ -187,6 +191,7 @@ class Scheduler:
                 self.blocks.release(fresh[stored:])
                 table += fresh[:stored]
                 self.rates.on_load(stored * self.block_size, time.perf_counter() - started)
+            seq.load_s += time.perf_counter() - started
         bs = self.block_size
         seq.block_table = table
         seq.num_computed, seq.num_published = len(table) * bs, len(table)

@@ -1,7 +1,8 @@
 """The traffic a simulation serves, sized as ``bench/engine_routing.py`` sizes the real one:
 the same workload shape, the same per-worker cache share of the shared prefixes, the same
-goodput targets (multiples of the idle latency of a mean-sized request) and an arrival rate
-set to a fraction (``load``) of the fleet's capacity, measured here on the simulated fleet.
+goodput targets (multiples of the latency of a mean-sized request without queueing: here on
+one idle worker, as simulated workers share no CPU) and an arrival rate set to a fraction
+(``load``) of the fleet's capacity at the reuse bound, measured here on the simulated fleet.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ class Targets(NamedTuple):
     ttft_target_s: float
     itl_target_s: float
     capacity_rps: float  # requests/s the fleet completes in a burst without cache hits
+    capacity_hit_rps: float  # the same burst again, its prompts cached (all but a block)
 
 
 def fresh(cfg: WorkloadConfig, n: int, count: int, salt: int = 20_000) -> list[Request]:
@@ -56,7 +58,8 @@ def fresh(cfg: WorkloadConfig, n: int, count: int, salt: int = 20_000) -> list[R
 
 def targets(cfg: WorkloadConfig, fleet: FleetConfig) -> Targets:
     """Idle TTFT and ITL of a mean-sized request on one worker, the targets, and the
-    fleet's capacity (a burst of three mean-sized requests per worker, round-robin)."""
+    fleet's capacity: a burst of three mean-sized requests per worker, round-robin, then the
+    same burst again once it has ended (each prompt back on the worker that cached it)."""
     reqs = generate(dataclasses.replace(cfg, salt=10_000))
     n = int(statistics.mean(len(r.prompt) for r in reqs))
     out = max(2, int(statistics.mean(r.max_tokens for r in reqs)))
@@ -64,24 +67,30 @@ def targets(cfg: WorkloadConfig, fleet: FleetConfig) -> Targets:
     idle = simulate(one, dataclasses.replace(fleet, workers=1, policy="round-robin",
                                              kvstore=False))[0]
     burst = [dataclasses.replace(r, max_tokens=out) for r in fresh(cfg, n, 3 * fleet.workers)]
-    done = simulate(burst, dataclasses.replace(fleet, policy="round-robin", kvstore=False))
-    capacity = len(done) / max(o.end for o in done)
+    rr = dataclasses.replace(fleet, policy="round-robin", kvstore=False)
+    first = max(o.end for o in simulate(burst, rr))
+    again = [dataclasses.replace(r, index=r.index + len(burst), at=first) for r in burst]
+    done = [o for o in simulate(burst + again, rr) if o.request >= len(burst)]
+    hit = len(again) / (max(o.end for o in done) - first)
     return Targets(n, out, idle.ttft, idle.itl, TTFT_SLO * idle.ttft, ITL_SLO * idle.itl,
-                   capacity)
+                   len(burst) / first, hit)
 
 
 def sized(cfg: WorkloadConfig, t: Targets, load: float, sessions: int,
           block_size: int) -> WorkloadConfig:
     """``cfg`` with ``sessions`` sessions arriving at the rate that loads the fleet to
     ``load`` of its capacity if it hit the reuse bound (every prefix seen before reused), as
-    the real bench sizes its traffic: a policy that reuses less works harder."""
+    the real bench sizes its traffic: a policy that reuses less works harder. A request's
+    fleet time is interpolated between the capacities without and with hits by the share of
+    its prompt it reuses (reuse saves the prefill, not the decoding)."""
     if load <= 0 or sessions < 1:
         raise ValueError("load must be > 0 and sessions >= 1")
     probe = dataclasses.replace(cfg, sessions=max(sessions, 50))
     reqs = generate(probe)
     per_session = len(reqs) / probe.sessions
-    bound = min(reuse_bound(reqs, block_size), 0.95)
-    rate = load * t.capacity_rps / (1 - bound) / per_session
+    bound = reuse_bound(reqs, block_size)
+    per_request_s = (1 - bound) / t.capacity_rps + bound / t.capacity_hit_rps
+    rate = load / per_request_s / per_session
     return dataclasses.replace(cfg, session_rate=rate, sessions=sessions)
 
 

@@ -18,13 +18,18 @@ STARTUP_S = 180.0  # a shared 2-core machine imports torch slowly
 
 
 class Proc(ChildProc):
-    """One child process serving HTTP on ``port``; its output goes to a temp log file."""
+    """One child process serving HTTP on ``port``; its output goes to a temp log file.
+    ``nice`` (>= 0, added to this process's niceness) and ``cpus`` (a core set) are applied to
+    it as soon as it is spawned, before its imports start any thread (threads inherit both)."""
 
-    def __init__(self, cmd: list[str], port: int, env: dict[str, str] | None = None) -> None:
+    def __init__(self, cmd: list[str], port: int, env: dict[str, str] | None = None, *,
+                 nice: int = 0, cpus: set[int] | None = None) -> None:
+        if nice < 0:
+            raise ValueError("nice must be >= 0 (raising a priority needs privileges)")
         fd, path = tempfile.mkstemp(prefix="kvstore-proc-", suffix=".log")
         os.close(fd)
         super().__init__(cmd[0], Path(path), env=env)
-        self.cmd, self.port = cmd, port
+        self.cmd, self.port, self.nice, self.cpus = cmd, port, nice, cpus
 
     @property
     def url(self) -> str:
@@ -32,6 +37,12 @@ class Proc(ChildProc):
 
     def start(self, wait: bool = True) -> Proc:
         self.spawn(self.cmd)
+        assert self.proc is not None
+        if self.nice:
+            mine = os.getpriority(os.PRIO_PROCESS, 0)  # the child's, as it inherited it
+            os.setpriority(os.PRIO_PROCESS, self.proc.pid, min(19, mine + self.nice))
+        if self.cpus is not None:
+            os.sched_setaffinity(self.proc.pid, self.cpus)
         return self.wait_ready() if wait else self
 
     def wait_ready(self) -> Proc:
@@ -41,14 +52,19 @@ class Proc(ChildProc):
 
 
 def engine_proc(model: str | Path, *, role: str = "both", kvstore: str | None = None,
-                args: tuple[str, ...] = ()) -> Proc:
+                args: tuple[str, ...] = (), nice: int = 0,
+                cpus: set[int] | None = None) -> Proc:
+    """A worker process. ``nice`` > 0 lowers its CPU priority, so that a router and
+    clients sharing its cores are not starved by it; ``cpus`` pins it to those cores, so that
+    workers pinned apart never take CPU from each other (as on a real fleet, where each has
+    its own accelerator)."""
     port = free_port()
     cmd = [*console_script("kvstore-engine", "engines.cli"), "serve", "--model", str(model),
            "--port", str(port), "--role", role, "--device", "cpu", *args]
     if kvstore:
         cmd += ["--kvstore", kvstore]
     # one torch thread per worker: several workers share few cores in tests and benches
-    return Proc(cmd, port, env={"OMP_NUM_THREADS": "1"})
+    return Proc(cmd, port, env={"OMP_NUM_THREADS": "1"}, nice=nice, cpus=cpus)
 
 
 def router_proc(workers: list[str], *, policy: str = "kv", kvstore: str | None = None,

@@ -152,6 +152,11 @@ def test_streaming_with_usage(client: openai.OpenAI, router_url: str) -> None:
     assert lines[-1] == "data: [DONE]"
     assert all(ln.startswith("data: ") for ln in lines)
     assert json.loads(lines[0][6:])["object"] == "text_completion"
+    # the first token's chunk names its worker and where the time to it went; no other does
+    first = json.loads(lines[0][6:])["kvstore"]
+    assert first["index"] == 0 and first["worker"].startswith("http://")
+    assert first["prefill_s"] > 0 and first["queue_s"] >= 0 and first["load_s"] == 0
+    assert not any("kvstore" in json.loads(ln[6:]) for ln in lines[1:-1])
 
 
 def test_cached_tokens_on_a_repeated_prompt(client: openai.OpenAI) -> None:

@@ -60,6 +60,12 @@ def test_generate_and_stream(gqa_model: Path) -> None:
         # request above, all but the last token's block
         assert json.loads(lines[0])["cached_tokens"] == (len(PROMPT) - 1) // 4 * 4
         assert json.loads(lines[0])["prompt_tokens"] == len(PROMPT)
+        # and where its time to first token went: no kvstore here, so no load; waiting and
+        # prefill are measured on one clock and fit inside the request's latency
+        first, last = json.loads(lines[0]), json.loads(lines[-2])
+        assert first["load_s"] == 0.0
+        assert first["queue_s"] >= 0 and first["prefill_s"] > 0
+        assert first["queue_s"] + first["prefill_s"] < last["latency_s"]
         assert json.loads(lines[-2])["finish_reason"] == "length"
         assert c.post("/generate", json={"prompt_ids": [1000]}).status_code == 400
         assert c.post("/prefill", json={"prompt_ids": PROMPT}).status_code == 409  # no store

@@ -10,6 +10,7 @@ that could be the start of a stop string is held back until the next token settl
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,16 +18,23 @@ from typing import Any
 from engines.router.api.tokenizer import IncrementalDecoder
 from engines.router.core import Router
 
+# what a stream's first chunk of a choice passes on from its worker's first event
+FIRST_TOKEN_KEYS = ("worker", "prompt_tokens", "cached_tokens", "local_hit_tokens",
+                    "store_hit_tokens", "ttft_s", "queue_s", "load_s", "prefill_s")
+
 
 @dataclass(frozen=True, slots=True)
 class Delta:
     """What one step of a choice adds: text, the token (none in the last delta of a stream
-    that ran to its end) and, in its last delta, why it finished."""
+    that ran to its end) and, in its last delta, why it finished. The first token's delta
+    also carries what its worker said of the prompt (``kvstore``: the worker, the prefix hit
+    and where the time to the first token went)."""
 
     index: int
     text: str
     token_ids: list[int]
     finish_reason: str | None
+    kvstore: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)
@@ -94,10 +102,12 @@ async def run(router: Router, choice: Choice) -> AsyncIterator[Delta]:
             if "token_id" not in ev:  # the summary: the worker ran to its end
                 yield choice.finish(ev["finish_reason"])
                 return
+            delta = choice.push(ev["token_id"])
             if "worker" in ev:  # the first token: the prompt's prefix hit
                 choice.worker, choice.ttft_s = ev["worker"], ev.get("ttft_s")
                 choice.cached_tokens = int(ev.get("cached_tokens", 0))
-            delta = choice.push(ev["token_id"])
+                delta = dataclasses.replace(delta, kvstore={
+                    k: v for k, v in ev.items() if k in FIRST_TOKEN_KEYS})
             yield delta
             if delta.finish_reason is not None:
                 return  # a stop string: closing the stream aborts the worker's generation

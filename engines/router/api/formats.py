@@ -4,7 +4,8 @@ Both formats answer a whole request (:meth:`response`) or one delta of a stream
 (:meth:`chunk`), and end a stream with usage when the client asked for it
 (:meth:`usage_chunk`). Completion choices also carry ``token_ids`` (as vLLM can), and whole
 responses a ``kvstore`` list: per choice, the worker that served it, its cached prompt tokens
-and its time to first token.
+and its time to first token; in a stream, the chunk of a choice's first token carries them
+(and where that time went, as the worker measured it) as a ``kvstore`` object.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ class Format:
     def chunk(self, delta: Delta) -> dict[str, Any] | None:
         """The stream chunk of ``delta``, or None when it carries nothing to send."""
         doc = {**self._head(self.chunk_kind), "choices": [self.chunk_choice(delta)]}
+        if delta.kvstore is not None:  # a choice's first token: its worker and prefix hit
+            doc["kvstore"] = {"index": delta.index, **delta.kvstore}
         if self.include_usage:  # as OpenAI: every chunk has the key, the last one the value
             doc["usage"] = None
         return doc
