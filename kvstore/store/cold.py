@@ -63,23 +63,36 @@ class ColdIndex:
     def load(self, key: BlockKey) -> Entry | None:
         """The entry of a block the cold tiers hold (the same object while one is held)."""
         entry = self._live.get(key)
-        if entry is not None:
-            return entry
-        found: BlockMeta | None = None
-        tiers = 0
+        return entry if entry is not None else self.load_many([key])[0]
+
+    def load_many(self, keys: Sequence[BlockKey]) -> list[Entry | None]:
+        """:meth:`load` of each key, with one ``metas`` call (one read transaction) per cold
+        tier for all the keys no held entry answers, instead of one per key."""
+        live = self._live
+        out = [live.get(key) for key in keys]
+        todo = [i for i, entry in enumerate(out) if entry is None]
+        if not todo or not self._catalogs:
+            return out
+        asked = [keys[i] for i in todo]
+        found: list[BlockMeta | None] = [None] * len(asked)
+        tiers = [0] * len(asked)
         for pos, tier in self._catalogs:
-            meta = tier.metas([key])[0]
-            if meta is not None:
-                found = found or meta
-                tiers |= 1 << pos
-        if found is None:
-            return None
-        layout = self._layout_of(key[0])
-        if layout is not None and found.layout_id != layout:
-            return None  # stored under another definition of the namespace
-        entry = Entry(found.size, found.checksum, found.layout_id, tiers)
-        self._live[key] = entry
-        return entry
+            for j, meta in enumerate(tier.metas(asked)):
+                if meta is not None:
+                    found[j] = found[j] or meta
+                    tiers[j] |= 1 << pos
+        for i, key, meta, mask in zip(todo, asked, found, tiers, strict=True):
+            if meta is None:
+                continue
+            layout = self._layout_of(key[0])
+            if layout is not None and meta.layout_id != layout:
+                continue  # stored under another definition of the namespace
+            # a key given twice builds one entry: the second finds the first held
+            entry = live.get(key)
+            if entry is None:
+                entry = live[key] = Entry(meta.size, meta.checksum, meta.layout_id, mask)
+            out[i] = entry
+        return out
 
     def hold(self, key: BlockKey, entry: Entry) -> None:
         """``entry`` (a block now only in cold tiers) is what :meth:`load` returns while held."""
