@@ -63,7 +63,16 @@ class ColdIndex:
     def load(self, key: BlockKey) -> Entry | None:
         """The entry of a block the cold tiers hold (the same object while one is held)."""
         entry = self._live.get(key)
-        return entry if entry is not None else self.load_many([key])[0]
+        if entry is not None:
+            return entry
+        found: BlockMeta | None = None
+        tiers = 0
+        for pos, tier in self._catalogs:
+            meta = tier.metas([key])[0]
+            if meta is not None:
+                found = found or meta
+                tiers |= 1 << pos
+        return self._make(key, found, tiers)
 
     def load_many(self, keys: Sequence[BlockKey]) -> list[Entry | None]:
         """:meth:`load` of each key, with one ``metas`` call (one read transaction) per cold
@@ -81,18 +90,26 @@ class ColdIndex:
                 if meta is not None:
                     found[j] = found[j] or meta
                     tiers[j] |= 1 << pos
+        made: dict[BlockKey, Entry | None] = {}  # a key given twice gets one entry
         for i, key, meta, mask in zip(todo, asked, found, tiers, strict=True):
             if meta is None:
                 continue
-            layout = self._layout_of(key[0])
-            if layout is not None and meta.layout_id != layout:
-                continue  # stored under another definition of the namespace
-            # a key given twice builds one entry: the second finds the first held
-            entry = live.get(key)
-            if entry is None:
-                entry = live[key] = Entry(meta.size, meta.checksum, meta.layout_id, mask)
-            out[i] = entry
+            if key not in made:
+                made[key] = self._make(key, meta, mask)
+            out[i] = made[key]
         return out
+
+    def _make(self, key: BlockKey, meta: BlockMeta | None, tiers: int) -> Entry | None:
+        """The entry of a block the cold tiers ``tiers`` hold with ``meta`` (None: none
+        does), held from now on."""
+        if meta is None:
+            return None
+        layout = self._layout_of(key[0])
+        if layout is not None and meta.layout_id != layout:
+            return None  # stored under another definition of the namespace
+        entry = Entry(meta.size, meta.checksum, meta.layout_id, tiers)
+        self._live[key] = entry
+        return entry
 
     def hold(self, key: BlockKey, entry: Entry) -> None:
         """``entry`` (a block now only in cold tiers) is what :meth:`load` returns while held."""

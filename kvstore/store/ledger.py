@@ -57,6 +57,8 @@ class Ledger:
     def get_many(self, keys: Sequence[BlockKey]) -> list[Entry | None]:
         """:meth:`get` of each key; the cold index is asked once for all the keys not in RAM
         (one read transaction, not one per block)."""
+        if len(keys) == 1:  # a single-block read: no batch to build
+            return [self.get(keys[0])]
         get = self._index.get
         out = [get(key) for key in keys]
         todo = [i for i, entry in enumerate(out) if entry is None]

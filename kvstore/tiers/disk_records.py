@@ -31,6 +31,7 @@ HEADER = struct.Struct("<4sHxxQQI36x")
 # The header's fields a read checks: magic, version and pad as one u64, and the size.
 _CHECK = struct.Struct("<Q16xI")
 _MAGIC_VERSION = _CHECK.unpack_from(HEADER.pack(MAGIC, VERSION, 0, 0, 0))[0]
+BATCH_CHECK = 8  # values from which checking them all at once costs less than one by one
 
 
 INDEX_MARK = b"\x00kvstore:index"
@@ -101,26 +102,29 @@ def payloads(values: Sequence[Any]) -> tuple[list[bytes | None], list[int]]:
     ``buffers=True`` transaction), copied out once (None: absent, or not ours), and the
     indices of the values present but not ours (a bad header)."""
     n = len(values)
-    if n:
+    hs = HEADER.size
+    if n >= BATCH_CHECK:
         try:
             lens = list(map(len, values))
             heads = list(map(_CHECK.unpack_from, values))
-        except (TypeError, struct.error):  # a miss (None) or a short value: the full check
+        except (TypeError, struct.error):  # a miss (None) or a short value: one at a time
             pass
         else:
             # The common batch, every value ours and of one size (one namespace's blocks),
             # is checked by two list comparisons in C instead of a Python step per header:
             # at 64 KiB each step shows against the copy itself.
             size = lens[0]
-            if lens == [size] * n and heads == [(_MAGIC_VERSION, size - HEADER.size)] * n:
-                hs = HEADER.size
+            if lens == [size] * n and heads == [(_MAGIC_VERSION, size - hs)] * n:
                 return [v[hs:].tobytes() for v in values], []
     out: list[bytes | None] = []
     bad: list[int] = []
+    unpack = HEADER.unpack_from
     for i, value in enumerate(values):
-        if value is not None and payload_size(value) is not None:
-            out.append(value[HEADER.size :].tobytes())
-            continue
+        if value is not None and len(value) >= hs:  # unpack_header() inlined: no BlockMeta
+            magic, version, _layout, _checksum, size = unpack(value)
+            if magic == MAGIC and version == VERSION and hs + size == len(value):
+                out.append(value[hs:].tobytes())
+                continue
         out.append(None)
         if value is not None:
             bad.append(i)

@@ -4,6 +4,7 @@ header check, and the cached key prefixes."""
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from pathlib import Path
 
 import lmdb
@@ -12,6 +13,7 @@ import pytest
 from kvstore.tiers.base import BlockMeta
 from kvstore.tiers.disk import DiskTier
 from kvstore.tiers.disk_records import (
+    BATCH_CHECK,
     HEADER,
     KeyPrefixes,
     encode_key,
@@ -21,12 +23,14 @@ from kvstore.tiers.disk_records import (
 )
 from tests.kvstore.tiers.contract import KiB, block, item, key
 
+N = BATCH_CHECK + 2  # a batch checked at once (smaller ones are checked value by value)
+
 
 def value(data: bytes, layout: int = 3) -> memoryview:
     return memoryview(bytes(pack_value(data, BlockMeta(layout, len(data), len(data)))))
 
 
-def reference(values: list[memoryview | None]) -> tuple[list[bytes | None], list[int]]:
+def reference(values: Sequence[memoryview | None]) -> tuple[list[bytes | None], list[int]]:
     """One header at a time, the way every value used to be checked."""
     out: list[bytes | None] = []
     bad: list[int] = []
@@ -44,8 +48,9 @@ def damaged(v: memoryview, offset: int, fmt: str, field: int) -> memoryview:
     return memoryview(bytes(raw))
 
 
-def test_a_batch_of_one_size_reads_every_payload() -> None:
-    datas = [block(4 * KiB) for _ in range(5)]
+@pytest.mark.parametrize("n", [1, BATCH_CHECK - 1, N])
+def test_a_batch_of_one_size_reads_every_payload(n: int) -> None:
+    datas = [block(4 * KiB) for _ in range(n)]
     out, bad = payloads([value(d) for d in datas])
     assert out == datas and bad == []
     assert all(type(b) is bytes for b in out)
@@ -60,18 +65,18 @@ def test_one_bad_header_in_a_batch_of_one_size_is_caught(
     why: str, offset: int, fmt: str, field: int
 ) -> None:
     """The same length as its neighbours, so only the header check can tell it apart."""
-    datas = [block(4 * KiB) for _ in range(4)]
+    datas = [block(4 * KiB) for _ in range(N)]
     values: list[memoryview | None] = [value(d) for d in datas]
     values[2] = damaged(value(datas[2]), offset, fmt, field)
     out, bad = payloads(values)
     assert (out, bad) == reference(values)
-    assert out[2] is None and bad == [2] and out[:2] == datas[:2] and out[3] == datas[3], why
+    assert out[2] is None and bad == [2] and out[:2] == datas[:2] and out[3:] == datas[3:], why
 
 
 def test_pad_bytes_are_not_checked() -> None:
     """The batch check reads the pad with the magic; a nonzero pad sends the batch to the full
     check, which (as before) ignores it: the value still reads."""
-    datas = [block(KiB) for _ in range(3)]
+    datas = [block(KiB) for _ in range(N)]
     values = [value(d) for d in datas]
     values[1] = damaged(values[1], 6, "<H", 1)
     assert payloads(values) == reference(values) == (datas, [])
@@ -80,8 +85,8 @@ def test_pad_bytes_are_not_checked() -> None:
 def test_mixed_sizes_misses_and_short_values_match_the_per_value_check() -> None:
     values: list[memoryview | None] = [
         value(block(100)), None, value(block(7)), memoryview(b"short"),
-        memoryview(bytes(HEADER.size - 1)), value(b""), value(block(100)),
-    ]
+        memoryview(bytes(HEADER.size - 1)), value(b""),
+    ] + [value(block(100)) for _ in range(N)]
     out, bad = payloads(values)
     assert (out, bad) == reference(values)
     assert bad == [3, 4] and out[1] is None and out[5] == b""
@@ -91,7 +96,7 @@ def test_a_foreign_value_of_the_same_length_reads_as_absent_from_the_tier(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     path = str(tmp_path / "db")
-    items = [item(key(i), block(8 * KiB)) for i in range(4)]
+    items = [item(key(i), block(8 * KiB)) for i in range(N)]
     tier = DiskTier(1 << 20, path=path)
     tier.put_many(items)
     tier.close()
@@ -102,7 +107,8 @@ def test_a_foreign_value_of_the_same_length_reads_as_absent_from_the_tier(
     tier = DiskTier(1 << 20, path=path)
     try:
         got = tier.get_many([k for k, _, _ in items])
-        assert got == [items[0][1], None, items[2][1], items[3][1]]
+        assert got == [data for _, data, _ in items[:1]] + [None] + [
+            data for _, data, _ in items[2:]]
         assert sum("bad header" in r.getMessage() for r in caplog.records) == 1
     finally:
         tier.close()
