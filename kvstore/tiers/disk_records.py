@@ -28,7 +28,8 @@ VERSION = 1
 # copy out of the map then matches a raw get of the whole value: at 64 KiB, 0.77-0.83 of raw
 # py-lmdb against 0.65-0.72 with a 32-byte header (same run, same machine).
 HEADER = struct.Struct("<4sHxxQQI36x")
-# The header's fields a read checks: magic, version and pad as one u64, and the size.
+# The header's fields a batched read checks: magic, version and pad as one u64, and the
+# size (a nonzero pad sends the batch to the one-by-one check, which ignores the pad).
 _CHECK = struct.Struct("<Q16xI")
 _MAGIC_VERSION = _CHECK.unpack_from(HEADER.pack(MAGIC, VERSION, 0, 0, 0))[0]
 BATCH_CHECK = 8  # values from which checking them all at once costs less than one by one
