@@ -72,12 +72,42 @@ class ColdIndex:
             if meta is not None:
                 found = found or meta
                 tiers |= 1 << pos
-        if found is None:
+        return self._make(key, found, tiers)
+
+    def load_many(self, keys: Sequence[BlockKey]) -> list[Entry | None]:
+        """:meth:`load` of each key, with one ``metas`` call (one read transaction) per cold
+        tier for all the keys no held entry answers, instead of one per key."""
+        live = self._live
+        out = [live.get(key) for key in keys]
+        todo = [i for i, entry in enumerate(out) if entry is None]
+        if not todo or not self._catalogs:
+            return out
+        asked = [keys[i] for i in todo]
+        found: list[BlockMeta | None] = [None] * len(asked)
+        tiers = [0] * len(asked)
+        for pos, tier in self._catalogs:
+            for j, meta in enumerate(tier.metas(asked)):
+                if meta is not None:
+                    found[j] = found[j] or meta
+                    tiers[j] |= 1 << pos
+        made: dict[BlockKey, Entry | None] = {}  # a key given twice gets one entry
+        for i, key, meta, mask in zip(todo, asked, found, tiers, strict=True):
+            if meta is None:
+                continue
+            if key not in made:
+                made[key] = self._make(key, meta, mask)
+            out[i] = made[key]
+        return out
+
+    def _make(self, key: BlockKey, meta: BlockMeta | None, tiers: int) -> Entry | None:
+        """The entry of a block the cold tiers ``tiers`` hold with ``meta`` (None: none
+        does), held from now on."""
+        if meta is None:
             return None
         layout = self._layout_of(key[0])
-        if layout is not None and found.layout_id != layout:
+        if layout is not None and meta.layout_id != layout:
             return None  # stored under another definition of the namespace
-        entry = Entry(found.size, found.checksum, found.layout_id, tiers)
+        entry = Entry(meta.size, meta.checksum, meta.layout_id, tiers)
         self._live[key] = entry
         return entry
 

@@ -87,14 +87,14 @@ class HostPath:
         below: list[BlockKey] = []
         if promote:
             with self._lock.hold(nowait):
-                below = [k for k in keys
-                         if (e := self._ledger.visible(k)) is not None and not e.holds(host)]
+                below = [k for k, e in zip(keys, self._ledger.visible_many(keys), strict=True)
+                         if e is not None and not e.holds(host)]
         if below:
             if nowait:
                 raise WouldBlock(f"{len(below)} blocks must be promoted from a lower tier")
             self._reader.read(below, promote=True, count=False, promote_to=host)
         with self._lock.hold(nowait):
-            entries = [self._ledger.get(key) for key in keys]
+            entries = self._ledger.get_many(keys)
             stuck = promote and sum(
                 e is not None and e.tiers != 0 and not e.holds(host) for e in entries)
             if stuck:  # stored, but the host tier could not take it: not a miss

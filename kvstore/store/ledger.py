@@ -55,6 +55,19 @@ class Ledger:
             return self._cold.load(key)
         return entry
 
+    def get_many(self, keys: Sequence[BlockKey]) -> list[Entry | None]:
+        """:meth:`get` of each key; the cold index is asked once for all the keys not in RAM
+        (one read transaction, not one per block)."""
+        if len(keys) == 1:  # a single-block read: no batch to build
+            return [self.get(keys[0])]
+        get = self._index.get
+        out = [get(key) for key in keys]
+        todo = [i for i, entry in enumerate(out) if entry is None]
+        if todo and self._cold:
+            for i, entry in zip(todo, self._cold.load_many([keys[i] for i in todo]), strict=True):
+                out[i] = entry
+        return out
+
     def __contains__(self, key: object) -> bool:
         if key in self._index:
             return True
@@ -71,8 +84,12 @@ class Ledger:
 
     def visible(self, key: BlockKey) -> Entry | None:
         """The entry of a published block that some tier holds, else None."""
-        entry = self.get(key)
-        return entry if entry is not None and not entry.pending and entry.tiers else None
+        return self.visible_many([key])[0]
+
+    def visible_many(self, keys: Sequence[BlockKey]) -> list[Entry | None]:
+        """:meth:`visible` of each key, the cold ones loaded in one batch."""
+        return [e if e is not None and not e.pending and e.tiers else None
+                for e in self.get_many(keys)]
 
     def prefix(self, namespace: str, hashes: Sequence[bytes]) -> list[str]:
         """The top tier's name of each block of the longest stored prefix of ``hashes``.
@@ -113,9 +130,12 @@ class Ledger:
                 if run == 0:
                     return
                 cold_name = by_mask[1 << pos] or ""  # a one-tier mask always names it
-                for h in hashes[i:i + run]:
-                    hot = get(h)  # a memory tier may hold it too: its top tier is higher
-                    tiers.append(cold_name if hot is None else by_mask[hot.tiers] or cold_name)
+                hots = list(map(get, hashes[i:i + run]))  # a memory tier may hold some too
+                if any(hots):  # (an Entry is always true) their top tier is higher
+                    tiers.extend(cold_name if hot is None else by_mask[hot.tiers] or cold_name
+                                 for hot in hots)
+                else:
+                    tiers.extend([cold_name] * run)
                 i += run
                 continue
             name = by_mask[entry.tiers]

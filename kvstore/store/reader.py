@@ -57,8 +57,8 @@ class Reader:
         with self._lock:
             slow: dict[int, list[int]] = {}
             reading: list[BlockKey] = []
-            for i, key in enumerate(keys):
-                entry = self._ledger.visible(key)
+            for i, (key, entry) in enumerate(zip(keys, self._ledger.visible_many(keys),
+                                                 strict=True)):
                 if entry is None:
                     continue
                 held.append(entry)
@@ -158,15 +158,15 @@ class Reader:
     def prefetch(self, keys: list[BlockKey]) -> int:
         """Promote blocks into the top tier; how many of ``keys`` it holds afterwards."""
         with self._lock:
-            todo = [k for k in keys if (e := self._ledger.visible(k)) is not None
-                    and not e.holds(0)]
+            todo = [k for k, e in zip(keys, self._ledger.visible_many(keys), strict=True)
+                    if e is not None and not e.holds(0)]
         if todo:
             datas = self.read(todo, promote=True, count=False)
             with self._lock:
                 self._tally.prefetched([k[0] for k, d in zip(todo, datas, strict=True)
                                         if d is not None])
         with self._lock:
-            return sum(1 for k in keys if (e := self._ledger.get(k)) is not None and e.holds(0))
+            return sum(1 for e in self._ledger.get_many(keys) if e is not None and e.holds(0))
 
     def discover_missing(self, keys: Sequence[BlockKey]) -> None:
         """Ask shared tiers (S3) about those of ``keys`` missing from the index."""
