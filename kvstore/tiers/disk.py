@@ -26,22 +26,15 @@ from collections.abc import Iterator, Sequence
 from contextlib import closing
 from typing import Any
 
-import lmdb
-
-from kvstore.errors import CapacityError
-from kvstore.tiers import disk_index
+from kvstore.tiers import disk_index, disk_writes
 from kvstore.tiers.base import BlockMeta, Buffer, Tier
 from kvstore.tiers.disk_counts import DiskCounts, headers
 from kvstore.tiers.disk_env import MAP_SLACK, DiskEnv, open_env
 from kvstore.tiers.disk_records import (
     HEADER,
-    MAGIC,
-    VERSION,
     KeyPrefixes,
     decode_key,
     encode_key,
-    payload_size,
-    payloads,
 )
 from kvstore.types import BlockKey
 
@@ -89,60 +82,22 @@ class DiskTier(Tier):
             blocks[encode_key(key)] = (memoryview(buf).cast("B"), meta)
         if not blocks:
             return  # an empty commit would still cost an fsync
+        end = HEADER.size + max(view.nbytes for view, _ in blocks.values())
         with self._env.lock:
-            self._env.write(lambda txn: self._put_all(txn, blocks))
+            if len(self._scratch) < end:  # one value buffer, reused (disk_writes.put_all)
+                self._scratch = memoryview(bytearray(end))
+            self._env.write(disk_writes.put_all, blocks, self._counts, self.capacity_bytes,
+                            self._scratch)
             self._counts.commit()
 
-    def _put_all(
-        self, txn: lmdb.Transaction, blocks: dict[bytes, tuple[memoryview, BlockMeta]]
-    ) -> None:
-        """Counts first (a key already stored is an overwrite: its old payload no longer
-        counts), refused as a whole past the capacity; then header + payload of each block
-        through one reused scratch buffer: LMDB copies the
-        value into its own pages during ``put``, so the buffer is free again at once, and a
-        warm buffer saves the allocation, zeroing and page faults of a fresh value per block
-        (py-lmdb has no MDB_RESERVE to write into LMDB's pages directly). Caller holds
-        the env's lock."""
-        counts = self._counts
-        counts.begin()
-        for raw, (view, _) in blocks.items():
-            old = payload_size(txn.get(raw))
-            counts.note(raw, old is None, view.nbytes - (old or 0))
-        used = counts.used_after()
-        if used > self.capacity_bytes:
-            raise CapacityError(
-                f"disk tier: {used} bytes needed of a capacity of {self.capacity_bytes}"
-            )
-        for raw, (view, meta) in blocks.items():
-            end = HEADER.size + view.nbytes
-            if len(self._scratch) < end:
-                self._scratch = memoryview(bytearray(end))
-            scratch = self._scratch
-            HEADER.pack_into(scratch, 0, MAGIC, VERSION, meta.layout_id, meta.checksum, view.nbytes)
-            scratch[HEADER.size : end] = view
-            txn.put(raw, scratch[:end])
-        counts.stage(txn)
-
     def delete(self, keys: Sequence[BlockKey]) -> None:
-        stored = self._env.read(lambda txn: [  # an empty commit would still cost an fsync
-            raw for raw in dict.fromkeys(map(encode_key, keys))
-            if payload_size(txn.get(raw)) is not None])
-        if not stored:
-            return
+        raws = list(dict.fromkeys(map(encode_key, keys)))
+        found = self._env.read(disk_writes.stored, raws)
+        if not found:
+            return  # an empty commit would still cost an fsync
         with self._env.lock:
-            counts = self._counts
-
-            def body(txn: lmdb.Transaction) -> None:
-                counts.begin()
-                for raw in stored:
-                    old = payload_size(txn.get(raw))
-                    if old is not None:  # else absent, or not ours: nothing counted
-                        txn.delete(raw)
-                        counts.note(raw, -1, -old)
-                counts.stage(txn)
-
-            self._env.write(body)
-            counts.commit()
+            self._env.write(disk_writes.delete_all, found, self._counts)
+            self._counts.commit()
 
     # -- reads ----------------------------------------------------------------------------
     def _raws(self, keys: Sequence[BlockKey]) -> list[bytes]:
@@ -154,7 +109,7 @@ class DiskTier(Tier):
         # batch's headers checked at once, one copy out of the map while the txn is open):
         # at 64 KiB every Python step shows against raw py-lmdb.
         raws = self._raws(keys)
-        out, bad = self._env.read(lambda txn: payloads(list(map(txn.get, raws))))
+        out, bad = self._env.read(disk_writes.read_payloads, raws)
         for i in bad:
             log.warning("disk tier: bad header for %r; treated as absent", keys[i])
         return out
@@ -168,15 +123,15 @@ class DiskTier(Tier):
     def metas(self, keys: Sequence[BlockKey]) -> list[BlockMeta | None]:
         """The meta in each key's header (None: not stored, or not ours), one transaction."""
         raws = self._raws(keys)
-        return self._env.read(lambda txn: disk_index.metas(txn, raws))
+        return self._env.read(disk_index.metas, raws)
 
     def leading(self, namespace: str, hashes: Sequence[bytes]) -> int:
         """How many of a chain's ``hashes``, from the first, this tier holds."""
         prefix = self._prefixes[namespace]
-        return self._env.read(lambda txn: disk_index.leading(txn, prefix, hashes))
+        return self._env.read(disk_index.leading, prefix, hashes)
 
     def keys_of(self, namespace: str) -> list[BlockKey]:
-        return self._env.read(lambda txn: disk_index.namespace_keys(txn, namespace))
+        return self._env.read(disk_index.namespace_keys, namespace)
 
     def sample(self, n: int, rng: random.Random) -> list[BlockKey]:
         """``n`` stored keys about at random, or every key when ``n >= len(self)`` (what a
@@ -184,7 +139,7 @@ class DiskTier(Tier):
         weights = {ns: blocks for ns, (blocks, _) in self._counts.usage().items()}
         if n >= sum(weights.values()):
             return [k for ns in weights for k in self.keys_of(ns)]
-        return self._env.read(lambda txn: disk_index.sample(txn, weights, n, rng))
+        return self._env.read(disk_index.sample, weights, n, rng)
 
     def namespace_usage(self) -> dict[str, tuple[int, int]]:
         """``namespace -> (blocks, payload bytes)`` of what the file holds, from its counts."""
@@ -193,7 +148,7 @@ class DiskTier(Tier):
     def scan(self) -> Iterator[tuple[BlockKey, BlockMeta]]:
         """Every block with the meta of its header, read from the file (one pass over every
         value's header: for checks and tools, never on a request path)."""
-        found = self._env.read(lambda txn: headers(txn, self.path))
+        found = self._env.read(headers, self.path)
         yield from ((decode_key(raw), meta) for raw, meta in found)
 
     # -- lifecycle --------------------------------------------------------------------------

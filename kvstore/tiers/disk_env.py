@@ -21,7 +21,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import lmdb
 
@@ -84,10 +84,12 @@ class DiskEnv:
     def map_size(self) -> int:
         return int(self._env.info()["map_size"])
 
-    def read(self, body: Callable[[lmdb.Transaction], T]) -> T:
-        """``body(txn)`` in one read transaction (``buffers=True``: values are memoryviews
-        into the map, valid until ``body`` returns), under the remap gate. Raises
-        ``RuntimeError`` once closed, :class:`TierUnavailableError` if LMDB fails."""
+    def read(self, body: Callable[..., T], *args: Any) -> T:
+        """``body(txn, *args)`` in one read transaction (``buffers=True``: values are
+        memoryviews into the map, valid until ``body`` returns), under the remap gate. Raises
+        ``RuntimeError`` once closed, :class:`TierUnavailableError` if LMDB fails. ``body`` is
+        a function of the modules below the tier (:mod:`~kvstore.tiers.disk_index`,
+        :mod:`~kvstore.tiers.disk_writes`), so no call comes back into the tier."""
         # A method taking a callable rather than a context manager: a generator-based one
         # costs as much as the LMDB lookups of a small batch (get_many, a lookup's chain).
         gate = self._gate
@@ -96,14 +98,15 @@ class DiskEnv:
             if self.closed:
                 raise RuntimeError("disk tier is closed")
             with self._env.begin(buffers=True) as txn:
-                return body(txn)
+                return body(txn, *args)
         except lmdb.Error as exc:
             raise TierUnavailableError(f"disk tier: read failed: {exc}") from exc
         finally:
             gate.leave()
 
-    def write(self, body: Callable[[lmdb.Transaction], object]) -> None:
-        """Run ``body(txn)`` in one committed write txn, growing the map when it is full.
+    def write(self, body: Callable[..., object], *args: Any) -> None:
+        """Run ``body(txn, *args)`` in one committed write txn (again after growing the map
+        when it is full; :mod:`~kvstore.tiers.disk_writes` has the bodies).
         Caller holds :attr:`lock`. Raises :class:`DiskFullError` when the file system is full
         (and remembers it in :attr:`full`), :class:`TierUnavailableError` on other failures."""
         if self.closed:
@@ -111,7 +114,7 @@ class DiskEnv:
         for _ in range(_MAX_GROW):
             try:
                 with self._env.begin(write=True, buffers=True) as txn:
-                    body(txn)
+                    body(txn, *args)
                 if self.full is not None and time.monotonic() - self._full_at > _FULL_HOLD_S:
                     self.full = None  # a write near the limit may fit: not over until it holds
                 return

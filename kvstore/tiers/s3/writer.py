@@ -5,8 +5,9 @@ Compaction: a deleted block's bytes stay in its group object while a live member
 a node's footprint in the bucket could grow to ``group_blocks`` times what it holds. When the
 dead members of an object take more than ``compact_dead_share`` of its bytes, its live members
 are read back (one ranged GET, each verified), written as new objects through the write-back
-queue as a put would write them (served from the queue meanwhile), and the old object and the
-dead members' pointers are deleted. Another node reading the old object while it is replaced
+queue as a put would write them (served from the queue meanwhile), and once those are in S3
+the old object and the dead members' pointers are deleted (so a crash between the two leaves
+both, never neither). Another node reading the old object while it is replaced
 sees a miss, as when a group is replaced by another node; never other bytes.
 
 It owns the write pool's work: the write-back queue (``writeback``), the background tasks
@@ -150,9 +151,13 @@ class S3Writer:
         """Wait up to ``timeout_s`` in all until the queue is empty and background deletes and
         pointers are done; False if they were not."""
         deadline = time.monotonic() + timeout_s
-        drained = self._queue.wait_idle(timeout_s)
-        remaining_s = max(0.0, deadline - time.monotonic())
-        return self._background.wait_idle(remaining_s) and drained
+        while True:  # a background task (compaction) may queue an upload: until both rest
+            if not self._queue.wait_idle(max(0.0, deadline - time.monotonic())):
+                return False
+            if not self._background.wait_idle(max(0.0, deadline - time.monotonic())):
+                return False
+            if self._queue.wait_idle(0):
+                return True
 
     def close(self) -> None:
         """Refuse new puts and stop retrying: what still fails drops now."""
@@ -221,8 +226,16 @@ class S3Writer:
                     held.hold(key, meta, Where(name, index))
             self.compactions += 1
             dead = [n for n in dead if not held.in_use(n)]
-        if dead:
-            self._background.submit(self._delete_objects, dead)
+        if dead:  # the old objects go once the new ones are in S3: never neither
+            self._background.submit(self._delete_after, ([name for name, _, _ in batches], dead))
+
+    def _delete_after(self, job: tuple[list[BlockKey], list[BlockKey]]) -> None:
+        """Delete the objects ``job[1]`` once the uploads of ``job[0]`` have left the queue
+        (landed, or dropped after their retries)."""
+        uploads, names = job
+        while not self.closed and any(self._queue.get(n) is not None for n in uploads):
+            time.sleep(0.02)
+        self._delete_objects(names)
 
     def _upload(self, name: BlockKey, data: bytes, batch: Batch) -> None:
         """Write a group object, then (in the background, counted by ``flush``) a pointer

@@ -1,0 +1,61 @@
+"""The bodies of the disk tier's write transactions: a batch of blocks stored, a batch of
+keys deleted, each with the namespace counts changed in the same transaction.
+
+They are functions of the transaction that :meth:`kvstore.tiers.disk_env.DiskEnv.write` runs
+(again, after growing the map, if it was full), so the environment calls into this module
+and never back into the tier.
+"""
+
+from __future__ import annotations
+
+import lmdb
+
+from kvstore.errors import CapacityError
+from kvstore.tiers.base import BlockMeta
+from kvstore.tiers.disk_counts import DiskCounts
+from kvstore.tiers.disk_records import HEADER, MAGIC, VERSION, payload_size, payloads
+
+
+def put_all(txn: lmdb.Transaction, blocks: dict[bytes, tuple[memoryview, BlockMeta]],
+            counts: DiskCounts, capacity_bytes: int, scratch: memoryview) -> None:
+    """Counts first (a key already stored is an overwrite: its old payload no longer
+    counts), refused as a whole past ``capacity_bytes``; then header + payload of each block
+    through ``scratch`` (at least the largest value long): LMDB copies the value into its own
+    pages during ``put``, so the buffer is free again at once, and a warm buffer saves the
+    allocation, zeroing and page faults of a fresh value per block (py-lmdb has no
+    MDB_RESERVE to write into LMDB's pages directly)."""
+    counts.begin()
+    for raw, (view, _) in blocks.items():
+        old = payload_size(txn.get(raw))
+        counts.note(raw, old is None, view.nbytes - (old or 0))
+    used = counts.used_after()
+    if used > capacity_bytes:
+        raise CapacityError(f"disk tier: {used} bytes needed of a capacity of {capacity_bytes}")
+    for raw, (view, meta) in blocks.items():
+        end = HEADER.size + view.nbytes
+        HEADER.pack_into(scratch, 0, MAGIC, VERSION, meta.layout_id, meta.checksum, view.nbytes)
+        scratch[HEADER.size : end] = view
+        txn.put(raw, scratch[:end])
+    counts.stage(txn)
+
+
+def delete_all(txn: lmdb.Transaction, raws: list[bytes], counts: DiskCounts) -> None:
+    """Delete the values of ``raws`` that are ours, and count them gone."""
+    counts.begin()
+    for raw in raws:
+        old = payload_size(txn.get(raw))
+        if old is not None:  # else absent, or not ours: nothing counted
+            txn.delete(raw)
+            counts.note(raw, -1, -old)
+    counts.stage(txn)
+
+
+def stored(txn: lmdb.Transaction, raws: list[bytes]) -> list[bytes]:
+    """Those of ``raws`` whose values are ours."""
+    return [raw for raw in raws if payload_size(txn.get(raw)) is not None]
+
+
+def read_payloads(txn: lmdb.Transaction, raws: list[bytes]) -> tuple[list[bytes | None],
+                                                                    list[int]]:
+    """:func:`~kvstore.tiers.disk_records.payloads` of the values of ``raws``."""
+    return payloads(list(map(txn.get, raws)))
