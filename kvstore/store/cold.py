@@ -62,24 +62,35 @@ class ColdIndex:
 
     def load(self, key: BlockKey) -> Entry | None:
         """The entry of a block the cold tiers hold (the same object while one is held)."""
-        entry = self._live.get(key)
-        if entry is not None:
-            return entry
-        found: BlockMeta | None = None
-        tiers = 0
+        return self.load_many([key])[0]
+
+    def load_many(self, keys: Sequence[BlockKey]) -> list[Entry | None]:
+        """:meth:`load` of each key, with one read of each cold tier for all the keys that no
+        caller holds an entry for (a put of a batch of new blocks asks for every one)."""
+        out: list[Entry | None] = [self._live.get(key) for key in keys]
+        todo = [i for i, entry in enumerate(out) if entry is None]
+        if not todo:
+            return out
+        found: list[BlockMeta | None] = [None] * len(todo)
+        tiers = [0] * len(todo)
         for pos, tier in self._catalogs:
-            meta = tier.metas([key])[0]
-            if meta is not None:
-                found = found or meta
-                tiers |= 1 << pos
-        if found is None:
-            return None
-        layout = self._layout_of(key[0])
-        if layout is not None and found.layout_id != layout:
-            return None  # stored under another definition of the namespace
-        entry = Entry(found.size, found.checksum, found.layout_id, tiers)
-        self._live[key] = entry
-        return entry
+            for j, meta in enumerate(tier.metas([keys[i] for i in todo])):
+                if meta is not None:
+                    found[j] = found[j] or meta
+                    tiers[j] |= 1 << pos
+        for j, i in enumerate(todo):
+            meta = found[j]
+            if meta is None:
+                continue
+            layout = self._layout_of(keys[i][0])
+            if layout is not None and meta.layout_id != layout:
+                continue  # stored under another definition of the namespace
+            entry = self._live.get(keys[i])  # a key asked twice gets one entry
+            if entry is None:
+                entry = Entry(meta.size, meta.checksum, meta.layout_id, tiers[j])
+                self._live[keys[i]] = entry
+            out[i] = entry
+        return out
 
     def hold(self, key: BlockKey, entry: Entry) -> None:
         """``entry`` (a block now only in cold tiers) is what :meth:`load` returns while held."""
