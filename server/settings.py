@@ -147,7 +147,8 @@ class ServerSettings(BaseSettings):
     recv_buffer_bytes: Size = Field(256 << 20, description="idle data plane receive buffers "
                                     "kept for reuse, all connections together")
     frame_timeout_s: float = Field(10.0, gt=0, description="seconds a started data plane "
-                                   "frame may take to complete")
+                                   "frame, or the body of a REST block GET, may take to "
+                                   "complete")
     idle_timeout_s: float = Field(600.0, gt=0, description="seconds before a silent data plane "
                                   "connection is closed")
     max_connections: int = Field(1024, ge=1, description="data plane connections, and "

@@ -124,7 +124,7 @@ class HostPath:
         The reservation is freed at ``expiry`` (monotonic time) unless committed."""
         host, slab = self._host()
         with self._lock.hold(nowait):
-            fresh = list(dict.fromkeys(k for k in keys if k not in self._ledger))
+            fresh = self._ledger.unknown(list(dict.fromkeys(keys)))
             need = slab.charge(ns.block_bytes) * len(fresh)
             if nowait and not self._placer.fits_now(host, need):
                 raise WouldBlock("the host tier must evict to make room")

@@ -73,6 +73,15 @@ class Ledger:
             return True
         return bool(self._cold) and isinstance(key, tuple) and self._cold.has(key)
 
+    def unknown(self, keys: Sequence[BlockKey]) -> list[BlockKey]:
+        """The keys of ``keys`` that are not ``in`` the ledger, in order: what ``in`` answers
+        for each, with one read of the cold tiers for the whole batch."""
+        missing = [k for k in keys if k not in self._index]
+        if not missing or not self._cold:
+            return missing
+        return [k for k, e in zip(missing, self._cold.load_many(missing), strict=True)
+                if e is None]
+
     def items(self) -> Iterator[tuple[BlockKey, Entry]]:
         """Every block, cold ones too (reads every key of the disk tier: checks only)."""
         yield from self._index.items()

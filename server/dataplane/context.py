@@ -58,7 +58,14 @@ class OpsContext:
     async def now(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """``fn(*args, nowait=True)`` here on the event loop, or ``fn(*args)`` in a worker
         thread if that would block."""
-        try:
-            return fn(*args, nowait=True, **kwargs)
-        except WouldBlock:
-            return await self.run(lambda: fn(*args, **kwargs))
+        return await nowait_first(self.run, fn, *args, **kwargs)
+
+
+async def nowait_first(run: Callable[..., Awaitable[Any]], fn: Callable[..., Any], *args: Any,
+                       **kwargs: Any) -> Any:
+    """``fn(*args, nowait=True)`` here on the event loop, or ``fn(*args)`` through ``run`` (in
+    a worker thread) if that would block."""
+    try:
+        return fn(*args, nowait=True, **kwargs)
+    except WouldBlock:
+        return await run(lambda: fn(*args, **kwargs))

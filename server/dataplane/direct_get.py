@@ -24,6 +24,7 @@ from kvstore.protocol import Buffer
 from kvstore.store import StoreAPI
 from kvstore.types import BlockHash
 from server.dataplane.get_reply import read_within
+from server.dataplane.slab_runs import Extent, coalesce
 
 SEND_SUFFIX = "#send"
 _ids = itertools.count()
@@ -70,18 +71,20 @@ class DirectGet:
                 await release()
             raise
         sizes: list[int] = []
-        pieces: list[Buffer] = []
-        slab: memoryview = self.host.view(0, self.host.slab_bytes) if pinned \
-            else memoryview(b"")
+        parts: list[Extent | bytes] = []
         for ext in extents:
             if ext is not None:
-                pieces += [slab[off:off + n] for off, n in ext]
+                parts += ext
                 sizes.append(sum(n for _, n in ext))
                 continue
             block = next(copies)
             sizes.append(-1 if block is None else len(block))
             if block is not None:
-                pieces.append(block)
+                parts.append(block)
+        slab: memoryview = self.host.view(0, self.host.slab_bytes) if pinned \
+            else memoryview(b"")
+        pieces: list[Buffer] = [slab[p[0]:p[0] + p[1]] if isinstance(p, tuple) else p
+                                for p in coalesce(parts)]  # neighbours: one iovec
         return GetPayload(sizes, pieces, release if pinned else None)
 
 

@@ -3,9 +3,10 @@
 A ``put`` frame's header arrives before its payload. When the header is a plain put (not
 durable) of blocks of the namespace's size and the host tier has room without evicting,
 :func:`begin` reserves host-slab places for the new blocks (the shared-memory path's
-``reserve_write``, invisible to every reader) and the connection reads each block's bytes
-from the socket into its place; blocks the store already has are read into a scratch buffer
-and dropped. :meth:`DirectPut.commit` publishes them once the whole payload is in, and
+``reserve_write``, invisible to every reader) and the connection reads the blocks' bytes from
+the socket into their places (neighbouring places as one run: :mod:`server.dataplane
+.slab_runs`); blocks the store already has are read into a scratch buffer and dropped.
+:meth:`DirectPut.commit` publishes them once the whole payload is in, and
 :meth:`DirectPut.abort` frees them if the frame never completes (the connection dropped or
 timed out), so a block is never partially visible. Anything else (an odd header, a full host
 tier, a busy store) returns None and the frame is read into a buffer and served as before;
@@ -16,13 +17,14 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 from kvstore.protocol import Limits, Put
 from kvstore.protocol.frame import decode_header
 from kvstore.store import StoreAPI
 from kvstore.types import BlockHash, PutResult
 from server.dataplane.buffers import BufferPool
+from server.dataplane.slab_runs import Extent, coalesce
 
 RECV_SUFFIX = "#recv"
 _ids = itertools.count()
@@ -90,11 +92,13 @@ def begin(ops: Any, session: Any, header_bytes: bytes, payload_len: int) -> Dire
         return None
     host = store.tier("host")
     scratch = ops.buffers.take(ns.block_bytes) if None in extents else None
-    targets: list[memoryview] = []
+    places: list[Extent | None] = []  # None: stored already (or another writer's), dropped
     for ext in extents:
-        if ext is None:  # stored already (or another writer's): read and drop its bytes
-            assert scratch is not None
-            targets.append(memoryview(scratch)[: ns.block_bytes])
+        if ext is None:
+            places.append(None)
         else:
-            targets.extend(host.view(off, n) for off, n in ext)
+            places += ext
+    targets = [host.view(*place) if place is not None
+               else memoryview(cast(bytearray, scratch))[: ns.block_bytes]
+               for place in coalesce(places)]
     return DirectPut(store, ns.name, hashes, owner, targets, scratch, ops.buffers)

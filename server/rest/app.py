@@ -8,9 +8,11 @@ same way. Every error leaves as ``{"error": code, "message": text}`` with the st
 from __future__ import annotations
 
 import logging
+from functools import partial
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -20,6 +22,8 @@ from starlette.routing import Match
 from kvstore.errors import KVStoreError, UnknownNamespaceError
 from kvstore.store import StoreAPI
 from server.auth import Authenticator
+from server.dataplane.context import nowait_first
+from server.dataplane.direct_get import direct_get
 from server.errors import (
     AuthError,
     BlockNotFoundError,
@@ -107,6 +111,10 @@ def create_app(store: StoreAPI, settings: ServerSettings, info: InfoOut, metrics
     app.state.registry = metrics.registry
     app.state.durable_tier = durable_tier
     app.state.closing = False
+    # block GETs pin what the host slab holds and send it from there (server.rest.slab_body)
+    app.state.direct_get = direct_get(store, partial(nowait_first, run_in_threadpool),
+                                      run_in_threadpool, settings.frame_timeout_s,
+                                      settings.max_lease_s)
     for router in (namespaces.router, ops.router, explain.router, blocks.router, health.router,
                    dashboard.router):
         app.include_router(router)

@@ -13,9 +13,11 @@ from kvstore.namespace import Namespace
 from kvstore.store import StoreAPI
 from kvstore.types import BlockHash
 from server.auth import Principal
+from server.dataplane.direct_get import DirectGet
 from server.errors import BlockNotFoundError
 from server.rest.deps import PrincipalDep, StoreDep, errors
 from server.rest.schemas import HEX_PATTERN, NAME_PATTERN, DeleteOut, PutOut
+from server.rest.slab_body import SlabResponse
 from server.writes import durable_put
 
 router = APIRouter(prefix="/v1/blocks", tags=["blocks"])
@@ -68,6 +70,7 @@ async def put_block(
                **errors(400, 401, 403, 404, 422, 503)},
 )
 async def get_block(
+    request: Request,
     namespace: NsPath,
     block_hash_hex: HashPath,
     principal: PrincipalDep,
@@ -75,12 +78,19 @@ async def get_block(
 ) -> Response:
     """The block's bytes, or 404 if the store does not hold it (or it failed its checksum)."""
     ns, h = _resolve(store, principal, namespace, block_hash_hex)
-    # one worker-thread hop for the read (it may wait for the store lock or a disk read);
-    # the bytes it returns are the body as they are
-    data = (await run_in_threadpool(store.get, ns.name, [h]))[0]
-    if data is None:
+    direct: DirectGet | None = request.app.state.direct_get
+    if direct is None:  # no host slab: one worker-thread hop, its bytes are the body
+        data = (await run_in_threadpool(store.get, ns.name, [h]))[0]
+        if data is None:
+            raise BlockNotFoundError(f"block {block_hash_hex} not found in {namespace!r}")
+        return Response(content=data, media_type="application/octet-stream")
+    # pinned in the host slab and sent from there (server.rest.slab_body), or read from a
+    # lower tier in a worker thread; the pin is taken here unless the store lock is busy
+    got = await direct.read(ns.name, [h], ns.block_bytes, ns.block_bytes, "rest")
+    if got.sizes[0] < 0:
         raise BlockNotFoundError(f"block {block_hash_hex} not found in {namespace!r}")
-    return Response(content=data, media_type="application/octet-stream")
+    return SlabResponse(got.pieces, got.sizes[0], got.after_send,
+                        request.app.state.settings.frame_timeout_s)
 
 
 @router.delete(

@@ -10,6 +10,11 @@ the connection's start) or it is answered 408 and closed; and when more than
 is closed, so a flood of half-open connections can never starve one that sends its request
 at once. Requests in flight are bounded by :mod:`server.rest.gate`, which counts only
 requests that passed the token check, and never ``/healthz``.
+
+Each request's scope also carries the extension ``kvstore.flushed``: an awaitable that returns
+once the connection's transport holds none of the bytes written so far, so that a response
+written from borrowed memory (a pinned slab place, :mod:`server.rest.slab_body`) knows when
+that memory is free again.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from typing import Any
 
 from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
+FLUSHED = "kvstore.flushed"  # the scope extension: ``await flushed(timeout_s) -> bool``
 _TIMEOUT_TEXT = b"request headers not received in time (rest_header_timeout_s)\n"
 _TIMEOUT_REPLY = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain\r\n"
                   b"connection: close\r\ncontent-length: %d\r\n\r\n%s"
@@ -51,6 +57,7 @@ def guarded_http(header_timeout_s: float, max_pending: int,
             super().data_received(data)
             if self.cycle is not before:  # the parser built a new request: headers complete
                 self._disarm()
+                self.cycle.scope.setdefault("extensions", {})[FLUSHED] = self._flushed
 
         def connection_lost(self, exc: Exception | None) -> None:
             opened.discard(self)
@@ -68,6 +75,24 @@ def guarded_http(header_timeout_s: float, max_pending: int,
                 self._deadline.cancel()
                 self._deadline = None
             pending.pop(self, None)
+
+        async def _flushed(self, timeout_s: float) -> bool:
+            """Return once the transport holds none of what was written (the kernel has it
+            all, or the connection is gone); False, having aborted the connection, if that
+            takes more than ``timeout_s`` (a client that stopped reading)."""
+            transport = self.transport
+            if transport.is_closing() or not transport.get_write_buffer_size():
+                return True
+            transport.set_write_buffer_limits(high=0, low=0)  # paused until it is all out
+            try:
+                await asyncio.wait_for(self.flow.drain(), timeout_s)
+            except TimeoutError:
+                transport.abort()
+                return False
+            finally:
+                if not transport.is_closing():
+                    transport.set_write_buffer_limits()  # uvicorn's (the transport's defaults)
+            return True
 
         def _expire(self) -> None:
             self._disarm()

@@ -108,3 +108,27 @@ def test_a_full_disk_keeps_its_hit_blocks(make_store: StoreFactory, tmp_path: Pa
     assert again.lookup("m", more[-5:]).prefix_blocks == 5
     disk = again.stats()["tiers"]["disk"]
     assert disk["bytes"] <= disk["capacity_bytes"] and disk["evictions"] > 0
+
+
+def test_a_put_batch_asks_the_disk_file_once_for_all_its_blocks(
+    make_store: StoreFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reserving a batch finds the blocks only the disk holds (skipped, like those in RAM)
+    with one read of the disk's index for the whole batch, not one per block."""
+    make_store(host=0, disk=4).close()  # registers the namespace in ns.json
+    on_disk = _fill_disk(tmp_path, 3, size=BLOCK)
+    store = make_store(host=8, disk=64, register=False)
+    in_ram, ram_data = blocks(1)
+    store.put("m", in_ram, ram_data)
+    new = blocks(3)[0]
+    asked: list[int] = []
+    metas = DiskTier.metas
+    monkeypatch.setattr(DiskTier, "metas", lambda tier, keys: asked.append(len(keys))
+                        or metas(tier, keys))
+    batch = [new[0], on_disk[0], in_ram[0], new[1], on_disk[1], new[0], on_disk[2], new[2]]
+    extents = store.reserve_write("m", batch, owner="w")
+    assert [ext is not None for ext in extents] == [True, False, False, True, False, False,
+                                                    False, True]
+    assert asked == [6]  # the distinct keys not in RAM, in one read
+    assert store.commit_write("m", batch, owner="w").stored == 3
+    store.check_integrity()
