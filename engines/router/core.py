@@ -9,11 +9,10 @@ the prefix kvstore holds (any worker can load it instead of computing), and the 
 router has queued there, each priced with the prefill, decode and load rates the worker
 measured. ``round-robin``, ``least-loaded`` and ``session`` (affinity) are the baselines.
 
-The HTTP call to a worker, and what its answer means, is :mod:`engines.router.forward`.
-A worker that refuses a connection or answers 5xx is marked down (skipped for ``RETRY_S``
-until the background poller sees ``/health`` answer again; see :mod:`engines.router.workers`)
-and the request goes to the next-best worker. With prefill workers configured, generation is
-disaggregated (:mod:`engines.disagg`).
+HTTP to a worker is :mod:`engines.router.forward`. A worker that refuses a connection or
+answers 5xx is skipped for ``RETRY_S`` (until the poller sees ``/health`` answer again) and
+the request goes to the next-best one. Prefill workers disaggregate generation
+(:mod:`engines.disagg`).
 """
 
 from __future__ import annotations
@@ -59,9 +58,8 @@ class NoWorker(Exception):
 
 
 class Router:
-    """Routing state, planning and retries over the workers (each HTTP call is
-    :mod:`engines.router.forward`, the counts :mod:`engines.router.accounts`); owned by one
-    asyncio loop."""
+    """Routing state, planning and retries over the workers (HTTP: :mod:`.forward`, counts:
+    :mod:`.accounts`); owned by one asyncio loop."""
 
     def __init__(self, workers: list[str], *, prefill_workers: list[str] | None = None,
                  policy: str = "kv", kvstore: str | BlockStore | None = None,
@@ -84,8 +82,7 @@ class Router:
         self._rr = itertools.count()
         self._poller: asyncio.Task[None] | None = None
         self.accounts = Accounts()
-        # called with (seconds since the request or the previous token, first?) per token
-        # of a stream: where /metrics times TTFT and ITL as the router sees them
+        # (seconds since the request or the last token, first?) per streamed token: /metrics
         self.token_observers: list[Callable[[float, bool], None]] = []
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -133,8 +130,7 @@ class Router:
         if self.hasher is not None and any(w.available(now) for w in pool):
             return
         kind = "prefill worker" if pool is self.prefill else "worker"
-        states = ", ".join(f"{w.url} {'down' if w.known else 'not answering yet'}"
-                           for w in pool)
+        states = ", ".join(f"{w.url} {'down' if w.known else 'not answering yet'}" for w in pool)
         raise NoWorker(f"no {kind} is up ({states}); the router keeps retrying them every "
                        f"{POLL_S:.0f} s")
 
