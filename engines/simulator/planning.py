@@ -28,9 +28,10 @@ BURST_PER_WORKER = 60  # requests per worker of the burst that measures a phase'
 
 def planner_settings(ttft_t: float, itl_t: float) -> PlannerSettings:
     """The planner as ``bench/bench_planner.py`` runs it (``router`` names nothing here)."""
-    return PlannerSettings(router="http://simulated", ttft_target_s=ttft_t,
-                           itl_target_s=itl_t, window_s=2, min_samples=3, interval_s=0.5,
-                           patience=2, cooldown_s=2, max_queue=2)
+    return PlannerSettings.model_validate({
+        "router": "http://simulated", "ttft_target_s": ttft_t, "itl_target_s": itl_t,
+        "window_s": 2, "min_samples": 3, "interval_s": 0.5, "patience": 2, "cooldown_s": 2,
+        "max_queue": 2})
 
 
 def lone(shape: tuple[int, int], rates: SimRates) -> Served:

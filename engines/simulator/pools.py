@@ -99,6 +99,7 @@ class PoolFleet:
         self.stage: dict[SimSeq, tuple[_Req, str]] = {}
         self.heap: list[tuple[float, int, int, Any]] = []
         self.order = itertools.count()
+        self.seqs = itertools.count()  # numbers each stage of each request
         self.served: list[Served] = []
         self.timeline = [Sizes(0.0, cfg.prefill, cfg.workers - cfg.prefill)]
         self.moves = 0
@@ -144,7 +145,7 @@ class PoolFleet:
         job = Job(a.prompt_len + tokens, a.prompt_len - bs * hit, req.hashes)
         view.begin(job)
         view.routed += 1
-        seq = SimSeq(len(self.stage), a.prompt_len, tokens, req.hashes, now, job)
+        seq = SimSeq(next(self.seqs), a.prompt_len, tokens, req.hashes, now, job)
         self.stage[seq] = (req, stage)
         self._push(now + self.cfg.rates.request_overhead_s, REACH, (self.index[id(view)], seq))
 

@@ -19,6 +19,7 @@ from typing import Any
 from kvstore.config import StoreConfig, TierConfig
 from kvstore.namespace import Layout, Namespace
 from kvstore.store import Store
+from kvstore.types import BlockHash
 
 BLOCK = 4096
 HOST_BLOCKS = 16
@@ -82,8 +83,8 @@ def _store(root: Path) -> Store:
     return store
 
 
-def _keys(start: int, n: int) -> list[bytes]:
-    return [i.to_bytes(32, "big") for i in range(start, start + n)]
+def _keys(start: int, n: int) -> list[BlockHash]:
+    return [BlockHash(i.to_bytes(32, "big")) for i in range(start, start + n)]
 
 
 def walks() -> dict[str, Walk]:

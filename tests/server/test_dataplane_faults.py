@@ -25,13 +25,15 @@ def connect(server: ServerProc) -> socket.socket:
 
 
 def recv_exact(s: socket.socket, n: int) -> bytes:
-    buf = b""
-    while len(buf) < n:
-        chunk = s.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionResetError(f"closed after {len(buf)} of {n} bytes")
-        buf += chunk
-    return buf
+    """``n`` bytes from ``s``, received into one buffer (no quadratic joining of chunks)."""
+    buf = bytearray(n)
+    view, got = memoryview(buf), 0
+    while got < n:
+        k = s.recv_into(view[got:])
+        if not k:
+            raise ConnectionResetError(f"closed after {got} of {n} bytes")
+        got += k
+    return bytes(buf)
 
 
 def read_reply(s: socket.socket) -> dict[str, Any]:

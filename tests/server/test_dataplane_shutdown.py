@@ -12,21 +12,10 @@ import msgpack
 from kvstore.client import KVStoreClient
 from kvstore.protocol.frame import PREFIX
 from kvstore.testing.server import ServerProc
-from tests.server.test_dataplane_faults import h, send_raw
+from tests.server.test_dataplane_faults import h, recv_exact, send_raw
 
 BLOCK = 1 << 20
 BLOCKS = 48
-
-
-def recv_exact(s: socket.socket, n: int) -> bytes:
-    buf = bytearray(n)
-    view, got = memoryview(buf), 0
-    while got < n:
-        k = s.recv_into(view[got:])
-        if not k:
-            raise ConnectionResetError(f"closed after {got} of {n} bytes")
-        got += k
-    return bytes(buf)
 
 
 def test_a_reply_buffered_at_shutdown_is_delivered_whole(

@@ -34,23 +34,33 @@ def _until_unpinned(srv: ServerProc) -> int:
     return got
 
 
+BLOCK = 64 << 10
+
+
+def two_tiers(make_server: Callable[..., ServerProc], loop: str,
+              ns: str) -> tuple[ServerProc, list[bytes]]:
+    """A server on event loop ``loop`` whose namespace ``ns`` holds blocks ``h(0..7)``, the
+    oldest on disk and the newest in the host tier (which has room for 4 of them)."""
+    srv = make_server("--event-loop", loop, host_capacity=f"{4 * BLOCK >> 10}KiB")
+    data = [os.urandom(BLOCK) for _ in range(8)]
+    with KVStoreClient(srv.url, use_shm=False) as c:
+        c.register_namespace(ns, BLOCK, {})
+        c.put(ns, [h(i) for i in range(8)], data)
+        tiers = c.lookup(ns, [h(i) for i in range(8)])[1]
+    assert "disk" in tiers and "host" in tiers
+    return srv, data
+
+
 @pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
 def test_get_over_the_socket_mixes_slab_and_lower_tiers(
     make_server: Callable[..., ServerProc], loop: str,
 ) -> None:
-    # room for 4 blocks in the host tier: of 8 puts, the oldest go down to disk
-    srv = make_server("--event-loop", loop, host_capacity=f"{4 * 64}KiB")
-    block = 64 << 10
-    data = [os.urandom(block) for _ in range(8)]
+    srv, data = two_tiers(make_server, loop, "dg")
     with KVStoreClient(srv.url, use_shm=False, transport="tcp") as c:
-        c.register_namespace("dg", block, {})
-        c.put("dg", [h(i) for i in range(8)], data)
-        tiers = c.lookup("dg", [h(i) for i in range(8)])[1]
-        assert "disk" in tiers and "host" in tiers
         asked = [h(7), h(0), h(99), h(7), *[h(i) for i in range(1, 7)]]
         want = [data[7], data[0], None, data[7], *data[1:7]]
         assert c.get("dg", asked) == want
-        into = [bytearray(block) for _ in asked]
+        into = [bytearray(BLOCK) for _ in asked]
         assert c.get_into("dg", asked, into) == [w is not None for w in want]
         assert [bytes(b) for b, w in zip(into, want, strict=True) if w is not None] \
             == [w for w in want if w is not None]

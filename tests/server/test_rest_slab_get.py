@@ -17,7 +17,7 @@ from kvstore.client import KVStoreClient
 from kvstore.testing.server import ServerProc
 
 from .test_dataplane_faults import h, recv_exact
-from .test_direct_get import _pinned, _until_unpinned
+from .test_direct_get import _pinned, _until_unpinned, two_tiers
 
 BIG = 16 << 20  # more than the kernel buffers of both ends hold: the body waits on the server
 
@@ -48,15 +48,7 @@ def _stalled_reader(srv: ServerProc, ns: str, key: bytes) -> socket.socket:
 def test_rest_get_serves_slab_and_lower_tiers(
     make_server: Callable[..., ServerProc], loop: str,
 ) -> None:
-    # room for 4 blocks in the host tier: of 8 puts, the oldest go down to disk
-    srv = make_server("--event-loop", loop, host_capacity=f"{4 * 64}KiB")
-    block = 64 << 10
-    data = [os.urandom(block) for _ in range(8)]
-    with KVStoreClient(srv.url, use_shm=False) as c:
-        c.register_namespace("rg", block, {})
-        c.put("rg", [h(i) for i in range(8)], data)
-        tiers = c.lookup("rg", [h(i) for i in range(8)])[1]
-    assert "disk" in tiers and "host" in tiers
+    srv, data = two_tiers(make_server, loop, "rg")
     for i in range(8):
         assert _get(srv, "rg", h(i)) == (200, data[i])
     assert _get(srv, "rg", h(99))[0] == 404
