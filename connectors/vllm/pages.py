@@ -198,7 +198,20 @@ class PagedKV:
         pb = self.page_bytes
         flat = self._flat
         group = [layer.group for layer in self._layers]
+        dst = [np.asarray(g, dtype=np.intp) for g in ids]
+        whole = [len(ext) == 1 for ext in extents]  # the block is one run of the slab
+        for j, k, stride in _even_runs([ext[0][0] if w else -1 for ext, w in
+                                        zip(extents, whole, strict=True)]):
+            # k blocks at one stride apart: per layer, one fancy-indexed copy of k pages
+            # (per page, Python's loop cost as much as the bytes: 9 ms for 51 MB against 5)
+            rows = np.lib.stride_tricks.as_strided(
+                src[extents[j][0][0]:], shape=(k, len(flat), pb), strides=(stride, pb, 1),
+                writeable=False)
+            for layer, pages in enumerate(flat):
+                pages[dst[group[layer]][j : j + k]] = rows[:, layer]
         for j, ext in enumerate(extents):
+            if whole[j]:
+                continue
             pos = 0  # byte of the block: layer pos // pb, at pos % pb in its page
             for off, length in ext:
                 while length:
@@ -217,3 +230,21 @@ class PagedKV:
                 raise ValueError(f"block of {row.size} bytes, expected {self.block_bytes}")
             out[i] = row
         return torch.from_numpy(out)
+
+
+def _even_runs(offsets: Sequence[int]) -> list[tuple[int, int, int]]:
+    """``(first, count, stride)`` of each maximal run of blocks whose offsets (``-1``: not one
+    piece, left out) step by one stride, as the slab's consecutive slots do."""
+    runs: list[tuple[int, int, int]] = []
+    j, n = 0, len(offsets)
+    while j < n:
+        if offsets[j] < 0:
+            j += 1
+            continue
+        k = 1
+        stride = offsets[j + 1] - offsets[j] if j + 1 < n and offsets[j + 1] >= 0 else 0
+        while stride > 0 and j + k < n and offsets[j + k] - offsets[j + k - 1] == stride:
+            k += 1
+        runs.append((j, k, stride))
+        j += k
+    return runs

@@ -196,3 +196,31 @@ def test_bad_slab_extents_are_refused_before_copying() -> None:
         assert all(t.abs().sum() == 0 for t in layers.values())  # nothing was copied
     with pytest.raises(ValueError, match="pages for"):
         pages.scatter_extents([1, 2], slab, [good], buf)
+
+
+def test_whole_blocks_in_runs_of_slots_and_pieces_mixed_land_in_their_pages() -> None:
+    """Blocks in one piece each, some evenly spaced (consecutive slots: copied a run at a
+    time), some out of step or backwards, and one in pieces among them."""
+    layers = _cpu_layers(torch.float32)
+    for t in layers.values():
+        t.copy_(torch.randn_like(t))
+    pages = PagedKV(layers, NUM_BLOCKS)
+    bb = pages.block_bytes
+    src_ids = [0, 1, 2, 3, 4, 5, 6, 7]  # read before dst (which overlaps them) is written
+    dst = [9, 10, 11, 8, 3, 2, 1, 0]
+    blocks = [bytes(r.numpy()) for r in pages.gather(src_ids)]
+    slot = bb + 64  # a slot a little larger than a block
+    at = [0, slot, 2 * slot, -1, 6 * slot, 8 * slot, 5 * slot, 4 * slot]  # -1: in pieces
+    slab = np.zeros(12 * slot, dtype=np.uint8)
+    extents: list[list[list[int]]] = []
+    for block, off in zip(blocks, at, strict=True):
+        if off < 0:  # two pieces at the slab's end, the second first
+            half = bb // 2 + 3
+            slab[10 * slot : 10 * slot + bb - half] = np.frombuffer(block[half:], np.uint8)
+            slab[11 * slot : 11 * slot + half] = np.frombuffer(block[:half], np.uint8)
+            extents.append([[11 * slot, half], [10 * slot, bb - half]])
+        else:
+            slab[off : off + bb] = np.frombuffer(block, np.uint8)
+            extents.append([[off, bb]])
+    pages.scatter_extents(dst, slab, extents, torch.zeros(8, bb, dtype=torch.uint8))
+    assert [bytes(r.numpy()) for r in pages.gather(dst)] == blocks
