@@ -115,6 +115,10 @@ class ColdIndex:
         """``entry`` (a block now only in cold tiers) is what :meth:`load` returns while held."""
         self._live[key] = entry
 
+    def hold_many(self, blocks: Sequence[tuple[BlockKey, Entry]]) -> None:
+        """:meth:`hold` of each ``(key, entry)``."""
+        self._live.update(blocks)
+
     def release(self, key: BlockKey) -> None:
         self._live.pop(key, None)
 
