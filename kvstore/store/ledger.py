@@ -79,8 +79,7 @@ class Ledger:
         return bool(self._cold) and isinstance(key, tuple) and self._cold.has(key)
 
     def unknown(self, keys: Sequence[BlockKey]) -> list[BlockKey]:
-        """The keys of ``keys`` that are not ``in`` the ledger, in order: what ``in`` answers
-        for each, with one read of the cold tiers for the whole batch."""
+        """The keys not ``in`` the ledger, in order (one read of the cold tiers for them all)."""
         missing = [k for k in keys if k not in self._index]
         if not missing or not self._cold:
             return missing
@@ -205,11 +204,9 @@ class Ledger:
 
     def add_blocks(self, pos: int, blocks: Sequence[tuple[BlockKey, Entry]]) -> None:
         """New published blocks whose first copy is in tier ``pos``."""
-        watched = self._watched
-        if watched:
-            for key, _ in blocks:
-                if watched.get(key) == GONE:
-                    watched[key] = BACK
+        for key, _ in blocks if self._watched else ():
+            if self._watched.get(key) == GONE:
+                self._watched[key] = BACK
         self._count_many(blocks, +1)
         self.add_copies(pos, blocks)
 
@@ -277,9 +274,6 @@ class Ledger:
             self._index.pop_many([k for k, _ in held])
             self._cold.hold_many(held)
 
-    def hit(self, pos: int, key: BlockKey) -> None:
-        self.policies[pos].on_hit(key)
-
     def hits(self, pos: int, keys: Sequence[BlockKey]) -> None:
         """Tier ``pos`` served each of ``keys`` (told to its policy in order)."""
         self.policies[pos].on_hit_many(keys)
@@ -300,12 +294,7 @@ class Ledger:
 
     def _count_many(self, blocks: Sequence[tuple[BlockKey, Entry]], sign: int) -> None:
         """Count blocks in (``sign`` +1) or out (-1) of their namespaces' usage."""
-        by_ns: dict[str, list[int]] = {}
         for (ns, _), entry in blocks:
-            have = by_ns.setdefault(ns, [0, 0])
-            have[0] += 1
-            have[1] += entry.size
-        for ns, (blocks_n, nbytes) in by_ns.items():
-            usage = self.usage(ns)
-            usage.blocks += sign * blocks_n
-            usage.bytes += sign * nbytes
+            usage = self._usage.get(ns) or self.usage(ns)
+            usage.blocks += sign
+            usage.bytes += sign * entry.size

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
+from itertools import accumulate
 
 from kvstore.checksum import checksum
 from kvstore.store.counters import Tally
@@ -217,7 +218,7 @@ class Placer:
             if not victims:
                 return freed > 0
             victims = self._enough(pos, victims, nbytes - freed)
-            self._demote(pos, victims)
+            self.demote(pos, victims)
             after = tier.used_bytes()
             if after >= used:  # nothing left the tier: never loop on it
                 log.warning("eviction from the %s tier freed nothing (%d victims)",
@@ -229,22 +230,16 @@ class Placer:
     def _enough(self, pos: int, victims: list[BlockKey], nbytes: int) -> list[BlockKey]:
         """The shortest prefix of ``victims`` whose copies in tier ``pos`` free ``nbytes``
         (block sizes differ between namespaces: the batch was sized on their average)."""
-        total = 0
         sizes = [0 if e is None else e.size for e in self._ledger.get_many(victims)]
-        for n, charge in enumerate(self._tiers[pos].charges(sizes), 1):
-            total += charge
+        for n, total in enumerate(accumulate(self._tiers[pos].charges(sizes)), 1):
             if total >= nbytes:
                 return victims[:n]
         return victims
 
     def demote(self, pos: int, keys: list[BlockKey]) -> None:
-        """Take ``keys`` out of tier ``pos`` now (see :meth:`_demote`), counted as evicted."""
-        self._demote(pos, keys)
-
-    def _demote(self, pos: int, keys: list[BlockKey]) -> None:
-        """Take ``keys`` out of tier ``pos``: keep each in a lower tier (copying it down, in one
-        batch per lower tier, if no lower tier holds it yet and one admits it), else drop it
-        from the store."""
+        """Take ``keys`` out of tier ``pos`` now, counted as evicted: keep each in a lower tier
+        (copying it down, in one batch per lower tier, if no lower tier holds it yet and one
+        admits it), else drop it from the store."""
         self._tally.evicted(pos, len(keys))
         entries = [(k, e) for k, e in zip(keys, self._ledger.get_many(keys), strict=True)
                    if e is not None]

@@ -48,8 +48,7 @@ class TierWriter:
         if len(hashes) != len(blocks):
             raise ValueError(f"{len(hashes)} hashes but {len(blocks)} blocks")
         keys = make_keys(ns.name, hashes)
-        for block in blocks:
-            ns.check_size(memoryview(block).nbytes)
+        ns.check_sizes([memoryview(block).nbytes for block in blocks])
         start = self._stack.pos(tier) if tier is not None else 0
         eager = self._stack.eager_sums[start]
         return start, [(key, block, BlockMeta(ns.layout_id, checksum(block) if eager else None,
