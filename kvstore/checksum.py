@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import xxhash
 
 from kvstore.tiers.base import Buffer
@@ -10,3 +12,8 @@ from kvstore.tiers.base import Buffer
 def checksum(data: Buffer) -> int:
     """xxh3-64 of ``data`` as an unsigned int."""
     return xxhash.xxh3_64_intdigest(data)
+
+
+def checksums(datas: Iterable[Buffer]) -> list[int]:
+    """:func:`checksum` of each buffer."""
+    return list(map(xxhash.xxh3_64_intdigest, datas))

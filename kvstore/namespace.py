@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -119,6 +120,13 @@ class Namespace:
                 f"block of {size} bytes does not match namespace {self.name!r}, "
                 f"whose blocks are {self.block_bytes} bytes"
             )
+
+    def check_sizes(self, sizes: Iterable[int]) -> None:
+        """:meth:`check_size` of each size, in order (raises on the first wrong one)."""
+        want = self.block_bytes
+        for size in sizes:
+            if size != want:
+                self.check_size(size)
 
     def to_dict(self) -> dict[str, Any]:
         return {

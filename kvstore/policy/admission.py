@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Sequence
 
 from kvstore.policy.base import Admission
 from kvstore.types import BlockKey
@@ -18,6 +19,12 @@ class AlwaysAdmit(Admission):
 
     def admit(self, key: BlockKey) -> bool:
         return True
+
+    def on_access_many(self, keys: Sequence[BlockKey]) -> None:
+        pass
+
+    def admit_many(self, keys: Sequence[BlockKey]) -> list[bool]:
+        return [True] * len(keys)
 
 
 class SeenTwice(Admission):
@@ -46,17 +53,25 @@ class SeenTwice(Admission):
         self._counts: OrderedDict[BlockKey, int] = OrderedDict()
 
     def on_access(self, key: BlockKey) -> None:
-        count = self._counts.get(key)
-        if count is None:
-            self._counts[key] = 1
-            if len(self._counts) > self.max_keys:
-                self._counts.popitem(last=False)
-        else:
-            self._counts[key] = 2
-            self._counts.move_to_end(key)
+        self.on_access_many((key,))
+
+    def on_access_many(self, keys: Sequence[BlockKey]) -> None:
+        for key in keys:
+            count = self._counts.get(key)
+            if count is None:
+                self._counts[key] = 1
+                if len(self._counts) > self.max_keys:
+                    self._counts.popitem(last=False)
+            else:
+                self._counts[key] = 2
+                self._counts.move_to_end(key)
 
     def admit(self, key: BlockKey) -> bool:
         return self._counts.get(key, 0) >= 2
+
+    def admit_many(self, keys: Sequence[BlockKey]) -> list[bool]:
+        get = self._counts.get
+        return [get(key, 0) >= 2 for key in keys]
 
     def forget(self, key: BlockKey) -> None:
         self._counts.pop(key, None)

@@ -8,7 +8,7 @@ its lock while it calls a policy, so policies need no locking of their own.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from kvstore.types import BlockKey
 
@@ -31,6 +31,22 @@ class Policy(ABC):
     def on_remove(self, key: BlockKey) -> None:
         """``key`` left the tier (evicted, demoted, promoted away or deleted). Unknown keys are
         ignored."""
+
+    def on_put_many(self, keys: Sequence[BlockKey], sizes: Sequence[int]) -> None:
+        """:meth:`on_put` of each key in order (one call for a batch; policies on a request
+        path override it with a loop of their own)."""
+        for key, size in zip(keys, sizes, strict=True):
+            self.on_put(key, size)
+
+    def on_hit_many(self, keys: Sequence[BlockKey]) -> None:
+        """:meth:`on_hit` of each key in order."""
+        for key in keys:
+            self.on_hit(key)
+
+    def on_remove_many(self, keys: Sequence[BlockKey]) -> None:
+        """:meth:`on_remove` of each key in order."""
+        for key in keys:
+            self.on_remove(key)
 
     @abstractmethod
     def victims(self, n: int, evictable: Callable[[BlockKey], bool]) -> list[BlockKey]:
@@ -60,6 +76,15 @@ class Admission(ABC):
     @abstractmethod
     def admit(self, key: BlockKey) -> bool:
         """Whether ``key`` may be written to the tier this rule guards."""
+
+    def on_access_many(self, keys: Sequence[BlockKey]) -> None:
+        """:meth:`on_access` of each key in order."""
+        for key in keys:
+            self.on_access(key)
+
+    def admit_many(self, keys: Sequence[BlockKey]) -> list[bool]:
+        """:meth:`admit` of each key (asks nothing else: no access is recorded)."""
+        return [self.admit(key) for key in keys]
 
     def forget(self, key: BlockKey) -> None:  # noqa: B027 - optional hook
         """``key`` was deleted from the whole store."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from kvstore.policy.base import Policy
 from kvstore.types import BlockKey
@@ -32,6 +32,23 @@ class LRUPolicy(Policy):
 
     def on_remove(self, key: BlockKey) -> None:
         self._order.pop(key, None)
+
+    def on_put_many(self, keys: Sequence[BlockKey], sizes: Sequence[int]) -> None:
+        order = self._order
+        for key in keys:
+            order[key] = None
+            order.move_to_end(key)
+
+    def on_hit_many(self, keys: Sequence[BlockKey]) -> None:
+        order = self._order
+        for key in keys:
+            if key in order:
+                order.move_to_end(key)
+
+    def on_remove_many(self, keys: Sequence[BlockKey]) -> None:
+        pop = self._order.pop
+        for key in keys:
+            pop(key, None)
 
     def victims(self, n: int, evictable: Callable[[BlockKey], bool]) -> list[BlockKey]:
         out: list[BlockKey] = []

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import heapq
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from kvstore.policy.base import Policy
@@ -142,6 +142,42 @@ class SampledPolicy(Policy):
         self._scores.pop(key)
         if self._own is not None:
             self._own.discard(key)
+
+    def on_put_many(self, keys: Sequence[BlockKey], sizes: Sequence[int]) -> None:
+        if self._own is not None:
+            for key in keys:
+                self._own.add(key)
+        self._touch_many(keys)
+
+    def on_hit_many(self, keys: Sequence[BlockKey]) -> None:
+        resident = self._resident
+        scored = self._scores.get_many(keys, -1)  # scores are unsigned: -1 is "none"
+        self._touch_many([k for k, s in zip(keys, scored, strict=True)
+                          if s >= 0 or k in resident])
+
+    def on_remove_many(self, keys: Sequence[BlockKey]) -> None:
+        self._scores.pop_many(keys)
+        if self._own is not None:
+            for key in keys:
+                self._own.discard(key)
+
+    def _touch_many(self, keys: Sequence[BlockKey]) -> None:
+        """:meth:`_touch` of each key in order, with one call into the score table."""
+        if self.rule == "lru":
+            first = self._clock + 1
+            self._clock += len(keys)
+            self._scores.set_many(keys, range(first, self._clock + 1))
+        elif len(set(keys)) < len(keys):  # lfu, a key twice: its second touch sees the first
+            for key in keys:
+                self._touch(key)
+        else:
+            stamps = range(self._clock + 1, self._clock + len(keys) + 1)
+            self._clock += len(keys)
+            age, top = self._age, self.max_freq
+            freqs = [min((s & _FREQ_MASK) + 1, top) for s in self._scores.get_many(keys)]
+            self._scores.set_many(keys, [(age + f) << _PRIORITY_SHIFT
+                                         | (c & _STAMP_MASK) << _FREQ_BITS | f
+                                         for f, c in zip(freqs, stamps, strict=True)])
 
     def _touch(self, key: BlockKey) -> None:
         if self.rule == "lru":

@@ -16,6 +16,7 @@ growth re-places every key with whole-array numpy rounds, never a Python loop pe
 from __future__ import annotations
 
 from array import array
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -71,6 +72,11 @@ class ScoreTable:
         i, fp = self._find(key)
         return self._vals[i] if self._fps[i] == fp else default
 
+    def get_many(self, keys: Iterable[BlockKey], default: int = 0) -> list[int]:
+        """:meth:`get` of each key."""
+        get = self.get
+        return [get(key, default) for key in keys]
+
     def __contains__(self, key: object) -> bool:
         i, fp = self._find(key)
         return self._fps[i] == fp
@@ -93,6 +99,12 @@ class ScoreTable:
         if self._len > _MAX_LOAD * (self._mask + 1):
             self._grow()
 
+    def set_many(self, keys: Iterable[BlockKey], values: Iterable[int]) -> None:
+        """:meth:`set` of each key to its value, in order (a key given twice: the last)."""
+        put = self.set
+        for key, value in zip(keys, values, strict=True):
+            put(key, value)
+
     def get_fingerprint(self, fp: int, default: int = 0) -> int:
         """:meth:`get` by fingerprint (what :meth:`fingerprint` returned for a key)."""
         i, fp = self._find_fp(fp)
@@ -101,6 +113,12 @@ class ScoreTable:
     def pop(self, key: BlockKey) -> None:
         """Forget ``key`` (absent keys are ignored)."""
         self.pop_fingerprint(hash(key) & _M64 or 1)
+
+    def pop_many(self, keys: Iterable[BlockKey]) -> None:
+        """:meth:`pop` of each key."""
+        pop = self.pop_fingerprint
+        for key in keys:
+            pop(hash(key) & _M64 or 1)
 
     def pop_fingerprint(self, fp: int) -> None:
         """:meth:`pop` by fingerprint."""

@@ -34,4 +34,5 @@ class Candidates:
         entry = self._index.get(key)
         if entry is None and self._cold:
             entry = self._cold.load(key)
-        return entry is not None and entry.holds(self._pos) and self._evictable(key)
+        # Entry.holds inlined: a policy asks this of every key it considers
+        return entry is not None and bool(entry.tiers >> self._pos & 1) and self._evictable(key)

@@ -72,7 +72,7 @@ class ColdIndex:
             if meta is not None:
                 found = found or meta
                 tiers |= 1 << pos
-        return self._make(key, found, tiers)
+        return self._make(key, found, tiers, self._layout_of(key[0]))
 
     def load_many(self, keys: Sequence[BlockKey]) -> list[Entry | None]:
         """:meth:`load` of each key, with one ``metas`` call (one read transaction) per cold
@@ -91,20 +91,21 @@ class ColdIndex:
                     found[j] = found[j] or meta
                     tiers[j] |= 1 << pos
         made: dict[BlockKey, Entry | None] = {}  # a key given twice gets one entry
+        layouts = {ns: self._layout_of(ns) for ns in {key[0] for key in asked}}
         for i, key, meta, mask in zip(todo, asked, found, tiers, strict=True):
             if meta is None:
                 continue
             if key not in made:
-                made[key] = self._make(key, meta, mask)
+                made[key] = self._make(key, meta, mask, layouts[key[0]])
             out[i] = made[key]
         return out
 
-    def _make(self, key: BlockKey, meta: BlockMeta | None, tiers: int) -> Entry | None:
+    def _make(self, key: BlockKey, meta: BlockMeta | None, tiers: int,
+              layout: int | None) -> Entry | None:
         """The entry of a block the cold tiers ``tiers`` hold with ``meta`` (None: none
-        does), held from now on."""
+        does), held from now on; ``layout`` is its namespace's registered layout id."""
         if meta is None:
             return None
-        layout = self._layout_of(key[0])
         if layout is not None and meta.layout_id != layout:
             return None  # stored under another definition of the namespace
         entry = Entry(meta.size, meta.checksum, meta.layout_id, tiers)
@@ -114,6 +115,10 @@ class ColdIndex:
     def hold(self, key: BlockKey, entry: Entry) -> None:
         """``entry`` (a block now only in cold tiers) is what :meth:`load` returns while held."""
         self._live[key] = entry
+
+    def hold_many(self, blocks: Sequence[tuple[BlockKey, Entry]]) -> None:
+        """:meth:`hold` of each ``(key, entry)``."""
+        self._live.update(blocks)
 
     def release(self, key: BlockKey) -> None:
         self._live.pop(key, None)

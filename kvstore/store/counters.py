@@ -95,6 +95,13 @@ class Tally:
         self.ns(namespace).demotions += 1
         self.totals.demotions += 1
 
+    def demoted_many(self, pos: int, namespaces: list[str]) -> None:
+        """:meth:`demoted` of a block of each of ``namespaces``."""
+        self.tiers[pos].demotions += len(namespaces)
+        self.totals.demotions += len(namespaces)
+        for name, n in Counter(namespaces).items():
+            self.ns(name).demotions += n
+
     def evicted_from_store(self, namespace: str) -> None:
         """An evicted block had no other copy: it left the store."""
         ns = self.ns(namespace)
@@ -112,6 +119,13 @@ class Tally:
         self.tiers[pos].promotions += 1
         self.ns(namespace).promotions += 1
         self.totals.promotions += 1
+
+    def promoted_many(self, pos: int, namespaces: list[str]) -> None:
+        """:meth:`promoted` of a block of each of ``namespaces``."""
+        self.tiers[pos].promotions += len(namespaces)
+        self.totals.promotions += len(namespaces)
+        for name, n in Counter(namespaces).items():
+            self.ns(name).promotions += n
 
     def corrupt(self, pos: int, namespace: str) -> None:
         self.tiers[pos].corrupt_dropped += 1

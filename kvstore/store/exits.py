@@ -38,12 +38,11 @@ class Exits:
 
     def remove(self, pos: int, keys: list[BlockKey]) -> None:
         """Delete the copies tier ``pos`` holds of ``keys`` (one tier call)."""
-        held = [(k, e) for k in keys if (e := self._ledger.get(k)) is not None and e.holds(pos)]
+        held = self._ledger.holding(pos, keys)
         if not held:
             return
         self._tiers[pos].delete([k for k, _ in held])
-        for key, entry in held:
-            self._ledger.drop_copy(pos, key, entry)
+        self._ledger.drop_copies(pos, held)
 
     def drop(self, key: BlockKey, entry: Entry, *, left: int, why: LeftBecause) -> None:
         """Forget a block that leaves the store from tier ``left`` because ``why``: delete
@@ -54,8 +53,8 @@ class Exits:
     def evicted(self, pos: int, gone: list[BlockKey]) -> None:
         """Forget blocks evicted from tier ``pos`` that no tier holds any more (only their
         index entries and pins are left), and record their ghosts."""
-        for key in gone:
-            self.forget(key, self._ledger.get(key))
+        for key, entry in zip(gone, self._ledger.get_many(gone), strict=True):
+            self.forget(key, entry)
         if gone:
             self._ghosts.record(gone, self._stack.names[pos], "evicted")
 
@@ -72,8 +71,7 @@ class Exits:
         """Record the ghosts of blocks about to leave the store through :meth:`drop_many`,
         each naming the top tier it is in now."""
         by_top: dict[int, list[BlockKey]] = {}
-        for key in keys:
-            entry = self._ledger.get(key)
+        for key, entry in zip(keys, self._ledger.get_many(keys), strict=True):
             if entry is not None and entry.tiers:
                 by_top.setdefault(entry.top(), []).append(key)
         for pos, gone in by_top.items():
@@ -85,8 +83,7 @@ class Exits:
         ghost: a delete calls :meth:`remember` first, a namespace going away does not."""
         for pos in range(len(self._tiers)):
             self.remove(pos, keys)
-        for key in keys:
-            entry = self._ledger.get(key)
+        for key, entry in zip(keys, self._ledger.get_many(keys), strict=True):
             if entry is not None:
                 self._ledger.forget(key, entry)
             self._leases.forget(key)

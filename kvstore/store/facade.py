@@ -166,7 +166,7 @@ class Store:
         ns, keys = self._book.keys(namespace, hashes)
         lease = self._leases.term(lease_s)
         with self._lock:
-            live = [self._ledger.visible(key) is not None for key in keys]
+            live = [e is not None for e in self._ledger.visible_many(keys)]
             self._leases.pin_many([k for k, ok in zip(keys, live, strict=True) if ok], owner,
                                   lease, size=ns.block_bytes, tenant=tenant)
         return live

@@ -105,9 +105,9 @@ class HostPath:
                       else -1 for entry in entries]
             hits = [key for key, pos in zip(keys, served, strict=True) if pos >= 0]
             self._leases.pin_many(hits, owner, lease, size=size, tenant=tenant)  # all or none
+            self._ledger.hits(host, hits)
             for i, key in enumerate(keys):
                 if served[i] >= 0:
-                    self._ledger.hit(host, key)
                     out[i] = slab.extents(key)
             if not promote:  # only what was served was read
                 keys, served = hits, [host] * len(hits)

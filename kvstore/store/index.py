@@ -3,7 +3,7 @@ and what it must hash to."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from kvstore.errors import InvalidHashError
@@ -63,6 +63,11 @@ class BlockIndex:
     def get(self, key: BlockKey) -> Entry | None:
         return self._by_ns.get(key[0], _EMPTY).get(key[1])
 
+    def get_many(self, keys: Iterable[BlockKey]) -> list[Entry | None]:
+        """:meth:`get` of each key."""
+        by_ns = self._by_ns
+        return [by_ns.get(ns, _EMPTY).get(h) for ns, h in keys]
+
     def __getitem__(self, key: BlockKey) -> Entry:
         return self._by_ns[key[0]][key[1]]
 
@@ -84,6 +89,16 @@ class BlockIndex:
         self._len -= 1
         return per.pop(key[1])
 
+    def set_many(self, pairs: Iterable[tuple[BlockKey, Entry]]) -> None:
+        """``self[key] = entry`` for each pair, in order."""
+        for key, entry in pairs:
+            self[key] = entry
+
+    def pop_many(self, keys: Iterable[BlockKey]) -> None:
+        """:meth:`pop` of each key (absent keys are ignored)."""
+        for key in keys:
+            self.pop(key)
+
     def __delitem__(self, key: BlockKey) -> None:
         if self.pop(key) is None:
             raise KeyError(key)
@@ -95,6 +110,18 @@ class BlockIndex:
 
     def __len__(self) -> int:
         return self._len
+
+
+def tops(entries: Iterable[Entry | None]) -> list[int]:
+    """:meth:`Entry.top` of each entry (-1 for None or no tier)."""
+    return [-1 if e is None or not e.tiers else (e.tiers & -e.tiers).bit_length() - 1
+            for e in entries]
+
+
+def make_entries(metas: Iterable[tuple[int, int | None, int]]) -> list[Entry]:
+    """A new entry (in no tier yet) of each ``(layout_id, checksum, size)`` (a
+    :class:`~kvstore.tiers.base.BlockMeta`)."""
+    return [Entry(size, csum, layout) for layout, csum, size in metas]
 
 
 def check_hashes(hashes: Sequence[bytes]) -> bool:

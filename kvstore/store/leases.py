@@ -58,16 +58,22 @@ class LeaseTable:
                                     f"got {lease_s!r}")
         return min(lease, self._max_s)
 
-    def start_read(self, key: BlockKey) -> None:
-        """A read of ``key`` runs outside the store lock: keep the block until it ends."""
-        self._reading[key] = self._reading.get(key, 0) + 1
+    def start_reads(self, keys: Sequence[BlockKey]) -> None:
+        """Reads of ``keys`` run outside the store lock: keep the blocks until they end (a key
+        named twice is read twice)."""
+        reading = self._reading
+        for key in keys:
+            reading[key] = reading.get(key, 0) + 1
 
-    def end_read(self, key: BlockKey) -> None:
-        left = self._reading.get(key, 0) - 1
-        if left > 0:
-            self._reading[key] = left
-        else:
-            self._reading.pop(key, None)
+    def end_reads(self, keys: Sequence[BlockKey]) -> None:
+        """The reads :meth:`start_reads` began of ``keys`` are over."""
+        reading = self._reading
+        for key in keys:
+            left = reading.get(key, 0) - 1
+            if left > 0:
+                reading[key] = left
+            else:
+                reading.pop(key, None)
 
     def evictable(self, key: BlockKey) -> bool:
         """Neither pinned nor being read (what a policy may name as a victim)."""

@@ -4,13 +4,13 @@ policy orders them, and how much each namespace holds.
 Every change to those records goes through one method here (a new block, a new copy, a copy
 gone, a block gone), so the index, the policies and the usage counts cannot drift apart: the
 invariant ``key in policies[t]`` exactly when ``index[key].tiers`` has bit ``t`` is kept in
-:meth:`Ledger.add_copy` and :meth:`Ledger.drop_copy` alone. The ledger never touches bytes
+:meth:`Ledger.add_copies` and :meth:`Ledger.drop_copies` alone. The ledger never touches bytes
 (tiers do) and is not thread-safe: the store calls it under its lock.
 
 Two indexes, one view: blocks with a copy in a memory tier (or a shared-memory write pending)
 have an entry in RAM (:class:`~kvstore.store.index.BlockIndex`); blocks only tiers that index
 themselves hold (disk) are in the cold index (:mod:`kvstore.store.cold`), which asks the tier.
-:meth:`Ledger._file` moves an entry between them whenever its copies change. An entry whose
+:meth:`Ledger._file` moves entries between them whenever its copies change. An entry whose
 last copy is gone stays in RAM until :meth:`Ledger.forget`. At start the usage counts and the
 cold tiers' bytes come from the tiers' own counts: nothing is read per block.
 """
@@ -60,13 +60,18 @@ class Ledger:
         (one read transaction, not one per block)."""
         if len(keys) == 1:  # a single-block read: no batch to build
             return [self.get(keys[0])]
-        get = self._index.get
-        out = [get(key) for key in keys]
+        out = self._index.get_many(keys)
         todo = [i for i, entry in enumerate(out) if entry is None]
         if todo and self._cold:
             for i, entry in zip(todo, self._cold.load_many([keys[i] for i in todo]), strict=True):
                 out[i] = entry
         return out
+
+    def holding(self, pos: int, keys: Sequence[BlockKey]) -> list[tuple[BlockKey, Entry]]:
+        """The blocks of ``keys`` that tier ``pos`` holds a copy of, with their entries."""
+        bit = 1 << pos
+        return [(k, e) for k, e in zip(keys, self.get_many(keys), strict=True)
+                if e is not None and e.tiers & bit]
 
     def __contains__(self, key: object) -> bool:
         if key in self._index:
@@ -74,8 +79,7 @@ class Ledger:
         return bool(self._cold) and isinstance(key, tuple) and self._cold.has(key)
 
     def unknown(self, keys: Sequence[BlockKey]) -> list[BlockKey]:
-        """The keys of ``keys`` that are not ``in`` the ledger, in order: what ``in`` answers
-        for each, with one read of the cold tiers for the whole batch."""
+        """The keys not ``in`` the ledger, in order (one read of the cold tiers for them all)."""
         missing = [k for k in keys if k not in self._index]
         if not missing or not self._cold:
             return missing
@@ -196,10 +200,15 @@ class Ledger:
     # -- changing ----------------------------------------------------------------------------
     def add_block(self, key: BlockKey, entry: Entry, pos: int) -> None:
         """A new published block whose first copy is in tier ``pos``."""
-        if self._watched.get(key) == GONE:
-            self._watched[key] = BACK
-        self._count(key[0], entry.size, +1)
-        self.add_copy(pos, key, entry)
+        self.add_blocks(pos, [(key, entry)])
+
+    def add_blocks(self, pos: int, blocks: Sequence[tuple[BlockKey, Entry]]) -> None:
+        """New published blocks whose first copy is in tier ``pos``."""
+        for key, _ in blocks if self._watched else ():
+            if self._watched.get(key) == GONE:
+                self._watched[key] = BACK
+        self._count_many(blocks, +1)
+        self.add_copies(pos, blocks)
 
     def reserve(self, key: BlockKey, entry: Entry) -> None:
         """A pending block (a shared-memory write in flight): indexed, invisible, uncounted."""
@@ -212,7 +221,7 @@ class Ledger:
         """A pending block was written into tier ``pos``: make it a block like any other."""
         entry = self._index[key]
         entry.pending = False
-        self._count(key[0], entry.size, +1)
+        self._count_many([(key, entry)], +1)
         self.add_copy(pos, key, entry)
         return entry
 
@@ -226,31 +235,48 @@ class Ledger:
 
     def add_copy(self, pos: int, key: BlockKey, entry: Entry) -> None:
         """Tier ``pos`` now holds a copy of the block."""
-        if not entry.tiers & (1 << pos):
-            self._tier_bytes[pos] += entry.size
-        entry.tiers |= 1 << pos
-        self.policies[pos].on_put(key, entry.size)
-        self._file(key, entry)
+        self.add_copies(pos, [(key, entry)])
+
+    def add_copies(self, pos: int, blocks: Sequence[tuple[BlockKey, Entry]]) -> None:
+        """Tier ``pos`` now holds a copy of each block (told to its policy in order)."""
+        bit, added = 1 << pos, 0
+        for _, entry in blocks:
+            if not entry.tiers & bit:
+                added += entry.size
+                entry.tiers |= bit
+        self._tier_bytes[pos] += added
+        self.policies[pos].on_put_many([k for k, _ in blocks], [e.size for _, e in blocks])
+        self._file(blocks)
 
     def drop_copy(self, pos: int, key: BlockKey, entry: Entry) -> None:
         """Tier ``pos`` no longer holds a copy of the block."""
-        self.policies[pos].on_remove(key)
-        if entry.tiers & (1 << pos):
-            self._tier_bytes[pos] -= entry.size
-        entry.tiers &= ~(1 << pos)
-        self._file(key, entry)
+        self.drop_copies(pos, [(key, entry)])
 
-    def _file(self, key: BlockKey, entry: Entry) -> None:
-        """Keep the entry in RAM while a memory tier holds the block (or it is pending or has
+    def drop_copies(self, pos: int, blocks: Sequence[tuple[BlockKey, Entry]]) -> None:
+        """Tier ``pos`` no longer holds a copy of each block."""
+        self.policies[pos].on_remove_many([k for k, _ in blocks])
+        bit, dropped = 1 << pos, 0
+        for _, entry in blocks:
+            if entry.tiers & bit:
+                dropped += entry.size
+                entry.tiers &= ~bit
+        self._tier_bytes[pos] -= dropped
+        self._file(blocks)
+
+    def _file(self, blocks: Sequence[tuple[BlockKey, Entry]]) -> None:
+        """Keep each entry in RAM while a memory tier holds the block (or it is pending or has
         no copy left, until :meth:`forget`), else in the cold index only."""
-        if entry.pending or not entry.tiers or entry.tiers & ~self._cold.mask:
-            self._index[key] = entry
-        else:
-            self._index.pop(key)
-            self._cold.hold(key, entry)
+        mask = self._cold.mask
+        cold = [not e.pending and e.tiers and not e.tiers & ~mask for _, e in blocks]
+        self._index.set_many([b for b, c in zip(blocks, cold, strict=True) if not c])
+        if any(cold):
+            held = [b for b, c in zip(blocks, cold, strict=True) if c]
+            self._index.pop_many([k for k, _ in held])
+            self._cold.hold_many(held)
 
-    def hit(self, pos: int, key: BlockKey) -> None:
-        self.policies[pos].on_hit(key)
+    def hits(self, pos: int, keys: Sequence[BlockKey]) -> None:
+        """Tier ``pos`` served each of ``keys`` (told to its policy in order)."""
+        self.policies[pos].on_hit_many(keys)
 
     def forget(self, key: BlockKey, entry: Entry) -> None:
         """Remove a block whose copies are all gone from the index."""
@@ -260,13 +286,15 @@ class Ledger:
         if self._cold:
             self._cold.release(key)
         if held and not entry.pending:
-            self._count(key[0], entry.size, -1)
+            self._count_many([(key, entry)], -1)
 
     def forget_usage(self, namespace: str) -> None:
         """Drop the usage row of a deleted namespace (its blocks are gone)."""
         self._usage.pop(namespace, None)
 
-    def _count(self, namespace: str, size: int, sign: int) -> None:
-        usage = self.usage(namespace)
-        usage.blocks += sign
-        usage.bytes += sign * size
+    def _count_many(self, blocks: Sequence[tuple[BlockKey, Entry]], sign: int) -> None:
+        """Count blocks in (``sign`` +1) or out (-1) of their namespaces' usage."""
+        for (ns, _), entry in blocks:
+            usage = self._usage.get(ns) or self.usage(ns)
+            usage.blocks += sign
+            usage.bytes += sign * entry.size

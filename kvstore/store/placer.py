@@ -15,11 +15,12 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
+from itertools import accumulate
 
 from kvstore.checksum import checksum
 from kvstore.store.counters import Tally
 from kvstore.store.exits import Exits
-from kvstore.store.index import Entry
+from kvstore.store.index import Entry, make_entries
 from kvstore.store.leases import LeaseTable
 from kvstore.store.ledger import Ledger
 from kvstore.store.stack import TierStack
@@ -58,20 +59,25 @@ class Placer:
         fresh: list[Item] = []
         seen: set[BlockKey] = set()
         existing = refused = 0
-        for key, block, meta in items:
-            self._stack.on_access(key)
-            entry = self._ledger.get(key)
+        keys = [key for key, _, _ in items]
+        self._stack.on_access_many(keys)
+        copied = False  # a copy made room: the entries read before it may be gone
+        for (key, block, meta), entry in zip(items, self._ledger.get_many(keys), strict=True):
+            if copied:
+                entry = self._ledger.get(key)
             if (entry is not None and not entry.pending) or key in seen:
                 existing += 1
                 if named_tier and entry is not None and not entry.tiers >> start:
                     self._copy_down(key, entry, block, meta.checksum, start)
+                    copied = True
                 continue
             if entry is not None:  # reserved by a shm writer that has not committed
                 refused += 1
                 continue
             seen.add(key)
             fresh.append((key, block, meta))
-        admits = start == 0 or all(self._stack.admissions[start].admit(k) for k, _, _ in fresh)
+        admits = start == 0 or all(self._stack.admissions[start].admit_many(
+            [k for k, _, _ in fresh]))
         rest = self._place_batch(fresh, start) if admits else fresh
         stored = len(fresh) - len(rest)
         for item in rest:  # one by one: each may land in a different tier
@@ -88,12 +94,9 @@ class Placer:
         batch does not fit as a whole."""
         if not items or not self.write(pos, items):
             return items
-        for key, _, meta in items:
-            self._ledger.add_block(key, Entry(meta.size, meta.checksum, meta.layout_id), pos)
-        for low in range(pos + 1, len(self._tiers)):
-            if self._stack.configs[low].write_through:
-                down = [it for it in items if self._stack.admissions[low].admit(it[0])]
-                self._copy_batch(low, down)
+        self._ledger.add_blocks(pos, list(zip([k for k, _, _ in items],
+                                              make_entries([m for _, _, m in items]), strict=True)))
+        self.write_through(pos, items)
         self.settle(pos)
         return []
 
@@ -106,9 +109,9 @@ class Placer:
                 continue
             one = [item]
             if self.write(pos, one):
-                _, data, meta = one[0]  # write may have added the checksum
+                meta = one[0][2]  # write may have added the checksum
                 self._ledger.add_block(key, Entry(meta.size, meta.checksum, meta.layout_id), pos)
-                self.write_through(pos, [(key, data, meta)])
+                self.write_through(pos, one)
                 self.settle(pos)
                 return True
         return False
@@ -117,10 +120,10 @@ class Placer:
         """Copy blocks that tier ``pos`` just took into the write-through tiers below it."""
         for low in range(pos + 1, len(self._tiers)):
             if self._stack.configs[low].write_through:
-                self._copy_batch(low, [it for it in items
-                                       if self._stack.admissions[low].admit(it[0])])
+                oks = self._stack.admissions[low].admit_many([k for k, _, _ in items])
+                self.copy_batch(low, [it for it, ok in zip(items, oks, strict=True) if ok])
 
-    def _copy_batch(self, pos: int, items: list[Item], *, settle: bool = True) -> set[BlockKey]:
+    def copy_batch(self, pos: int, items: list[Item], *, settle: bool = True) -> set[BlockKey]:
         """Give indexed blocks a copy in tier ``pos``, as one batch where it fits as a whole,
         else one by one. Returns the keys that tier did not take."""
         if not items:
@@ -128,13 +131,14 @@ class Placer:
         if not self.write(pos, items):
             if len(items) == 1:
                 return {items[0][0]}
-            return {k for it in items for k in self._copy_batch(pos, [it], settle=settle)}
-        for key, _, _ in items:
-            entry = self._ledger.get(key)
-            if entry is not None:
-                self._ledger.add_copy(pos, key, entry)
-            else:  # evicted by the room this very write made: do not leak the copy
-                self._tiers[pos].delete([key])
+            return {k for it in items for k in self.copy_batch(pos, [it], settle=settle)}
+        keys = [key for key, _, _ in items]
+        entries = self._ledger.get_many(keys)
+        self._ledger.add_copies(pos, [(k, e) for k, e in zip(keys, entries, strict=True)
+                                      if e is not None])
+        gone = [k for k, e in zip(keys, entries, strict=True) if e is None]
+        if gone:  # evicted by the room this very write made: do not leak the copies
+            self._tiers[pos].delete(gone)
         if settle:
             self.settle(pos)
         return set()
@@ -157,14 +161,14 @@ class Placer:
             if top is None or checksum(top) != entry.checksum:
                 return
             data = top
-        self._copy_batch(pos, [(key, data, BlockMeta(entry.layout_id, entry.checksum, entry.size))])
+        self.copy_batch(pos, [(key, data, BlockMeta(entry.layout_id, entry.checksum, entry.size))])
 
     # -- writing and making room -------------------------------------------------------------
     def write(self, pos: int, items: list[Item]) -> bool:
         """Make room in tier ``pos`` and write ``items`` (:meth:`TierWriter.put`, which fills
         in checksums where the tier keeps them); False if it cannot."""
         tier = self._tiers[pos]
-        need = sum(tier.charge(m.size) for _, _, m in items)
+        need = sum(tier.charges([m.size for _, _, m in items]))
         if need > tier.capacity_bytes or not self.make_room(pos, need):
             return False
         return self._writer.put(pos, items)
@@ -172,9 +176,11 @@ class Placer:
     def make_room(self, pos: int, need: int) -> bool:
         """Evict from tier ``pos`` until ``need`` more bytes fit under its capacity."""
         tier = self._tiers[pos]
-        while tier.used_bytes() + need > tier.capacity_bytes:
-            if not self._evict(pos, tier.used_bytes() + need - tier.capacity_bytes):
+        over = tier.used_bytes() + need - tier.capacity_bytes
+        while over > 0:
+            if not self._evict(pos, over):
                 return False
+            over = tier.used_bytes() + need - tier.capacity_bytes
         return True
 
     def fits_now(self, pos: int, need: int) -> bool:
@@ -203,65 +209,62 @@ class Placer:
         """Move victims out of tier ``pos`` until ``nbytes`` are freed, a batch at a time.
         False if none could be evicted (everything resident is pinned or being read)."""
         tier = self._tiers[pos]
-        freed = 0
+        freed, used = 0, tier.used_bytes()
         while freed < nbytes:
             resident = self._ledger.resident(pos)
-            each = tier.used_bytes() / resident if resident else 1.0
+            each = used / resident if resident else 1.0
             want = min(MAX_DEMOTE_BATCH, max(1, math.ceil((nbytes - freed) / max(each, 1.0))))
             victims = self._ledger.victims(pos, want, self._leases.evictable)
             if not victims:
                 return freed > 0
             victims = self._enough(pos, victims, nbytes - freed)
-            before = tier.used_bytes()
-            self._demote(pos, victims)
-            if tier.used_bytes() >= before:  # nothing left the tier: never loop on it
+            self.demote(pos, victims)
+            after = tier.used_bytes()
+            if after >= used:  # nothing left the tier: never loop on it
                 log.warning("eviction from the %s tier freed nothing (%d victims)",
                             self._stack.names[pos], len(victims))
                 return freed > 0
-            freed += before - tier.used_bytes()
+            freed, used = freed + used - after, after
         return True
 
     def _enough(self, pos: int, victims: list[BlockKey], nbytes: int) -> list[BlockKey]:
         """The shortest prefix of ``victims`` whose copies in tier ``pos`` free ``nbytes``
         (block sizes differ between namespaces: the batch was sized on their average)."""
-        tier, total = self._tiers[pos], 0
-        for n, key in enumerate(victims, 1):
-            entry = self._ledger.get(key)
-            total += tier.charge(entry.size) if entry is not None else 0
+        sizes = [0 if e is None else e.size for e in self._ledger.get_many(victims)]
+        for n, total in enumerate(accumulate(self._tiers[pos].charges(sizes)), 1):
             if total >= nbytes:
                 return victims[:n]
         return victims
 
     def demote(self, pos: int, keys: list[BlockKey]) -> None:
-        """Take ``keys`` out of tier ``pos`` now (see :meth:`_demote`), counted as evicted."""
-        self._demote(pos, keys)
-
-    def _demote(self, pos: int, keys: list[BlockKey]) -> None:
-        """Take ``keys`` out of tier ``pos``: keep each in a lower tier (copying it down, in one
-        batch per lower tier, if no lower tier holds it yet and one admits it), else drop it
-        from the store."""
+        """Take ``keys`` out of tier ``pos`` now, counted as evicted: keep each in a lower tier
+        (copying it down, in one batch per lower tier, if no lower tier holds it yet and one
+        admits it), else drop it from the store."""
         self._tally.evicted(pos, len(keys))
-        entries = [(k, e) for k in keys if (e := self._ledger.get(k)) is not None]
+        entries = [(k, e) for k, e in zip(keys, self._ledger.get_many(keys), strict=True)
+                   if e is not None]
+        kept = [k for k, _ in entries]
         lows = range(pos + 1, len(self._tiers))
-        admits = [self._stack.admissions[low].admit for low in lows]
-        alone = [(k, e) for k, e in entries
-                 if not e.tiers >> (pos + 1) and any(admit(k) for admit in admits)]
+        # per lower tier, whether it admits each block (asking changes nothing: asked once)
+        oks = [self._stack.admissions[low].admit_many(kept) for low in lows]
+        alone = [i for i, (_, e) in enumerate(entries)
+                 if not e.tiers >> (pos + 1) and any(ok[i] for ok in oks)]
         if alone:
-            datas = self._tiers[pos].get_many([k for k, _ in alone])
-            todo: list[Item] = [(k, d, BlockMeta(e.layout_id, e.checksum, e.size))
-                    for (k, e), d in zip(alone, datas, strict=True) if d is not None]
-            for low, admit in zip(lows, admits, strict=True):
-                batch = [it for it in todo if admit(it[0])]
+            datas = self._tiers[pos].get_many([kept[i] for i in alone])
+            todo: list[tuple[int, Item]] = [
+                (i, (k, d, BlockMeta(e.layout_id, e.checksum, e.size)))
+                for i, d in zip(alone, datas, strict=True) if d is not None
+                for k, e in (entries[i],)]
+            for low, ok in zip(lows, oks, strict=True):
+                batch = [it for i, it in todo if ok[i]]
                 if not batch:
                     continue
-                refused = self._copy_batch(low, batch)
-                for key, _, _ in batch:
-                    if key not in refused:
-                        self._tally.demoted(pos, key[0])
-                todo = [it for it in todo if it[0] in refused or not admit(it[0])]
+                refused = self.copy_batch(low, batch)
+                self._tally.demoted_many(pos, [k[0] for k, _, _ in batch if k not in refused])
+                todo = [(i, it) for i, it in todo if it[0] in refused or not ok[i]]
                 if not todo:
                     break
-        self._exits.remove(pos, [k for k, _ in entries])
+        self._exits.remove(pos, kept)
         gone = [key for key, entry in entries if not entry.tiers]
         for key in gone:
             self._tally.evicted_from_store(key[0])
@@ -289,7 +292,7 @@ class Placer:
                                      for (k, e), d in zip(chunk, datas, strict=True)
                                      if d is not None]
                 lost += len(chunk) - len(items)
-                lost += len(self._copy_batch(target, items, settle=False))
+                lost += len(self.copy_batch(target, items, settle=False))
         try:
             self._tiers[target].flush()
         except Exception:  # the tier's close syncs again; the count above stays honest

@@ -11,17 +11,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from kvstore.checksum import checksum
+from kvstore.checksum import checksums
 from kvstore.errors import WouldBlock
 from kvstore.store.counters import Tally
 from kvstore.store.exits import Exits
-from kvstore.store.index import Entry, check_hashes, fmt_key, make_keys
+from kvstore.store.index import Entry, check_hashes, fmt_key, make_keys, tops
 from kvstore.store.leases import LeaseTable
 from kvstore.store.ledger import Ledger
 from kvstore.store.lock import StoreLock
 from kvstore.store.namespaces import NamespaceBook
 from kvstore.store.placer import Placer
 from kvstore.store.stack import TierStack
+from kvstore.store.tier_writer import Item
 from kvstore.tiers.base import BlockMeta
 from kvstore.types import BlockHash, BlockKey, LookupResult
 
@@ -53,23 +54,19 @@ class Reader:
         out: list[bytes | None] = [None] * len(keys)
         served_by: list[int] = [-1] * len(keys)
         self.discover_missing(keys)
-        held: list[Entry] = []  # a disk-only block's entry lives while held: built once
         with self._lock:
+            held = self._ledger.visible_many(keys)  # a disk-only block's entry lives while held
+            fast: dict[int, list[int]] = {}  # memory tiers, read under the lock
             slow: dict[int, list[int]] = {}
-            reading: list[BlockKey] = []
-            for i, (key, entry) in enumerate(zip(keys, self._ledger.visible_many(keys),
-                                                 strict=True)):
-                if entry is None:
-                    continue
-                held.append(entry)
-                pos = entry.top()
-                if self._tiers[pos].persistent:
-                    self._leases.start_read(key)
-                    reading.append(key)
-                    slow.setdefault(pos, []).append(i)
-                else:
-                    out[i] = self._tiers[pos].get_many([key])[0]
-                    served_by[i] = pos if out[i] is not None else -1
+            for i, pos in enumerate(tops(held)):
+                if pos >= 0:
+                    (slow if self._tiers[pos].persistent else fast).setdefault(pos, []).append(i)
+            for pos, idxs in fast.items():
+                for i, data in zip(idxs, self._tiers[pos].get_many([keys[i] for i in idxs]),
+                                   strict=True):
+                    out[i], served_by[i] = data, pos if data is not None else -1
+            reading = [keys[i] for idxs in slow.values() for i in idxs]
+            self._leases.start_reads(reading)
         for pos, idxs in slow.items():
             try:
                 datas = self._tiers[pos].get_many([keys[i] for i in idxs])
@@ -80,29 +77,41 @@ class Reader:
                 out[i] = data
                 served_by[i] = pos
         with self._lock:
-            for key in reading:
-                self._leases.end_read(key)
-            entries = [self._check(key, served_by[i], out[i]) if served_by[i] >= 0 else None
-                       for i, key in enumerate(keys)]
+            self._leases.end_reads(reading)
+            entries = self._checked(keys, served_by, out)
+            hits: dict[int, list[int]] = {}  # tier -> the blocks it served
             for i, entry in enumerate(entries):
-                if entry is None:
+                if entry is None or out[i] is None:
                     out[i], served_by[i] = None, -1
-            # promotions come last: they may evict blocks this same call just read
-            for key, pos, entry, data in zip(keys, served_by, entries, out, strict=True):
-                if entry is None or data is None:
-                    continue
-                self._ledger.hit(pos, key)
-                if count:
-                    self._stack.on_access(key)
-                if promote and pos > promote_to:
-                    self._promote(key, entry, data, promote_to)
+                else:
+                    hits.setdefault(served_by[i], []).append(i)
+            for pos, idxs in hits.items():
+                self._ledger.hits(pos, [keys[i] for i in idxs])
+            if count:
+                self._stack.on_access_many([k for k, d in zip(keys, out, strict=True)
+                                            if d is not None])
+            if promote:  # promotions come last: they may evict blocks this same call just read
+                self._promote([i for pos, idxs in hits.items() if pos > promote_to
+                               for i in idxs], keys, entries, out, promote_to)
             if count:
                 self._tally.reads([k[0] for k in keys], served_by, [d is not None for d in out])
         return out
 
-    def _check(self, key: BlockKey, pos: int, data: bytes | None) -> Entry | None:
-        """The entry of a block tier ``pos`` served as ``data``, if that answer stands."""
-        entry = self._ledger.get(key)
+    def _checked(self, keys: list[BlockKey], served_by: list[int],
+                 out: list[bytes | None]) -> list[Entry | None]:
+        """:meth:`_check` of each block served (None for the others), the entries read and
+        the checksums of the tiers that verify computed as one batch each."""
+        verify = [pos >= 0 and data is not None and self._tiers[pos].verify_reads
+                  for pos, data in zip(served_by, out, strict=True)]
+        sums = iter(checksums([d for d, v in zip(out, verify, strict=True) if v and d is not None]))
+        return [self._check(key, pos, data, entry, next(sums) if v else None) if pos >= 0
+                else None for key, pos, data, entry, v in zip(
+                    keys, served_by, out, self._ledger.get_many(keys), verify, strict=True)]
+
+    def _check(self, key: BlockKey, pos: int, data: bytes | None, entry: Entry | None,
+               csum: int | None) -> Entry | None:
+        """The entry of a block tier ``pos`` served as ``data`` (``csum`` its checksum where
+        the tier verifies reads), if that answer stands. ``entry`` is the block's entry now."""
         tier = self._tiers[pos]
         if data is None and entry is not None and entry.holds(pos) and not tier.contains(key):
             # the tier lost it behind our back (an S3 upload dropped after retries, an object
@@ -115,7 +124,7 @@ class Reader:
         # reads ran under the lock and are valid as read)
         if entry is None or data is None or (tier.persistent and not entry.holds(pos)):
             return None
-        if tier.verify_reads and checksum(data) != entry.checksum:
+        if tier.verify_reads and csum != entry.checksum:
             log.error("checksum mismatch for %s in the %s tier: dropped", fmt_key(key), tier.name)
             self._exits.remove(pos, [key])
             if not entry.tiers:
@@ -124,16 +133,22 @@ class Reader:
             return None
         return entry
 
-    def _promote(self, key: BlockKey, entry: Entry, data: bytes, to: int) -> None:
-        """Copy a block read from a lower tier into tier ``to`` (the lower copy stays)."""
-        # an earlier promotion in the same batch may have cascaded into evicting this block
-        if entry.holds(to) or self._ledger.get(key) is not entry:
+    def _promote(self, idxs: list[int], keys: list[BlockKey], entries: list[Entry | None],
+                 datas: list[bytes | None], to: int) -> None:
+        """Copy blocks read from lower tiers into tier ``to`` (the lower copies stay), as one
+        batch where it fits (:meth:`~kvstore.store.placer.Placer.copy_batch`)."""
+        items: dict[BlockKey, Item] = {}  # a block read twice is copied once
+        for i in idxs:
+            entry, data = entries[i], datas[i]
+            if entry is not None and data is not None:
+                items[keys[i]] = (keys[i], data,
+                                  BlockMeta(entry.layout_id, entry.checksum, entry.size))
+        if not items:
             return
-        meta = BlockMeta(entry.layout_id, entry.checksum, entry.size)
-        if self._placer.write(to, [(key, data, meta)]):
-            self._ledger.add_copy(to, key, entry)
-            self._tally.promoted(to, key[0])
-            self._placer.settle(to)
+        self._placer.copy_batch(to, list(items.values()), settle=False)
+        # the room a copy made may have evicted other blocks of the batch: count what holds
+        self._tally.promoted_many(to, [k[0] for k, _ in self._ledger.holding(to, list(items))])
+        self._placer.settle(to)
 
     def lookup(self, namespace: str, hashes: Sequence[BlockHash], *,
                nowait: bool = False) -> LookupResult:

@@ -93,6 +93,11 @@ class TierStack:
         for adm in self.admissions:
             adm.on_access(key)
 
+    def on_access_many(self, keys: Sequence[BlockKey]) -> None:
+        """:meth:`on_access` of each key, one call per admission rule."""
+        for adm in self.admissions:
+            adm.on_access_many(keys)
+
     def forget(self, key: BlockKey) -> None:
         for adm in self.admissions:
             adm.forget(key)

@@ -12,7 +12,7 @@ import logging
 import time
 from collections.abc import Sequence
 
-from kvstore.checksum import checksum
+from kvstore.checksum import checksum, checksums
 from kvstore.errors import CapacityError, TierUnavailableError
 from kvstore.namespace import Namespace
 from kvstore.store.index import make_keys
@@ -48,8 +48,7 @@ class TierWriter:
         if len(hashes) != len(blocks):
             raise ValueError(f"{len(hashes)} hashes but {len(blocks)} blocks")
         keys = make_keys(ns.name, hashes)
-        for block in blocks:
-            ns.check_size(memoryview(block).nbytes)
+        ns.check_sizes([memoryview(block).nbytes for block in blocks])
         start = self._stack.pos(tier) if tier is not None else 0
         eager = self._stack.eager_sums[start]
         return start, [(key, block, BlockMeta(ns.layout_id, checksum(block) if eager else None,
@@ -82,10 +81,13 @@ class TierWriter:
 
     def _seal(self, items: list[Item]) -> None:
         """Fill in missing checksums, in place."""
-        for i, (key, data, meta) in enumerate(items):
-            if meta.checksum is None:
-                csum = checksum(data)
-                items[i] = (key, data, meta._replace(checksum=csum))
-                entry = self._ledger.get(key)
-                if entry is not None and entry.checksum is None:
-                    entry.checksum = csum
+        todo = [i for i, (_, _, meta) in enumerate(items) if meta.checksum is None]
+        if not todo:
+            return
+        sums = checksums([items[i][1] for i in todo])
+        entries = self._ledger.get_many([items[i][0] for i in todo])
+        for i, csum, entry in zip(todo, sums, entries, strict=True):
+            key, data, meta = items[i]
+            items[i] = (key, data, meta._replace(checksum=csum))
+            if entry is not None and entry.checksum is None:
+                entry.checksum = csum

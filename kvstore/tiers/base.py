@@ -63,6 +63,10 @@ class Tier(ABC):
         """Bytes a block of ``size`` bytes would be charged. Slot tiers round up."""
         return size
 
+    def charges(self, sizes: Sequence[int]) -> list[int]:
+        """:meth:`charge` of each size."""
+        return list(sizes)
+
     def fits(self, size: int) -> bool:
         """Whether a block of ``size`` bytes could ever fit in this tier."""
         return self.charge(size) <= self.capacity_bytes

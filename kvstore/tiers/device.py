@@ -9,12 +9,14 @@ imports torch, so the registry imports it only when a config names the device ti
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 
 import torch
 
 from kvstore.config import DEFAULT_SLOT_BYTES
 from kvstore.tiers.base import Buffer
 from kvstore.tiers.slab import Extents, SlabInfo, SlabTier
+from kvstore.tiers.slots import Entry
 
 # torch.frombuffer warns that a read-only buffer (every ``bytes``) becomes a writable tensor;
 # we only ever read from those tensors. torch emits it once per process (TORCH_WARN_ONCE), so
@@ -74,6 +76,10 @@ class DeviceTier(SlabTier):
             off, length = extents[0]
             return slab[off : off + length].cpu().numpy().tobytes()
         return b"".join([slab[off : off + n].cpu().numpy().data for off, n in extents])
+
+    def _copy_out_many(self, entries: Sequence[Entry | None]) -> list[bytes | None]:
+        copy = self._copy_out
+        return [None if e is None else copy(e[1], e[0]) for e in entries]
 
     def close(self) -> None:
         with self._lock:

@@ -30,12 +30,7 @@ from kvstore.tiers import disk_index, disk_writes
 from kvstore.tiers.base import BlockMeta, Buffer, Tier
 from kvstore.tiers.disk_counts import DiskCounts, headers
 from kvstore.tiers.disk_env import MAP_SLACK, DiskEnv, open_env
-from kvstore.tiers.disk_records import (
-    HEADER,
-    KeyPrefixes,
-    decode_key,
-    encode_key,
-)
+from kvstore.tiers.disk_records import HEADER, KeyPrefixes, decode_key
 from kvstore.types import BlockKey
 
 log = logging.getLogger(__name__)
@@ -77,9 +72,10 @@ class DiskTier(Tier):
 
     # -- writes -------------------------------------------------------------------------
     def put_many(self, items: Sequence[tuple[BlockKey, Buffer, BlockMeta]]) -> None:
-        blocks: dict[bytes, tuple[memoryview, BlockMeta]] = {}
-        for key, buf, meta in items:  # a key given twice: the last copy wins
-            blocks[encode_key(key)] = (memoryview(buf).cast("B"), meta)
+        # a key given twice: the last copy wins
+        blocks = dict(zip(self._raws([key for key, _, _ in items]),
+                          [(memoryview(buf).cast("B"), meta) for _, buf, meta in items],
+                          strict=True))
         if not blocks:
             return  # an empty commit would still cost an fsync
         end = HEADER.size + max(view.nbytes for view, _ in blocks.values())
@@ -91,7 +87,7 @@ class DiskTier(Tier):
             self._counts.commit()
 
     def delete(self, keys: Sequence[BlockKey]) -> None:
-        raws = list(dict.fromkeys(map(encode_key, keys)))
+        raws = list(dict.fromkeys(self._raws(keys)))
         found = self._env.read(disk_writes.stored, raws)
         if not found:
             return  # an empty commit would still cost an fsync

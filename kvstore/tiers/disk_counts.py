@@ -10,6 +10,7 @@ file from before the records existed is scanned once, at its first open, and giv
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 
 import lmdb
 
@@ -69,6 +70,12 @@ class DiskCounts:
         counted = self._delta.setdefault(raw[: raw.index(0)].decode(), [0, 0])
         counted[0] += blocks
         counted[1] += nbytes
+
+    def note_many(self, raws: Iterable[bytes], blocks: Iterable[int],
+                  nbytes: Iterable[int]) -> None:
+        """:meth:`note` of each block."""
+        for raw, n, size in zip(raws, blocks, nbytes, strict=True):
+            self.note(raw, n, size)
 
     def used_after(self) -> int:
         """Payload bytes the file will hold once the noted changes commit."""

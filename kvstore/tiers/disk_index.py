@@ -15,14 +15,14 @@ from collections.abc import Iterator, Sequence
 import lmdb
 
 from kvstore.tiers.base import BlockMeta, Buffer
-from kvstore.tiers.disk_records import MAGIC, decode_key, payload_size, unpack_header
+from kvstore.tiers.disk_records import MAGIC, decode_key, payload_size, unpack_headers
 from kvstore.types import BlockKey
 
 SAMPLE_RUN = 4  # keys taken after each random seek: a seek costs more than a step
 
 
 def metas(txn: lmdb.Transaction, raws: Sequence[bytes]) -> list[BlockMeta | None]:
-    return [None if v is None else unpack_header(v) for v in map(txn.get, raws)]
+    return unpack_headers(map(txn.get, raws))
 
 
 def leading(txn: lmdb.Transaction, prefix: bytes, hashes: Sequence[bytes]) -> int:

@@ -14,7 +14,7 @@ restart know what the file holds without reading every header.
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from kvstore.tiers.base import BlockMeta, Buffer
@@ -53,6 +53,11 @@ def payload_size(value: Buffer | None) -> int | None:
     if magic != MAGIC or version != VERSION or HEADER.size + size != len(value):
         return None
     return int(size)
+
+
+def payload_sizes(values: Iterable[Buffer | None]) -> list[int | None]:
+    """:func:`payload_size` of each value."""
+    return list(map(payload_size, values))
 
 
 def encode_key(key: BlockKey) -> bytes:
@@ -96,6 +101,11 @@ def unpack_header(value: Buffer) -> BlockMeta | None:
     if magic != MAGIC or version != VERSION or HEADER.size + size != len(value):
         return None
     return BlockMeta(layout_id, checksum, size)
+
+
+def unpack_headers(values: Iterable[Buffer | None]) -> list[BlockMeta | None]:
+    """:func:`unpack_header` of each value (None, an absent value, stays None)."""
+    return [None if v is None else unpack_header(v) for v in values]
 
 
 def payloads(values: Sequence[Any]) -> tuple[list[bytes | None], list[int]]:

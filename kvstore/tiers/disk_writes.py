@@ -13,7 +13,7 @@ import lmdb
 from kvstore.errors import CapacityError
 from kvstore.tiers.base import BlockMeta
 from kvstore.tiers.disk_counts import DiskCounts
-from kvstore.tiers.disk_records import HEADER, MAGIC, VERSION, payload_size, payloads
+from kvstore.tiers.disk_records import HEADER, MAGIC, VERSION, payload_sizes, payloads
 
 
 def put_all(txn: lmdb.Transaction, blocks: dict[bytes, tuple[memoryview, BlockMeta]],
@@ -25,9 +25,10 @@ def put_all(txn: lmdb.Transaction, blocks: dict[bytes, tuple[memoryview, BlockMe
     allocation, zeroing and page faults of a fresh value per block (py-lmdb has no
     MDB_RESERVE to write into LMDB's pages directly)."""
     counts.begin()
-    for raw, (view, _) in blocks.items():
-        old = payload_size(txn.get(raw))
-        counts.note(raw, old is None, view.nbytes - (old or 0))
+    olds = payload_sizes(map(txn.get, blocks))
+    counts.note_many(blocks, [old is None for old in olds],
+                     [view.nbytes - (old or 0) for (view, _), old in
+                      zip(blocks.values(), olds, strict=True)])
     used = counts.used_after()
     if used > capacity_bytes:
         raise CapacityError(f"disk tier: {used} bytes needed of a capacity of {capacity_bytes}")
@@ -42,17 +43,18 @@ def put_all(txn: lmdb.Transaction, blocks: dict[bytes, tuple[memoryview, BlockMe
 def delete_all(txn: lmdb.Transaction, raws: list[bytes], counts: DiskCounts) -> None:
     """Delete the values of ``raws`` that are ours, and count them gone."""
     counts.begin()
-    for raw in raws:
-        old = payload_size(txn.get(raw))
-        if old is not None:  # else absent, or not ours: nothing counted
-            txn.delete(raw)
-            counts.note(raw, -1, -old)
+    found = [(raw, old) for raw, old in zip(raws, payload_sizes(map(txn.get, raws)), strict=True)
+             if old is not None]  # else absent, or not ours: nothing counted
+    for raw, _ in found:
+        txn.delete(raw)
+    counts.note_many([raw for raw, _ in found], [-1] * len(found), [-old for _, old in found])
     counts.stage(txn)
 
 
 def stored(txn: lmdb.Transaction, raws: list[bytes]) -> list[bytes]:
     """Those of ``raws`` whose values are ours."""
-    return [raw for raw in raws if payload_size(txn.get(raw)) is not None]
+    return [raw for raw, old in zip(raws, payload_sizes(map(txn.get, raws)), strict=True)
+            if old is not None]
 
 
 def read_payloads(txn: lmdb.Transaction, raws: list[bytes]) -> tuple[list[bytes | None],

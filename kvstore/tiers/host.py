@@ -24,6 +24,7 @@ import os
 import secrets
 import sys
 import weakref
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -31,6 +32,7 @@ from kvstore.config import DEFAULT_SLOT_BYTES
 from kvstore.tiers.base import Buffer
 from kvstore.tiers.segment import Segment, attach_slab
 from kvstore.tiers.slab import Extents, SlabInfo, SlabShare, SlabTier
+from kvstore.tiers.slots import Entry
 
 __all__ = ["HostTier", "attach_slab"]
 
@@ -142,6 +144,10 @@ class HostTier(SlabTier):
             off, length = extents[0]
             return buf[off : off + length].tobytes()
         return b"".join([buf[off : off + length] for off, length in extents])
+
+    def _copy_out_many(self, entries: Sequence[Entry | None]) -> list[bytes | None]:
+        copy = self._copy_out
+        return [None if e is None else copy(e[1], e[0]) for e in entries]
 
     def close(self) -> None:
         with self._lock:

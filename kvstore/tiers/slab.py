@@ -91,6 +91,11 @@ class SlabTier(Tier):
     def _copy_out(self, extents: Extents, size: int) -> bytes:
         """A fresh ``bytes`` of the slab at the extents, concatenated."""
 
+    def _copy_out_many(self, entries: Sequence[Entry | None]) -> list[bytes | None]:
+        """:meth:`_copy_out` of each stored entry (None stays None); subclasses may override
+        it with a tighter loop."""
+        return [None if e is None else self._copy_out(e[1], e[0]) for e in entries]
+
     @abstractmethod
     def slab_info(self) -> SlabInfo:
         """Where the slab lives, for zero-copy clients."""
@@ -109,6 +114,12 @@ class SlabTier(Tier):
 
     def charge(self, size: int) -> int:
         return self._slots.count(size) * self.slot_bytes
+
+    def charges(self, sizes: Sequence[int]) -> list[int]:
+        if sizes and min(sizes) < 0:
+            raise ValueError(f"block size must be non-negative, got {min(sizes)}")
+        sb = self.slot_bytes
+        return [c * sb for c in self._slots.counts(list(sizes))]
 
     # -- two-phase writes -----------------------------------------------------------------
     def reserve(self, key: BlockKey, size: int) -> Extents:
@@ -245,7 +256,7 @@ class SlabTier(Tier):
     def get_many(self, keys: Sequence[BlockKey]) -> list[bytes | None]:
         with self._lock:
             entries = [self._index.get(k) for k in keys]
-        return [None if e is None else self._copy_out(e[1], e[0]) for e in entries]
+        return self._copy_out_many(entries)
 
     def contains(self, key: BlockKey) -> bool:
         return key in self._index

@@ -3,16 +3,32 @@ store's parts and never returns to a module it has left (no two modules call eac
 
 from __future__ import annotations
 
+import pytest
+
 from kvstore.testing.walks import Walk, trace, walks
 
+# the same walks on the mixin store (6701d72), the "before" lines of docs/structure.md
+MIXIN_STOPS = {"put": 323, "lookup+get": 218}
 
-def test_put_and_read_walks_have_no_cycle() -> None:
-    found = walks()
+
+@pytest.fixture(scope="module")
+def found() -> dict[str, Walk]:
+    return walks()
+
+
+def test_put_and_read_walks_have_no_cycle(found: dict[str, Walk]) -> None:
     assert set(found) == {"put", "lookup+get"}
     for name, walk in found.items():
         assert walk.cycles == [], f"{name}: modules calling each other: {walk.cycles}"
         # the walk reaches the bottom: the request really demoted to / read from the disk
         assert "tiers/disk" in walk.modules and walk.modules[0] == "store/facade", name
+
+
+def test_walks_stop_less_often_than_the_mixin_store(found: dict[str, Walk]) -> None:
+    """The parts talk in batches: a request over N blocks crosses a module boundary a few
+    times per batch, not once per block, so the walks stay under the mixin store's stops."""
+    for name, walk in found.items():
+        assert walk.stops < MIXIN_STOPS[name], f"{name}: {walk.stops} stops"
 
 
 def test_a_cycle_is_found() -> None:

@@ -176,6 +176,35 @@ class PolicyContract:
             assert len(policy) == len(resident)
             assert all(r in policy for r in resident)
 
+    @settings(
+        max_examples=40, deadline=None, suppress_health_check=[HealthCheck.differing_executors]
+    )
+    @given(batches=st.lists(st.tuples(st.sampled_from(["put", "hit", "remove"]),
+                                      st.lists(st.integers(0, 15), max_size=8)), max_size=30))
+    def test_batched_events_are_the_events_in_order(
+        self, batches: list[tuple[str, list[int]]]
+    ) -> None:
+        """``on_put_many`` / ``on_hit_many`` / ``on_remove_many`` of a batch leave the policy
+        as the per-key events of the batch do, in order (a key twice in a batch too): the
+        same keys tracked, evicted in the same order."""
+        one, many = self.make(), self.make()
+        for op, ids in batches:
+            keys = [key(i) for i in ids]
+            if op == "put":
+                for k in keys:
+                    one.on_put(k, 1)
+                many.on_put_many(keys, [1] * len(keys))
+            elif op == "hit":
+                for k in keys:
+                    one.on_hit(k)
+                many.on_hit_many(keys)
+            else:
+                for k in keys:
+                    one.on_remove(k)
+                many.on_remove_many(keys)
+            assert len(one) == len(many)
+        assert drain(one) == drain(many)
+
 
 def simulate(policy: Policy, trace: list[BlockKey], capacity: int) -> int:
     """Runs ``trace`` through a cache of ``capacity`` keys driven by ``policy``; returns hits."""

@@ -93,3 +93,15 @@ def test_rejects_bad_bound() -> None:
 def test_registry_builds_every_rule_without_arguments(name: str) -> None:
     rule = make_admission(name)
     assert isinstance(rule, Admission) and rule.name == name
+
+
+@pytest.mark.parametrize("name", ADMISSIONS.names())
+def test_batched_accesses_and_admits_are_the_per_key_ones(name: str) -> None:
+    one, many = make_admission(name), make_admission(name)
+    batches = [[key(i % 7) for i in range(start, start + 5)] for start in range(0, 30, 3)]
+    for batch in batches:
+        for k in batch:
+            one.on_access(k)
+        many.on_access_many(batch)
+        probe = [key(i) for i in range(9)]
+        assert many.admit_many(probe) == [one.admit(k) for k in probe]

@@ -130,6 +130,11 @@ class TierContract:
         assert tier.used_bytes() == sum(tier.charge(n) for n in self.sizes)
         assert all(tier.charge(n) >= n for n in self.sizes)
 
+    def test_charges_of_a_batch_are_each_charge(self, tier: Tier) -> None:
+        sizes = [0, 1, *self.sizes]
+        assert tier.charges(sizes) == [tier.charge(n) for n in sizes]
+        assert tier.charges([]) == []
+
     def test_full_tier_refuses_and_stores_nothing_of_the_batch(self) -> None:
         tier = self.make_tier(self.capacity)
         try:
