@@ -9,10 +9,12 @@ invariant ``key in policies[t]`` exactly when ``index[key].tiers`` has bit ``t``
 
 Two indexes, one view: blocks with a copy in a memory tier (or a shared-memory write pending)
 have an entry in RAM (:class:`~kvstore.store.index.BlockIndex`); blocks only tiers that index
-themselves hold (disk) are in the cold index (:mod:`kvstore.store.cold`), which asks the tier.
-:meth:`Ledger._file` moves an entry between them whenever its copies change. An entry whose
+themselves hold (disk, S3) are in the cold index (:mod:`kvstore.store.cold`), which asks the
+tier. :meth:`Ledger._file` moves an entry between them whenever its copies change; one whose
 last copy is gone stays in RAM until :meth:`Ledger.forget`. At start the usage counts and the
-cold tiers' bytes come from the tiers' own counts: nothing is read per block.
+cold tiers' bytes come from the tiers' own counts (nothing is read per block), so a block that
+both disk and S3 held at start is counted in each. What S3 adopts or loses on its own reaches
+the records through :meth:`Ledger.adopt` and :meth:`Ledger.lost`.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ class Ledger:
         self._top_name_by_mask = top_name_by_mask
         self._tier_bytes = [0] * len(policies)  # payload bytes of the copies each tier holds
         self._watched: dict[BlockKey, int] = {}  # see watch()
-        for pos, tier in self._cold.catalogs:  # one cold tier per stack: nothing counted twice
+        for pos, tier in self._cold.catalogs:
             self._tier_bytes[pos] = tier.used_bytes()
             for ns, (blocks, nbytes) in tier.namespace_usage().items():
                 usage = self.usage(ns)
@@ -182,15 +184,13 @@ class Ledger:
 
     # -- blocks a writer outside the lock is copying (the background demoter) ---------------
     def watch(self, keys: Iterable[BlockKey]) -> None:
-        """Note from now on whether each of ``keys`` is forgotten (and whether it is put
-        again after that): a copy written below without the lock cannot tell otherwise, since
-        a block only the disk holds is looked up in the disk itself."""
+        """Note from now on whether each of ``keys`` is forgotten (and put again after): a copy
+        written below without the lock cannot tell otherwise (the disk answers for itself)."""
         for key in keys:
             self._watched[key] = KEPT
 
     def unwatch(self, keys: Iterable[BlockKey]) -> dict[BlockKey, int]:
-        """Stop watching ``keys``: each one's fate since :meth:`watch` (``KEPT``, ``GONE``:
-        forgotten, ``BACK``: forgotten, then put again)."""
+        """Stop watching ``keys``: each one's fate (``KEPT``, ``GONE``, ``BACK``: put again)."""
         return {key: self._watched.pop(key, KEPT) for key in keys}
 
     # -- changing ----------------------------------------------------------------------------
@@ -241,13 +241,46 @@ class Ledger:
         self._file(key, entry)
 
     def _file(self, key: BlockKey, entry: Entry) -> None:
-        """Keep the entry in RAM while a memory tier holds the block (or it is pending or has
-        no copy left, until :meth:`forget`), else in the cold index only."""
+        """In RAM while a memory tier holds the block, it is pending or has no copy left (until
+        :meth:`forget`), else in the cold index only."""
         if entry.pending or not entry.tiers or entry.tiers & ~self._cold.mask:
             self._index[key] = entry
         else:
             self._index.pop(key)
             self._cold.hold(key, entry)
+
+    def adopt(self, pos: int, key: BlockKey) -> bool:
+        """Count a block cold tier ``pos`` (S3) took on its own (discovery); False if gone."""
+        entry = self._index.get(key) or self._cold.held(key)
+        if entry is not None:  # the store's own view of the block: its bits are right
+            if entry.pending or entry.holds(pos):
+                return False
+            self.add_copy(pos, key, entry)
+            return True
+        entry = self._cold.load(key)  # built from the tiers: counted by none of them yet
+        if entry is None or not entry.holds(pos):
+            return False
+        if entry.tiers == 1 << pos:
+            self._count(key[0], entry.size, +1)
+        self._tier_bytes[pos] += entry.size
+        self.policies[pos].on_put(key, entry.size)
+        return True
+
+    def lost(self, pos: int, key: BlockKey, size: int) -> Entry | None:
+        """Cold tier ``pos`` (S3) lost a block of ``size`` bytes on its own: uncount it. The
+        entry of a block no tier holds now is returned for the caller to drop."""
+        entry = self._index.get(key) or self._cold.held(key)
+        if entry is not None:  # the store's own view: drop the copy if it still counts it
+            if not entry.holds(pos):
+                return None
+            self.drop_copy(pos, key, entry)
+            return None if entry.tiers else entry
+        self.policies[pos].on_remove(key)  # the tiers' view already lacks it
+        self._tier_bytes[pos] -= size
+        if self._cold.load(key) is not None:
+            return None
+        self._index[key] = Entry(size, None, 0)  # counted until forget
+        return self._index[key]
 
     def hit(self, pos: int, key: BlockKey) -> None:
         self.policies[pos].on_hit(key)

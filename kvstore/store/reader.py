@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import Any
 
 from kvstore.checksum import checksum
 from kvstore.errors import WouldBlock
@@ -44,6 +45,8 @@ class Reader:
         self._leases = leases
         self._lock = lock
         self._namespaces = namespaces
+        # shared tiers that index themselves: what they learn or lose alone is settled here
+        self._settled = {p for p, t in stack.shared if getattr(t, "indexes_itself", False)}
 
     def read(
         self, keys: list[BlockKey], *, promote: bool, count: bool, promote_to: int = 0
@@ -80,6 +83,8 @@ class Reader:
                 out[i] = data
                 served_by[i] = pos
         with self._lock:
+            for pos in slow.keys() & self._settled:  # before the checks: a lost copy drops once
+                self._settle(pos, self._tiers[pos])
             for key in reading:
                 self._leases.end_read(key)
             entries = [self._check(key, served_by[i], out[i]) if served_by[i] >= 0 else None
@@ -187,6 +192,9 @@ class Reader:
                 log.warning("%s discover failed: %s", tier.name, exc)
                 continue
             with self._lock:
+                if getattr(tier, "indexes_itself", False):
+                    found = self._settle(pos, tier) or found
+                    continue
                 for key, meta in zip(keys, metas, strict=True):
                     if meta is None or key in self._ledger:
                         continue
@@ -196,6 +204,21 @@ class Reader:
                         key, Entry(meta.size, meta.checksum, meta.layout_id), pos)
                     found = True
         return found
+
+    def _settle(self, pos: int, tier: Any) -> bool:
+        """Account for what shared tier ``pos``, which indexes itself, adopted or lost on its
+        own since it was last asked (:meth:`~kvstore.tiers.s3.S3Tier.changes`). True if it
+        adopted a block. Caller holds the lock."""
+        adopted = False
+        for key, meta, new in tier.changes():
+            if new:
+                adopted = self._ledger.adopt(pos, key) or adopted
+                continue
+            entry = self._ledger.lost(pos, key, meta.size)
+            if entry is not None:
+                self._exits.drop(key, entry, left=pos, why="lost")
+                self._tally.lost(key[0])
+        return adopted
 
     def index_persistent(self) -> None:
         """Index every block the persistent tiers hold (at start, after a restart). Blocks
