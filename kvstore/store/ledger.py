@@ -2,19 +2,17 @@
 policy orders them, and how much each namespace holds.
 
 Every change to those records goes through one method here (a new block, a new copy, a copy
-gone, a block gone), so the index, the policies and the usage counts cannot drift apart: the
-invariant ``key in policies[t]`` exactly when ``index[key].tiers`` has bit ``t`` is kept in
-:meth:`Ledger.add_copy` and :meth:`Ledger.drop_copy` alone. The ledger never touches bytes
-(tiers do) and is not thread-safe: the store calls it under its lock.
+gone, a block gone), so the index, the policies and the usage counts cannot drift apart
+(``key in policies[t]`` exactly when ``index[key].tiers`` has bit ``t``: kept in ``add_copy``
+and ``drop_copy`` alone). It never touches bytes; not thread-safe: called under the lock.
 
-Two indexes, one view: blocks with a copy in a memory tier (or a shared-memory write pending)
-have an entry in RAM (:class:`~kvstore.store.index.BlockIndex`); blocks only tiers that index
+Two indexes, one view: blocks in a memory tier (or a shared-memory write pending) have an
+entry in RAM (:class:`~kvstore.store.index.BlockIndex`); blocks only tiers that index
 themselves hold (disk, S3) are in the cold index (:mod:`kvstore.store.cold`), which asks the
-tier. :meth:`Ledger._file` moves an entry between them whenever its copies change; one whose
-last copy is gone stays in RAM until :meth:`Ledger.forget`. At start the usage counts and the
-cold tiers' bytes come from the tiers' own counts (nothing is read per block), so a block that
-both disk and S3 held at start is counted in each. What S3 adopts or loses on its own reaches
-the records through :meth:`Ledger.adopt` and :meth:`Ledger.lost`.
+tier. :meth:`Ledger._file` moves an entry between them as its copies change (one with no copy
+stays in RAM until :meth:`Ledger.forget`). At start usage and cold tiers' bytes come from the
+tiers' counts (a block both disk and S3 hold counts in each); what S3 adopts or loses alone
+comes in by :meth:`Ledger.adopt` and :meth:`Ledger.lost`.
 """
 
 from __future__ import annotations
@@ -47,8 +45,7 @@ class Ledger:
             self._tier_bytes[pos] = tier.used_bytes()
             for ns, (blocks, nbytes) in tier.namespace_usage().items():
                 usage = self.usage(ns)
-                usage.blocks += blocks
-                usage.bytes += nbytes
+                usage.blocks, usage.bytes = usage.blocks + blocks, usage.bytes + nbytes
 
     # -- reading -----------------------------------------------------------------------------
     def get(self, key: BlockKey) -> Entry | None:
@@ -103,10 +100,9 @@ class Ledger:
                 for e in self.get_many(keys)]
 
     def prefix(self, namespace: str, hashes: Sequence[bytes]) -> list[str]:
-        """The top tier's name of each block of the longest stored prefix of ``hashes``.
-        Routing calls this per request: one ``dict.get`` and one list index per block in RAM;
-        from the first block not in RAM, the disk tier's stored run of the rest in one read
-        transaction. An unhashable "hash" ends the prefix (the caller validates the tail)."""
+        """The top tier's name of each block of the longest stored prefix of ``hashes``: a
+        ``dict.get`` per block in RAM, then a cold tier's stored run of the rest in one read.
+        An unhashable "hash" ends the prefix (the caller validates the tail)."""
         by_mask = self._top_name_by_mask
         tiers: list[str] = []
         append = tiers.append
@@ -186,8 +182,7 @@ class Ledger:
     def watch(self, keys: Iterable[BlockKey]) -> None:
         """Note from now on whether each of ``keys`` is forgotten (and put again after): a copy
         written below without the lock cannot tell otherwise (the disk answers for itself)."""
-        for key in keys:
-            self._watched[key] = KEPT
+        self._watched.update(dict.fromkeys(keys, KEPT))
 
     def unwatch(self, keys: Iterable[BlockKey]) -> dict[BlockKey, int]:
         """Stop watching ``keys``: each one's fate (``KEPT``, ``GONE``, ``BACK``: put again)."""
@@ -251,26 +246,26 @@ class Ledger:
 
     def adopt(self, pos: int, key: BlockKey) -> bool:
         """Count a block cold tier ``pos`` (S3) took on its own (discovery); False if gone."""
-        entry = self._index.get(key) or self._cold.held(key)
-        if entry is not None:  # the store's own view of the block: its bits are right
-            if entry.pending or entry.holds(pos):
+        entry = self._index.get(key) or self._cold.held(key)  # the store's own view, if any
+        if entry is None:
+            entry = self._cold.load(key)  # built from the tiers: none counted it yet
+            if entry is None or not entry.holds(pos):
                 return False
-            self.add_copy(pos, key, entry)
+            if entry.tiers == 1 << pos:
+                self._count(key[0], entry.size, +1)
+            self._tier_bytes[pos] += entry.size
+            self.policies[pos].on_put(key, entry.size)
             return True
-        entry = self._cold.load(key)  # built from the tiers: counted by none of them yet
-        if entry is None or not entry.holds(pos):
+        if entry.pending or entry.holds(pos):
             return False
-        if entry.tiers == 1 << pos:
-            self._count(key[0], entry.size, +1)
-        self._tier_bytes[pos] += entry.size
-        self.policies[pos].on_put(key, entry.size)
+        self.add_copy(pos, key, entry)
         return True
 
     def lost(self, pos: int, key: BlockKey, size: int) -> Entry | None:
         """Cold tier ``pos`` (S3) lost a block of ``size`` bytes on its own: uncount it. The
         entry of a block no tier holds now is returned for the caller to drop."""
-        entry = self._index.get(key) or self._cold.held(key)
-        if entry is not None:  # the store's own view: drop the copy if it still counts it
+        entry = self._index.get(key) or self._cold.held(key)  # the store's own view, if any
+        if entry is not None:
             if not entry.holds(pos):
                 return None
             self.drop_copy(pos, key, entry)

@@ -205,6 +205,13 @@ class Reader:
                     found = True
         return found
 
+    def settle(self) -> None:
+        """Account for what the shared tiers that index themselves adopted or lost on their
+        own (an upload dropped in the background is otherwise counted until a read)."""
+        with self._lock:
+            for pos in self._settled:
+                self._settle(pos, self._tiers[pos])
+
     def _settle(self, pos: int, tier: Any) -> bool:
         """Account for what shared tier ``pos``, which indexes itself, adopted or lost on its
         own since it was last asked (:meth:`~kvstore.tiers.s3.S3Tier.changes`). True if it

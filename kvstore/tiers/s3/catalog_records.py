@@ -28,7 +28,7 @@ LIVE, GROUP, DEAD, NS_COUNT = b"L", b"G", b"D", b"N"
 TOTALS, IDENTITY = b"T", b"I"
 FORMAT = 1  # bump when an encoding changes: an older catalog is then started afresh
 
-_META = struct.Struct("<qQqB")  # layout id, checksum, size, has checksum
+_META = struct.Struct("<QQQB")  # layout id, checksum, size, has checksum
 _GROUP = struct.Struct("<QqB")  # live bit mask, dead bytes, members
 _COUNT = struct.Struct("<qq")
 _TOTALS = struct.Struct("<qqq")
