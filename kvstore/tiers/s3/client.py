@@ -132,6 +132,11 @@ class S3Settings:
                 raise ValueError(f"s3 {name} must not be negative, got {getattr(self, name)!r}")
 
     @property
+    def catalog_identity(self) -> str:
+        """What a catalog lists the objects of: the endpoint, the bucket and the prefix."""
+        return f"{self.endpoint_url}|{self.bucket}|{self.key_prefix}"
+
+    @property
     def key_prefix(self) -> str:
         """``prefix/`` (or empty): every object key of this tier starts with it."""
         p = self.prefix.strip("/")

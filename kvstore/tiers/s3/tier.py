@@ -85,8 +85,7 @@ class S3Tier(Tier):
         self._reads = ThreadPoolExecutor(s.max_workers, thread_name_prefix="kvstore-s3-read")
         self._writes = ThreadPoolExecutor(s.max_workers, thread_name_prefix="kvstore-s3-write")
         self._closed = False
-        self._held = Holdings(s.catalog_path, s.catalog_map_size,
-                              f"{s.endpoint_url}|{s.bucket}|{s.key_prefix}")
+        self._held = Holdings(s.catalog_path, s.catalog_map_size, s.catalog_identity)
         # One lock guards the holdings and the known blocks for all the parts below; the
         # catalog writes made under it commit when it is released.
         lock = self._lock = self._held.lock
