@@ -22,7 +22,7 @@ through its class, since going through S3 for millions of blocks would take hour
 (``scale_s3``). The probe's lookup reads the catalog; its get reads a block from the server.
 
     python bench/bench_scale.py [--quick] [--json PATH] [--plot PATH] [--sizes N,N,...]
-        [--s3-sizes N,N,...] [--no-s3]
+        [--s3-sizes N,N,...] [--no-s3] [--no-disk]
 """
 
 from __future__ import annotations
@@ -270,6 +270,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--s3-sizes", help="comma-separated block counts of the S3-only rows "
                         "(default: as --sizes; quick: 50K,200K)")
     parser.add_argument("--no-s3", action="store_true", help="skip the S3-only rows")
+    parser.add_argument("--no-disk", action="store_true", help="skip the disk-only rows")
     parser.add_argument("--probe", help=argparse.SUPPRESS)
     parser.add_argument("--kind", default="disk", help=argparse.SUPPRESS)
     parser.add_argument("--n", type=int, help=argparse.SUPPRESS)
@@ -283,7 +284,7 @@ def main(argv: list[str] | None = None) -> None:
     s3_sizes = ([int(s) for s in args.s3_sizes.split(",")] if args.s3_sizes
                 else list(QUICK_S3_SIZES if args.quick else sizes))
     reps = 7 if args.quick else 21
-    rows = measure(sizes, reps, args.baseline_rev, args.workdir)
+    rows = [] if args.no_disk else measure(sizes, reps, args.baseline_rev, args.workdir)
     if not args.no_s3:
         rows += measure_s3(s3_sizes, reps, args.workdir)
     report("scale", rows, args.json)

@@ -30,12 +30,14 @@ NS = Namespace("m", BLOCK, Layout(model_id="tiny", num_layers=2, block_size=16, 
 def make_store(seaweed: SeaweedServer, prefix: str) -> Iterator[Callable[..., Store]]:
     made: list[Store] = []
 
-    def make(host_blocks: int = 4, s3_blocks: int = 1 << 14, **s3: Any) -> Store:
+    def make(host_blocks: int = 4, s3_blocks: int = 1 << 14, disk: str | None = None,
+             disk_blocks: int = 8, **s3: Any) -> Store:
         options = seaweed.options(**{"prefix": prefix, **FAST, **s3})
-        config = StoreConfig((
-            TierConfig("host", host_blocks * BLOCK, options={"slot_bytes": BLOCK}),
-            TierConfig("s3", s3_blocks * BLOCK, options=options),
-        ))
+        tiers = [TierConfig("host", host_blocks * BLOCK, options={"slot_bytes": BLOCK})]
+        if disk is not None:
+            tiers.append(TierConfig("disk", disk_blocks * BLOCK, options={"path": disk}))
+        tiers.append(TierConfig("s3", s3_blocks * BLOCK, options=options))
+        config = StoreConfig(tuple(tiers))
         store = Store(config)
         store.register_namespace(NS)
         made.append(store)
@@ -151,6 +153,50 @@ def test_discovery_adopts_another_node_s_blocks_into_the_catalog(
     assert node_b.stats()["namespaces"]["m"]["blocks"] == len(on_host)
     assert len(node_b.tier("s3")) == len(on_host)  # read from host: S3 not asked
     node_b.check_integrity()
+
+
+def test_namespace_delete_removes_s3_only_blocks(make_store: Callable[..., Store]) -> None:
+    store = make_store(host_blocks=2)
+    hashes, data = _blocks(10)
+    store.put("m", hashes, data)
+    store.flush()
+    s3 = store.tier("s3")
+    assert len(s3) >= 8
+    assert store.delete_namespace("m") == 10
+    store.flush()
+    assert len(s3) == 0 and s3.used_bytes() == 0 and s3.keys_of("m") == []
+    assert "m" not in store.stats()["namespaces"]
+    listed = s3.client.list_objects_v2(Bucket=s3.settings.bucket,  # type: ignore[attr-defined]
+                                       Prefix=s3.settings.key_prefix)
+    assert listed.get("KeyCount", 0) == 0  # the objects are gone from the bucket too
+    store.check_integrity()
+
+
+def test_a_chain_across_disk_and_s3_is_found_whole(
+    make_store: Callable[..., Store], tmp_path: Path,
+) -> None:
+    store = make_store(host_blocks=2, disk=str(tmp_path / "disk"), disk_blocks=6)
+    hashes, data = _blocks(16)
+    store.put("m", hashes, data)
+    store.flush()
+    tiers = store.lookup("m", hashes).tiers
+    assert len(tiers) == 16 and {"host", "disk", "s3"} <= set(tiers)
+    assert not _in_ram(store) & {h for h, t in zip(hashes, tiers, strict=True) if t != "host"}
+    assert store.get("m", hashes) == data
+    store.check_integrity()
+    assert store.stats()["namespaces"]["m"]["blocks"] == 16
+
+
+def test_blocks_queued_for_upload_are_found_and_read(make_store: Callable[..., Store]) -> None:
+    store = make_store(host_blocks=2, endpoint_url="http://127.0.0.1:9", demote_retries=1000,
+                       retry_backoff_s=1.0, flush_timeout_s=0.5)  # uploads keep retrying
+    hashes, data = _blocks(8)
+    store.put("m", hashes, data)
+    assert store.tier("s3").health()["pending"] >= 1
+    tiers = store.lookup("m", hashes).tiers
+    assert tiers.count("s3") >= 6
+    assert store.get("m", hashes) == data  # the queued ones from the write-back queue
+    store.check_integrity()
 
 
 def _k(i: int) -> tuple[str, bytes]:
