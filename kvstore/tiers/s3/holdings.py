@@ -23,7 +23,6 @@ the store to account for (:meth:`Holdings.changes`).
 
 from __future__ import annotations
 
-import logging
 import random
 from collections.abc import Sequence
 from typing import Any, NamedTuple
@@ -53,7 +52,6 @@ from kvstore.tiers.s3.layout import Where
 from kvstore.types import BlockKey
 
 __all__ = ["GroupRecord", "Held", "Holdings"]
-log = logging.getLogger("kvstore.s3")
 _GET, _PUT, _DELETE = lmdb.Transaction.get, lmdb.Transaction.put, lmdb.Transaction.delete
 _CHANGES_MAX = 1 << 20  # changes kept for the store; only a tier without a store gets there
 
