@@ -22,6 +22,7 @@ from kvstore.store.exits import Exits
 from kvstore.store.index import Entry
 from kvstore.store.leases import LeaseTable
 from kvstore.store.ledger import Ledger
+from kvstore.store.shared import SharedChanges
 from kvstore.store.stack import TierStack
 from kvstore.store.tier_writer import Item, TierWriter
 from kvstore.tiers.base import BlockMeta, Buffer
@@ -38,7 +39,7 @@ class Placer:
     blocks out through :class:`~kvstore.store.exits.Exits`."""
 
     def __init__(self, stack: TierStack, ledger: Ledger, tally: Tally, leases: LeaseTable,
-                 exits: Exits, writer: TierWriter) -> None:
+                 exits: Exits, writer: TierWriter, changes: SharedChanges) -> None:
         self._stack = stack
         self._tiers = stack.tiers
         self._ledger = ledger
@@ -46,6 +47,7 @@ class Placer:
         self._leases = leases
         self._exits = exits
         self._writer = writer
+        self._changes = changes
         # tier -> what settles it in the background (kvstore.store.demoter) instead of here
         self.settlers: dict[int, Callable[[], None]] = {}
 
@@ -204,6 +206,7 @@ class Placer:
         False if none could be evicted (everything resident is pinned or being read)."""
         tier = self._tiers[pos]
         freed = 0
+        self._changes.take(pos)  # a block S3 adopted is counted before it can be a victim
         while freed < nbytes:
             resident = self._ledger.resident(pos)
             each = tier.used_bytes() / resident if resident else 1.0

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
 
 from kvstore.checksum import checksum
 from kvstore.errors import WouldBlock
@@ -22,6 +21,7 @@ from kvstore.store.ledger import Ledger
 from kvstore.store.lock import StoreLock
 from kvstore.store.namespaces import NamespaceBook
 from kvstore.store.placer import Placer
+from kvstore.store.shared import SharedChanges
 from kvstore.store.stack import TierStack
 from kvstore.tiers.base import BlockMeta
 from kvstore.types import BlockHash, BlockKey, LookupResult
@@ -35,7 +35,7 @@ class Reader:
 
     def __init__(self, stack: TierStack, ledger: Ledger, placer: Placer, exits: Exits,
                  tally: Tally, leases: LeaseTable, lock: StoreLock,
-                 namespaces: NamespaceBook) -> None:
+                 namespaces: NamespaceBook, changes: SharedChanges) -> None:
         self._stack = stack
         self._tiers = stack.tiers
         self._ledger = ledger
@@ -45,8 +45,7 @@ class Reader:
         self._leases = leases
         self._lock = lock
         self._namespaces = namespaces
-        # shared tiers that index themselves: what they learn or lose alone is settled here
-        self._settled = {p for p, t in stack.shared if getattr(t, "indexes_itself", False)}
+        self._changes = changes
 
     def read(
         self, keys: list[BlockKey], *, promote: bool, count: bool, promote_to: int = 0
@@ -83,8 +82,8 @@ class Reader:
                 out[i] = data
                 served_by[i] = pos
         with self._lock:
-            for pos in slow.keys() & self._settled:  # before the checks: a lost copy drops once
-                self._settle(pos, self._tiers[pos])
+            for pos in slow:  # before the checks: a copy the tier lost is dropped once
+                self._changes.take(pos)
             for key in reading:
                 self._leases.end_read(key)
             entries = [self._check(key, served_by[i], out[i]) if served_by[i] >= 0 else None
@@ -192,8 +191,8 @@ class Reader:
                 log.warning("%s discover failed: %s", tier.name, exc)
                 continue
             with self._lock:
-                if getattr(tier, "indexes_itself", False):
-                    found = self._settle(pos, tier) or found
+                if pos in self._changes.positions:
+                    found = self._changes.take(pos) or found
                     continue
                 for key, meta in zip(keys, metas, strict=True):
                     if meta is None or key in self._ledger:
@@ -206,26 +205,10 @@ class Reader:
         return found
 
     def settle(self) -> None:
-        """Account for what the shared tiers that index themselves adopted or lost on their
-        own (an upload dropped in the background is otherwise counted until a read)."""
+        """Take what the shared tiers that index themselves adopted or lost on their own (an
+        upload dropped in the background is otherwise counted until a read)."""
         with self._lock:
-            for pos in self._settled:
-                self._settle(pos, self._tiers[pos])
-
-    def _settle(self, pos: int, tier: Any) -> bool:
-        """Account for what shared tier ``pos``, which indexes itself, adopted or lost on its
-        own since it was last asked (:meth:`~kvstore.tiers.s3.S3Tier.changes`). True if it
-        adopted a block. Caller holds the lock."""
-        adopted = False
-        for key, meta, new in tier.changes():
-            if new:
-                adopted = self._ledger.adopt(pos, key) or adopted
-                continue
-            entry = self._ledger.lost(pos, key, meta.size)
-            if entry is not None:
-                self._exits.drop(key, entry, left=pos, why="lost")
-                self._tally.lost(key[0])
-        return adopted
+            self._changes.take_all()
 
     def index_persistent(self) -> None:
         """Index every block the persistent tiers hold (at start, after a restart). Blocks
