@@ -1,5 +1,5 @@
 """Does the index scale: RAM per block and time to first answer after a restart, at 1M, 4M and
-16M blocks held only on disk, and lookup latency at each size?
+16M blocks held only on disk or only in S3, and lookup latency at each size?
 
 Targets (issue 15, item 2): RAM per disk-only block <= 100 bytes; a restarted store answers
 within 1 s whatever the block count. Each size is one LMDB file of tiny blocks (64 bytes: the
@@ -13,7 +13,16 @@ RAM per block is reported twice: right after the restart (the cold index keeps n
 block), and with every block touched since (the disk tier's sampled policy then holds a score
 per block in its table: its bytes, measured by filling a table with as many keys).
 
+S3-only blocks (``--no-s3`` skips them): a store whose one tier is S3, restarted on a catalog
+of ``n`` blocks (the S3 tier's LMDB file), against a real SeaweedFS server started for the run;
+its RAM per block is its RSS growth less that of a store on a catalog of only the probe's
+blocks (boto3 and its client cost ~25 MB whatever the count).
+Only the blocks the probe reads are uploaded; the rest are written into the catalog directly
+through its class, since going through S3 for millions of blocks would take hours
+(``scale_s3``). The probe's lookup reads the catalog; its get reads a block from the server.
+
     python bench/bench_scale.py [--quick] [--json PATH] [--plot PATH] [--sizes N,N,...]
+        [--s3-sizes N,N,...] [--no-s3] [--no-disk]
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import scale_s3
 from common import interleaved, report, row  # bench/ is on sys.path when run as a script
 
 from kvstore.types import BlockHash
@@ -37,6 +47,7 @@ from kvstore.types import BlockHash
 REPO = Path(__file__).resolve().parents[1]
 SIZES = (1_000_000, 4_000_000, 16_000_000)
 QUICK_SIZES = (50_000, 200_000, 400_000)
+QUICK_S3_SIZES = (50_000, 200_000)
 BLOCK = 64
 CHUNK = 100_000  # keys generated per seed: a probe regenerates the first chunk only
 CHAIN = 64
@@ -86,15 +97,18 @@ def rss_anon() -> int:
     return 0
 
 
-def probe(root: str, n: int, reps: int) -> dict[str, Any]:
-    """Run in a fresh process: restart a store on ``root`` and time its first answers."""
+def probe(root: str, n: int, reps: int, kind: str) -> dict[str, Any]:
+    """Run in a fresh process: restart a store on ``root`` (its disk file, or its S3 catalog)
+    and time its first answers."""
     from kvstore.store import Store  # imported before the clock starts, as a server would
 
     keys = chunk_keys(0, min(CHUNK, n))
     chain = keys[:CHAIN]
+    conf = (config(root) if kind == "disk"
+            else scale_s3.config(root, json.loads(os.environ[scale_s3.ENV])))
     before = rss_anon()
     start = time.perf_counter()
-    store = Store(config(root))
+    store = Store(conf)
     found = store.lookup(NS, chain).prefix_blocks
     got = store.get(NS, [keys[CHAIN]])[0]
     first = time.perf_counter() - start
@@ -102,11 +116,12 @@ def probe(root: str, n: int, reps: int) -> dict[str, Any]:
     assert found == len(chain) and got is not None and len(got) == BLOCK
     rng = np.random.default_rng(1)
     chains = [[keys[i] for i in rng.integers(0, len(keys), CHAIN)] for _ in range(8)]
+    one = keys[CHAIN] if kind == "s3" else chains[0][0]  # S3: a block that is in the bucket
     lookup, get = interleaved(
-        [lambda: [store.lookup(NS, c) for c in chains],
-         lambda: store.get(NS, [chains[0][0]])], reps)
+        [lambda: [store.lookup(NS, c) for c in chains], lambda: store.get(NS, [one])], reps)
     store.close()
     return {"first_answer_s": first, "rss_per_block": (after - before) / n,
+            "rss_bytes": after - before,
             "lookup_us": lookup / len(chains) * 1e6, "get_us": get * 1e6}
 
 
@@ -121,12 +136,13 @@ def score_bytes_per_block(n: int) -> float:
     return table.nbytes() / n
 
 
-def run_probe(src: Path, root: str, n: int, reps: int) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": str(src)}
+def run_probe(src: Path, root: str, n: int, reps: int, kind: str = "disk",
+              s3: dict[str, Any] | None = None) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONPATH": str(src), scale_s3.ENV: json.dumps(s3 or {})}
     out = subprocess.run(
         [sys.executable, str(Path(__file__).resolve()), "--probe", root, "--n", str(n),
-         "--reps", str(reps)], env=env, cwd=str(src), capture_output=True, text=True,
-        check=True, timeout=1800)
+         "--reps", str(reps), "--kind", kind], env=env, cwd=str(src), capture_output=True,
+        text=True, check=True, timeout=1800)
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
@@ -183,6 +199,41 @@ def measure(sizes: list[int], reps: int, rev: str | None, workdir: str | None) -
     return rows
 
 
+def measure_s3(sizes: list[int], reps: int, workdir: str | None) -> list[dict]:
+    """The S3-only rows: a store on a catalog of each size, restarted against a real server."""
+    rows: list[dict] = []
+    with tempfile.TemporaryDirectory(dir=workdir) as tmp, scale_s3.server(tmp) as server:
+        fixed = 0  # RSS a store grows by on a catalog of only the probe's blocks (boto3 &c.)
+        for n in [CHAIN + 1, *sizes]:
+            root = os.path.join(tmp, f"s3-{n}")
+            options = scale_s3.s3_options(root, server)
+            t0 = time.perf_counter()
+            scale_s3.populate(root, n, options, NS, BLOCK, chunk_keys, CHUNK, CHAIN + 1)
+            print(f"{n:,} S3 blocks catalogued in {time.perf_counter() - t0:.1f} s",
+                  file=sys.stderr)
+            new = run_probe(REPO, root, n, reps, "s3", options)
+            shutil.rmtree(root, ignore_errors=True)
+            if n == CHAIN + 1:
+                fixed = new["rss_bytes"]
+                continue
+            new["rss_per_block"] = (new["rss_bytes"] - fixed) / n
+            touched = max(new["rss_per_block"], 0.0) + score_bytes_per_block(n)
+            extra = {"blocks": n, "block_bytes": BLOCK}
+            rows += [
+                row("time to first answer after restart, S3-only", "s", new["first_answer_s"],
+                    higher_is_better=False, under_1s=new["first_answer_s"] < 1.0, **extra),
+                row("RAM per S3-only block after restart", "B", new["rss_per_block"],
+                    higher_is_better=False, **extra),
+                row("RAM per S3-only block, every block touched", "B", touched,
+                    higher_is_better=False, under_100B=touched <= 100, **extra),
+                row("lookup of a 64-block chain, S3-only", "us", new["lookup_us"],
+                    higher_is_better=False, **extra),
+                row("get of one block from S3", "us", new["get_us"], higher_is_better=False,
+                    **extra),
+            ]
+    return rows
+
+
 def plot(rows: list[dict], path: str) -> None:
     import matplotlib
 
@@ -216,16 +267,26 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--baseline-rev", help="git revision of today's index (default: the "
                         "parent of the commit that added the cold index)")
     parser.add_argument("--workdir", help="where the LMDB files go (default: the temp dir)")
+    parser.add_argument("--s3-sizes", help="comma-separated block counts of the S3-only rows "
+                        "(default: as --sizes; quick: 50K,200K)")
+    parser.add_argument("--no-s3", action="store_true", help="skip the S3-only rows")
+    parser.add_argument("--no-disk", action="store_true", help="skip the disk-only rows")
     parser.add_argument("--probe", help=argparse.SUPPRESS)
+    parser.add_argument("--kind", default="disk", help=argparse.SUPPRESS)
     parser.add_argument("--n", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--reps", type=int, default=21, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.probe:
-        print(json.dumps(probe(args.probe, args.n, args.reps)))
+        print(json.dumps(probe(args.probe, args.n, args.reps, args.kind)))
         return
     sizes = ([int(s) for s in args.sizes.split(",")] if args.sizes
              else list(QUICK_SIZES if args.quick else SIZES))
-    rows = measure(sizes, 7 if args.quick else 21, args.baseline_rev, args.workdir)
+    s3_sizes = ([int(s) for s in args.s3_sizes.split(",")] if args.s3_sizes
+                else list(QUICK_S3_SIZES if args.quick else sizes))
+    reps = 7 if args.quick else 21
+    rows = [] if args.no_disk else measure(sizes, reps, args.baseline_rev, args.workdir)
+    if not args.no_s3:
+        rows += measure_s3(s3_sizes, reps, args.workdir)
     report("scale", rows, args.json)
     if args.plot:
         plot(rows, args.plot)

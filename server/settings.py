@@ -98,8 +98,8 @@ class ServerSettings(BaseSettings):
     enable_shm: bool = Field(True, description="offer the host tier's shared memory to local "
                              "clients (the zero-copy path)")
     # -- storage --------------------------------------------------------------------------
-    data_dir: str = Field("./data", description="folder of the LMDB file, namespaces.json, the "
-                          "Unix socket and the lock")
+    data_dir: str = Field("./data", description="folder of the LMDB file, the S3 catalog, "
+                          "namespaces.json, the Unix socket and the lock")
     host_capacity: Size = Field(DEFAULT_HOST_CAPACITY, description="host RAM tier, in shared "
                                 "memory; 0: none")
     host_slot_bytes: Size = Field(0, description="slot size of the host slab; 0: the tier's "

@@ -38,7 +38,9 @@ def store_config_of(s: ServerSettings) -> StoreConfig:
                                 write_through=s.disk_write_through,
                                 options={"path": str(s.data_path / "lmdb")}))
     if s.s3_bucket:
-        s3: dict[str, Any] = {"bucket": s.s3_bucket, "prefix": s.s3_prefix}
+        # what this node holds in S3 is catalogued under the data dir: a restart keeps it
+        s3: dict[str, Any] = {"bucket": s.s3_bucket, "prefix": s.s3_prefix,
+                              "catalog_path": str(s.data_path / "s3-catalog")}
         if s.s3_endpoint:
             s3["endpoint"] = s.s3_endpoint
         if s.s3_region:

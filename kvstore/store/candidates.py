@@ -32,7 +32,7 @@ class Candidates:
 
     def __call__(self, key: BlockKey) -> bool:
         entry = self._index.get(key)
-        if entry is None and self._cold:
+        if entry is None and self._cold.mask:
             entry = self._cold.load(key)
         # Entry.holds inlined: a policy asks this of every key it considers
         return entry is not None and bool(entry.tiers >> self._pos & 1) and self._evictable(key)

@@ -1,5 +1,5 @@
-"""The cold index: blocks that only tiers indexing themselves hold (the disk tier's LMDB file),
-known without an entry in RAM.
+"""The cold index: blocks that only tiers indexing themselves hold (the disk tier's LMDB file,
+the S3 tier's catalog), known without an entry in RAM.
 
 A block whose copies are all in such tiers has no :class:`~kvstore.store.index.Entry` kept for
 it: the tier answers whether it holds the block and with which meta (its header), and the
@@ -7,7 +7,8 @@ entry is built when the store asks (:meth:`ColdIndex.load`). Built entries are r
 weakly, so that while any caller holds one, every ``load`` of that key returns the same object
 and a change made through it (a copy added or dropped) is the one every caller sees; once
 nobody holds it, it is gone and RAM holds nothing for the block. This is what lets a disk tier
-of tens of millions of blocks cost no RAM per block and open without reading them.
+of tens of millions of blocks cost no RAM per block and open without reading them, and what
+a node holds in S3 likewise.
 
 The ledger owns this index and is its only caller.
 """
@@ -24,7 +25,8 @@ from kvstore.types import BlockKey
 
 
 class IndexedTier(Protocol):
-    """What a tier that indexes itself answers (:class:`~kvstore.tiers.disk.DiskTier`)."""
+    """What a tier that indexes itself answers (:class:`~kvstore.tiers.disk.DiskTier`,
+    :class:`~kvstore.tiers.s3.S3Tier`)."""
 
     name: str
 
@@ -120,6 +122,11 @@ class ColdIndex:
         """:meth:`hold` of each ``(key, entry)``."""
         self._live.update(blocks)
 
+    def held(self, key: BlockKey) -> Entry | None:
+        """The entry of ``key`` a caller holds now, if any (the store's own view of it:
+        ``load`` would build a fresh one from the tiers)."""
+        return self._live.get(key)
+
     def release(self, key: BlockKey) -> None:
         self._live.pop(key, None)
 
@@ -128,12 +135,15 @@ class ColdIndex:
 
     def leading(self, namespace: str, hashes: Sequence[bytes]) -> tuple[int, int]:
         """The stored run of a chain in the cold tiers, from its first hash: (length, the
-        position of the tier holding it). Only the first catalog tier is asked: a stack has
-        one disk tier."""
-        if not self._catalogs:
-            return 0, -1
-        pos, tier = self._catalogs[0]
-        return tier.leading(namespace, hashes), pos
+        position of the tier holding it), from the first tier (top down) whose run is not
+        empty. The caller asks again where the run ends, so a chain whose runs alternate
+        between disk and S3 is found whole; a block of an S3 run that the disk holds too is
+        named after S3."""
+        for pos, tier in self._catalogs:
+            run = tier.leading(namespace, hashes)
+            if run:
+                return run, pos
+        return 0, -1
 
     def keys_of(self, namespace: str) -> list[BlockKey]:
         keys: dict[BlockKey, None] = {}

@@ -50,8 +50,7 @@ class Store:
         return cls(config)
 
     def settled(self, timeout: float | None = None) -> bool:
-        """Wait until background demotion (``background_demotion``) has nothing left to do;
-        False on timeout. Returns at once without it."""
+        """Wait until background demotion is idle (at once without it); False on timeout."""
         return self._life.settled(timeout)
 
     # -- namespaces --------------------------------------------------------------------------
@@ -257,12 +256,12 @@ class Store:
         return self._stack.slab().generations(extents)
 
     def host_share(self) -> SlabShare | None:
-        """The host slab's file descriptor and layout (for ``SCM_RIGHTS``), or None without a
-        host tier that can share one."""
+        """The host slab's fd and layout (for ``SCM_RIGHTS``); None without one to share."""
         return self._stack.slab_share()
 
     # -- reports and lifecycle ---------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
+        self._reader.settle()  # what S3 adopted or lost on its own, counted first
         return self._report.stats()
 
     def health(self) -> dict[str, Any]:
@@ -270,7 +269,8 @@ class Store:
 
     def check_integrity(self) -> None:
         """Raise :class:`~kvstore.store.report.IntegrityError` if the index, the tiers and the
-        policies disagree or a capacity is exceeded."""
+        policies disagree or a capacity is exceeded (S3's own changes settled first)."""
+        self._reader.settle()
         self._report.check_integrity()
 
     def tier_names(self) -> list[str]:

@@ -2,17 +2,18 @@
 policy orders them, and how much each namespace holds.
 
 Every change to those records goes through one method here (a new block, a new copy, a copy
-gone, a block gone), so the index, the policies and the usage counts cannot drift apart: the
-invariant ``key in policies[t]`` exactly when ``index[key].tiers`` has bit ``t`` is kept in
-:meth:`Ledger.add_copies` and :meth:`Ledger.drop_copies` alone. The ledger never touches bytes
-(tiers do) and is not thread-safe: the store calls it under its lock.
+gone, a block gone), so the index, the policies and the usage counts cannot drift apart
+(``key in policies[t]`` exactly when ``index[key].tiers`` has bit ``t``: kept in
+``add_copies`` and ``drop_copies`` alone). It never touches bytes; not thread-safe: called
+under the lock.
 
-Two indexes, one view: blocks with a copy in a memory tier (or a shared-memory write pending)
-have an entry in RAM (:class:`~kvstore.store.index.BlockIndex`); blocks only tiers that index
-themselves hold (disk) are in the cold index (:mod:`kvstore.store.cold`), which asks the tier.
-:meth:`Ledger._file` moves entries between them whenever its copies change. An entry whose
-last copy is gone stays in RAM until :meth:`Ledger.forget`. At start the usage counts and the
-cold tiers' bytes come from the tiers' own counts: nothing is read per block.
+Two indexes, one view: blocks in a memory tier (or a shared-memory write pending) have an
+entry in RAM (:class:`~kvstore.store.index.BlockIndex`); blocks only tiers that index
+themselves hold (disk, S3) are in the cold index (:mod:`kvstore.store.cold`), which asks the
+tier. :meth:`Ledger._file` moves an entry between them as its copies change (one with no copy
+stays in RAM until :meth:`Ledger.forget`). At start usage and cold tiers' bytes come from the
+tiers' counts (a block both disk and S3 hold counts in each); what S3 adopts or loses alone
+comes in by :meth:`Ledger.adopt` and :meth:`Ledger.lost`.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from kvstore.store.candidates import Candidates
 from kvstore.store.cold import ColdIndex
 from kvstore.store.counters import NamespaceUsage
 from kvstore.store.index import BlockIndex, Entry
+from kvstore.store.prefix import stored_prefix
 from kvstore.types import BlockKey
 
 KEPT, GONE, BACK = 0, 1, 2  # a watched block's fate (see Ledger.watch)
@@ -41,17 +43,16 @@ class Ledger:
         self._top_name_by_mask = top_name_by_mask
         self._tier_bytes = [0] * len(policies)  # payload bytes of the copies each tier holds
         self._watched: dict[BlockKey, int] = {}  # see watch()
-        for pos, tier in self._cold.catalogs:  # one cold tier per stack: nothing counted twice
+        for pos, tier in self._cold.catalogs:
             self._tier_bytes[pos] = tier.used_bytes()
             for ns, (blocks, nbytes) in tier.namespace_usage().items():
                 usage = self.usage(ns)
-                usage.blocks += blocks
-                usage.bytes += nbytes
+                usage.blocks, usage.bytes = usage.blocks + blocks, usage.bytes + nbytes
 
     # -- reading -----------------------------------------------------------------------------
     def get(self, key: BlockKey) -> Entry | None:
         entry = self._index.get(key)
-        if entry is None and self._cold:
+        if entry is None and self._cold.mask:
             return self._cold.load(key)
         return entry
 
@@ -62,7 +63,7 @@ class Ledger:
             return [self.get(keys[0])]
         out = self._index.get_many(keys)
         todo = [i for i, entry in enumerate(out) if entry is None]
-        if todo and self._cold:
+        if todo and self._cold.mask:
             for i, entry in zip(todo, self._cold.load_many([keys[i] for i in todo]), strict=True):
                 out[i] = entry
         return out
@@ -81,7 +82,7 @@ class Ledger:
     def unknown(self, keys: Sequence[BlockKey]) -> list[BlockKey]:
         """The keys not ``in`` the ledger, in order (one read of the cold tiers for them all)."""
         missing = [k for k in keys if k not in self._index]
-        if not missing or not self._cold:
+        if not missing or not self._cold.mask:
             return missing
         return [k for k, e in zip(missing, self._cold.load_many(missing), strict=True)
                 if e is None]
@@ -105,62 +106,14 @@ class Ledger:
                 for e in self.get_many(keys)]
 
     def prefix(self, namespace: str, hashes: Sequence[bytes]) -> list[str]:
-        """The top tier's name of each block of the longest stored prefix of ``hashes``.
-        Routing calls this per request: one ``dict.get`` and one list index per block in RAM;
-        from the first block not in RAM, the disk tier's stored run of the rest in one read
-        transaction. An unhashable "hash" ends the prefix (the caller validates the tail)."""
-        by_mask = self._top_name_by_mask
-        tiers: list[str] = []
-        append = tiers.append
-        get = self._index.namespace(namespace).get
-        try:
-            for h in hashes:
-                entry = get(h)
-                if entry is None:
-                    break
-                name = by_mask[entry.tiers]
-                if name is None:  # pending shm write: not visible yet
-                    return tiers
-                append(name)
-            else:
-                return tiers
-            if self._cold:
-                self._cold_tail(namespace, hashes, tiers)
-        except TypeError:
-            pass
-        return tiers
-
-    def _cold_tail(self, namespace: str, hashes: Sequence[bytes], tiers: list[str]) -> None:
-        """Extend ``tiers`` past its first block not in RAM: the disk tier's stored run of the
-        chain, then RAM again, and so on."""
-        by_mask = self._top_name_by_mask
-        get = self._index.namespace(namespace).get
-        i, n = len(tiers), len(hashes)
-        while i < n:
-            entry = get(hashes[i])
-            if entry is None:
-                run, pos = self._cold.leading(namespace, hashes[i:])
-                if run == 0:
-                    return
-                cold_name = by_mask[1 << pos] or ""  # a one-tier mask always names it
-                hots = list(map(get, hashes[i:i + run]))  # a memory tier may hold some too
-                if any(hots):  # (an Entry is always true) their top tier is higher
-                    tiers.extend(cold_name if hot is None else by_mask[hot.tiers] or cold_name
-                                 for hot in hots)
-                else:
-                    tiers.extend([cold_name] * run)
-                i += run
-                continue
-            name = by_mask[entry.tiers]
-            if name is None:
-                return
-            tiers.append(name)
-            i += 1
+        """The top tier's name of each block of the longest stored prefix of ``hashes``
+        (:func:`~kvstore.store.prefix.stored_prefix`)."""
+        return stored_prefix(self._index, self._cold, self._top_name_by_mask, namespace, hashes)
 
     def keys_of(self, namespace: str) -> list[BlockKey]:
         """Every indexed key of ``namespace``, pending ones too."""
         keys = dict.fromkeys((namespace, h) for h in self._index.namespace(namespace))
-        if self._cold:
+        if self._cold.mask:
             keys.update(dict.fromkeys(self._cold.keys_of(namespace)))
         return list(keys)
 
@@ -186,15 +139,12 @@ class Ledger:
 
     # -- blocks a writer outside the lock is copying (the background demoter) ---------------
     def watch(self, keys: Iterable[BlockKey]) -> None:
-        """Note from now on whether each of ``keys`` is forgotten (and whether it is put
-        again after that): a copy written below without the lock cannot tell otherwise, since
-        a block only the disk holds is looked up in the disk itself."""
-        for key in keys:
-            self._watched[key] = KEPT
+        """Note from now on whether each of ``keys`` is forgotten (and put again after): a copy
+        written below without the lock cannot tell otherwise (the disk answers for itself)."""
+        self._watched.update(dict.fromkeys(keys, KEPT))
 
     def unwatch(self, keys: Iterable[BlockKey]) -> dict[BlockKey, int]:
-        """Stop watching ``keys``: each one's fate since :meth:`watch` (``KEPT``, ``GONE``:
-        forgotten, ``BACK``: forgotten, then put again)."""
+        """Stop watching ``keys``: each one's fate (``KEPT``, ``GONE``, ``BACK``: put again)."""
         return {key: self._watched.pop(key, KEPT) for key in keys}
 
     # -- changing ----------------------------------------------------------------------------
@@ -278,12 +228,45 @@ class Ledger:
         """Tier ``pos`` served each of ``keys`` (told to its policy in order)."""
         self.policies[pos].on_hit_many(keys)
 
+    def adopt(self, pos: int, key: BlockKey) -> bool:
+        """Count a block cold tier ``pos`` (S3) took on its own (discovery); False if gone."""
+        entry = self._index.get(key) or self._cold.held(key)  # the store's own view, if any
+        if entry is None:
+            entry = self._cold.load(key)  # built from the tiers: none counted it yet
+            if entry is None or not entry.holds(pos):
+                return False
+            if entry.tiers == 1 << pos:
+                self._count_many([(key, entry)], +1)
+            self._tier_bytes[pos] += entry.size
+            self.policies[pos].on_put(key, entry.size)
+            return True
+        if entry.pending or entry.holds(pos):
+            return False
+        self.add_copy(pos, key, entry)
+        return True
+
+    def lost(self, pos: int, key: BlockKey, size: int) -> Entry | None:
+        """Cold tier ``pos`` (S3) lost a block of ``size`` bytes on its own: uncount it. The
+        entry of a block no tier holds now is returned for the caller to drop."""
+        entry = self._index.get(key) or self._cold.held(key)  # the store's own view, if any
+        if entry is not None:
+            if not entry.holds(pos):
+                return None
+            self.drop_copy(pos, key, entry)
+            return None if entry.tiers else entry
+        self.policies[pos].on_remove(key)  # the tiers' view already lacks it
+        self._tier_bytes[pos] -= size
+        if self._cold.load(key) is not None:
+            return None
+        self._index[key] = Entry(size, None, 0)  # counted until forget
+        return self._index[key]
+
     def forget(self, key: BlockKey, entry: Entry) -> None:
         """Remove a block whose copies are all gone from the index."""
         if key in self._watched:
             self._watched[key] = GONE
         held = self._index.pop(key, None) is not None
-        if self._cold:
+        if self._cold.mask:
             self._cold.release(key)
         if held and not entry.pending:
             self._count_many([(key, entry)], -1)

@@ -25,6 +25,7 @@ from kvstore.store.namespaces import NamespaceBook, NamespaceLimits
 from kvstore.store.placer import Placer
 from kvstore.store.reader import Reader
 from kvstore.store.report import Report
+from kvstore.store.shared import SharedChanges
 from kvstore.store.stack import TierStack
 from kvstore.store.tier_writer import TierWriter
 from kvstore.tiers import Tier
@@ -67,8 +68,9 @@ class Parts:
         ghosts = Ghosts(config.ghost_entries)
         exits = Exits(stack, ledger, leases, ghosts)
         writer = TierWriter(stack, ledger)
-        placer = Placer(stack, ledger, tally, leases, exits, writer)
-        reader = Reader(stack, ledger, placer, exits, tally, leases, lock, book)
+        changes = SharedChanges(stack, ledger, exits, tally)
+        placer = Placer(stack, ledger, tally, leases, exits, writer, changes)
+        reader = Reader(stack, ledger, placer, exits, tally, leases, lock, book, changes)
         host = HostPath(stack, ledger, placer, exits, reader, tally, leases, lock)
         report = Report(stack, ledger, tally, leases, host, ghosts, lock)
         return cls(stack, lock, book, ledger, tally, leases, ghosts, exits, writer, placer, reader,

@@ -1,13 +1,11 @@
 """Placement and eviction: where a new block goes, how a tier makes room (demoting its victims
-down the stack in batches), write-through copies, and the spill to disk on close.
+down the stack a batch at a time: one read from the tier they leave and one write, one LMDB
+transaction, into the tier below), write-through copies, and the spill to disk on close.
 
 Every method expects the store lock to be held. Checksums are computed lazily: a block that
 only memory tiers hold has none (they never verify), and :meth:`Placer.write` computes it (in
 :mod:`kvstore.store.tier_writer`) the first time the block goes to a tier that keeps one (disk,
 S3), recording it in the index entry too. Blocks leave through :mod:`kvstore.store.exits`.
-
-Demotion moves a batch of victims with one read from the tier they leave and one write into
-the tier below (one LMDB transaction per batch, not per block).
 """
 
 from __future__ import annotations
@@ -23,6 +21,7 @@ from kvstore.store.exits import Exits
 from kvstore.store.index import Entry, make_entries
 from kvstore.store.leases import LeaseTable
 from kvstore.store.ledger import Ledger
+from kvstore.store.shared import SharedChanges
 from kvstore.store.stack import TierStack
 from kvstore.store.tier_writer import Item, TierWriter
 from kvstore.tiers.base import BlockMeta, Buffer
@@ -34,12 +33,11 @@ MAX_DEMOTE_BATCH = 256  # victims moved down in one read and one write at most
 
 class Placer:
     """Writes blocks into tiers and evicts them. Owns no records: it changes the ledger and
-    the counters of the blocks it moves through their own methods, asks the leases which
-    blocks may go, writes through :class:`~kvstore.store.tier_writer.TierWriter` and takes
-    blocks out through :class:`~kvstore.store.exits.Exits`."""
+    the counters through their methods, asks the leases which blocks may go, writes through
+    the :class:`~kvstore.store.tier_writer.TierWriter`, takes blocks out through the exits."""
 
     def __init__(self, stack: TierStack, ledger: Ledger, tally: Tally, leases: LeaseTable,
-                 exits: Exits, writer: TierWriter) -> None:
+                 exits: Exits, writer: TierWriter, changes: SharedChanges) -> None:
         self._stack = stack
         self._tiers = stack.tiers
         self._ledger = ledger
@@ -47,6 +45,7 @@ class Placer:
         self._leases = leases
         self._exits = exits
         self._writer = writer
+        self._changes = changes
         # tier -> what settles it in the background (kvstore.store.demoter) instead of here
         self.settlers: dict[int, Callable[[], None]] = {}
 
@@ -209,6 +208,8 @@ class Placer:
         """Move victims out of tier ``pos`` until ``nbytes`` are freed, a batch at a time.
         False if none could be evicted (everything resident is pinned or being read)."""
         tier = self._tiers[pos]
+        if pos in self._changes.positions:  # what S3 adopted is counted before it is a victim
+            self._changes.take(pos)
         freed, used = 0, tier.used_bytes()
         while freed < nbytes:
             resident = self._ledger.resident(pos)
@@ -272,10 +273,9 @@ class Placer:
 
     # -- shutdown ----------------------------------------------------------------------------
     def spill(self) -> int:
-        """Graceful shutdown: copy blocks that only memory tiers hold into the first persistent
-        tier, so that a restart finds them, a batch per source tier. Admission is not asked:
-        these blocks earned their place in memory already. Returns how many such blocks could
-        not be written (lost with the memory tiers)."""
+        """Graceful shutdown: copy blocks only memory tiers hold into the first persistent tier
+        (a batch per source tier; not asking admission: they earned their place), so that a
+        restart finds them. Returns how many could not be written (lost with the memory)."""
         target = self._stack.spill_target
         if target is None:
             return 0

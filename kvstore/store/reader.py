@@ -21,6 +21,7 @@ from kvstore.store.ledger import Ledger
 from kvstore.store.lock import StoreLock
 from kvstore.store.namespaces import NamespaceBook
 from kvstore.store.placer import Placer
+from kvstore.store.shared import SharedChanges
 from kvstore.store.stack import TierStack
 from kvstore.store.tier_writer import Item
 from kvstore.tiers.base import BlockMeta
@@ -35,7 +36,7 @@ class Reader:
 
     def __init__(self, stack: TierStack, ledger: Ledger, placer: Placer, exits: Exits,
                  tally: Tally, leases: LeaseTable, lock: StoreLock,
-                 namespaces: NamespaceBook) -> None:
+                 namespaces: NamespaceBook, changes: SharedChanges) -> None:
         self._stack = stack
         self._tiers = stack.tiers
         self._ledger = ledger
@@ -45,6 +46,7 @@ class Reader:
         self._leases = leases
         self._lock = lock
         self._namespaces = namespaces
+        self._changes = changes
 
     def read(
         self, keys: list[BlockKey], *, promote: bool, count: bool, promote_to: int = 0
@@ -77,6 +79,8 @@ class Reader:
                 out[i] = data
                 served_by[i] = pos
         with self._lock:
+            for pos in self._changes.positions.intersection(slow):
+                self._changes.take(pos)  # before the checks: a copy S3 lost is dropped once
             self._leases.end_reads(reading)
             entries = self._checked(keys, served_by, out)
             hits: dict[int, list[int]] = {}  # tier -> the blocks it served
@@ -202,6 +206,9 @@ class Reader:
                 log.warning("%s discover failed: %s", tier.name, exc)
                 continue
             with self._lock:
+                if pos in self._changes.positions:
+                    found = self._changes.take(pos) or found
+                    continue
                 for key, meta in zip(keys, metas, strict=True):
                     if meta is None or key in self._ledger:
                         continue
@@ -211,6 +218,12 @@ class Reader:
                         key, Entry(meta.size, meta.checksum, meta.layout_id), pos)
                     found = True
         return found
+
+    def settle(self) -> None:
+        """Take what the shared tiers that index themselves adopted or lost on their own (an
+        upload dropped in the background is otherwise counted until a read)."""
+        with self._lock:
+            self._changes.take_all()
 
     def index_persistent(self) -> None:
         """Index every block the persistent tiers hold (at start, after a restart). Blocks

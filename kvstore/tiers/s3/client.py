@@ -30,6 +30,7 @@ DEFAULT_GROUP_BLOCKS = 8  # consecutive blocks per object (1 = one object per bl
 DEFAULT_GROUP_BYTES = 2 << 20  # bytes: a group object is at most this large (larger blocks: alone)
 # a group object whose deleted members take more than this part of its bytes is rewritten
 DEFAULT_COMPACT_DEAD_SHARE = 0.5
+DEFAULT_CATALOG_MAP_SIZE = 64 << 30  # bytes of address space the catalog may grow into
 
 AUTH_CODES = frozenset(
     {
@@ -96,6 +97,10 @@ class S3Settings:
     compact_dead_share: float = DEFAULT_COMPACT_DEAD_SHARE  # 1: never rewrite a group
     create_bucket: bool = False  # create the bucket at start if it is missing
     scan_on_start: bool = True  # False: scan() yields nothing; blocks are found by discover()
+    # folder of the local catalog of what this node holds (None: a temporary one, removed at
+    # close, so knowledge lasts as long as the tier; a path keeps it across restarts)
+    catalog_path: str | None = None
+    catalog_map_size: int = DEFAULT_CATALOG_MAP_SIZE
 
     def __post_init__(self) -> None:
         if not self.bucket:
@@ -112,7 +117,8 @@ class S3Settings:
             raise ValueError(
                 f"s3 compact_dead_share must be above 0 and at most 1, got "
                 f"{self.compact_dead_share!r}")
-        names = ("max_workers", "max_attempts", "queue_bytes", "multipart_threshold", "group_bytes")
+        names = ("max_workers", "max_attempts", "queue_bytes", "multipart_threshold", "group_bytes",
+                 "catalog_map_size")
         for name in names:
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"s3 {name} must be at least 1, got {getattr(self, name)!r}")
@@ -124,6 +130,11 @@ class S3Settings:
         for name in ("demote_retries", "retry_backoff_s", "retry_backoff_max_s", "negative_ttl_s"):
             if float(getattr(self, name)) < 0:
                 raise ValueError(f"s3 {name} must not be negative, got {getattr(self, name)!r}")
+
+    @property
+    def catalog_identity(self) -> str:
+        """What a catalog lists the objects of: the endpoint, the bucket and the prefix."""
+        return f"{self.endpoint_url}|{self.bucket}|{self.key_prefix}"
 
     @property
     def key_prefix(self) -> str:

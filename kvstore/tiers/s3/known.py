@@ -15,12 +15,12 @@ node may still list (that node then reads a miss and forgets it).
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Executor
 
 from kvstore.tiers.base import BlockMeta
+from kvstore.tiers.s3.catalog_counts import CatalogLock
 from kvstore.tiers.s3.holdings import Holdings
 from kvstore.tiers.s3.layout import MAX_GROUP_BLOCKS, Group, Where
 from kvstore.tiers.s3.objects import S3Objects
@@ -44,7 +44,7 @@ class KnownBlocks:
         reads: Executor,
         held: Holdings,
         capacity_bytes: int,
-        lock: threading.Lock,
+        lock: CatalogLock,
     ) -> None:
         self._objects = objects
         self._reads = reads
@@ -140,6 +140,7 @@ class KnownBlocks:
             self.counts["over_capacity"] += 1
             return False
         self.held.hold(key, meta, where)
+        self.held.adopted(key, meta)
         self.counts["discovered"] += 1
         return True
 
@@ -189,9 +190,14 @@ class KnownBlocks:
                 for key, (found, _) in zip(keys, heads, strict=True):
                     if found is None:
                         continue
+                    meta, where = found
                     with self._lock:
-                        self.held.hold(key, *found)
-                    yield key, found[0]
+                        before = self.held.find(key)
+                        if before != (meta, where):
+                            self.held.hold(key, meta, where)
+                        if before is None:
+                            self.held.adopted(key, meta)
+                    yield key, meta
         except Exception as exc:  # listing failed: report, keep what we have
             objects.report(exc)
 

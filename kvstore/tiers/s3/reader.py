@@ -9,10 +9,10 @@ found gone is dropped from it here, and its blocks marked missing in the
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
+from kvstore.tiers.s3.catalog_counts import CatalogLock
 from kvstore.tiers.s3.health import S3Health
 from kvstore.tiers.s3.holdings import Holdings
 from kvstore.tiers.s3.known import KnownBlocks
@@ -35,7 +35,7 @@ class S3Reader:
         held: Holdings,
         known: KnownBlocks,
         writer: S3Writer,
-        lock: threading.Lock,
+        lock: CatalogLock,
     ) -> None:
         self.state = state
         self.counts = dict.fromkeys(("gets", "hits"), 0)  # blocks; under ``lock``

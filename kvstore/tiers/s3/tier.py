@@ -14,6 +14,12 @@ What it promises beyond :class:`~kvstore.tiers.base.Tier`:
   once and a probe thread brings the tier back when S3 answers again.
 - **Sharing.** :meth:`S3Tier.discover` finds and adopts blocks that other nodes wrote.
   ``used_bytes`` counts the blocks this node knows, not the whole bucket (``known``).
+- **It indexes itself.** What this node holds is in a local LMDB catalog (``catalog_path``;
+  without one a temporary folder removed at close), not in Python objects, and the store asks
+  the tier (``metas``, ``leading``, ``keys_of``, ``sample``) instead of keeping an entry per
+  S3-only block (:mod:`kvstore.store.cold`); with a path a restart keeps what it knew. What
+  the tier learned or lost on its own (discovery, a group found gone, an upload dropped) the
+  store takes from :meth:`S3Tier.changes`.
 - **Groups.** ``put_many`` writes runs of up to ``group_blocks`` consecutive blocks as one
   object and a pointer for each other member; a batch read fetches each group's members with
   one ranged GET and verifies every block alone. A deleted block stays in its object until
@@ -31,7 +37,7 @@ in ``writeback`` and background deletes and pointers in ``background``, the read
 from __future__ import annotations
 
 import logging
-import threading
+import random
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import fields
@@ -59,6 +65,7 @@ class S3Tier(Tier):
     name = "s3"
     persistent = True
     verify_reads = True
+    indexes_itself = True
 
     def __init__(self, capacity_bytes: int, **options: Any) -> None:
         super().__init__(capacity_bytes)
@@ -77,10 +84,11 @@ class S3Tier(Tier):
         self._objects = S3Objects(s, self.state)
         self._reads = ThreadPoolExecutor(s.max_workers, thread_name_prefix="kvstore-s3-read")
         self._writes = ThreadPoolExecutor(s.max_workers, thread_name_prefix="kvstore-s3-write")
-        # One lock guards the holdings and the known blocks for all the parts below.
-        lock = self._lock = threading.Lock()
         self._closed = False
-        self._held = Holdings()
+        self._held = Holdings(s.catalog_path, s.catalog_map_size, s.catalog_identity)
+        # One lock guards the holdings and the known blocks for all the parts below; the
+        # catalog writes made under it commit when it is released.
+        lock = self._lock = self._held.lock
         self._known = KnownBlocks(self._objects, self._reads, self._held, capacity_bytes, lock)
         self._writer = S3Writer(
             s, self.state, self._objects, self._writes, self._held, self._known, lock,
@@ -126,6 +134,40 @@ class S3Tier(Tier):
         """Whether this node knows the block (queued, written, scanned or discovered); no S3
         request. Use :meth:`discover` to ask S3 about blocks other nodes wrote."""
         return key in self._held
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._held
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    # -- the store's index (kvstore.store.cold.IndexedTier), from the catalog -----------------
+    def metas(self, keys: Sequence[BlockKey]) -> list[BlockMeta | None]:
+        """The meta of each key this node holds (None: not held), one catalog read."""
+        return self._held.metas(keys)
+
+    def leading(self, namespace: str, hashes: Sequence[bytes]) -> int:
+        """How many of a chain's ``hashes``, from the first, this node holds in S3."""
+        return self._held.leading(namespace, hashes)
+
+    def keys_of(self, namespace: str) -> list[BlockKey]:
+        return self._held.keys_of(namespace)
+
+    def namespace_usage(self) -> dict[str, tuple[int, int]]:
+        """``namespace -> (blocks, payload bytes)`` this node holds, from the catalog's counts."""
+        return self._held.namespace_usage()
+
+    def sample(self, n: int, rng: random.Random) -> list[BlockKey]:
+        """``n`` held keys about at random, or every one when ``n >= len(self)`` (a sampled
+        eviction policy's candidates)."""
+        return self._held.sample(n, rng)
+
+    def changes(self) -> list[tuple[BlockKey, BlockMeta, bool]]:
+        """Blocks that became held without a put (adopted by discovery or a scan: True) or
+        stopped being held without a delete (a group found gone or replaced, an upload
+        dropped: False) since the last call, net. The store accounts for them."""
+        with self._lock:
+            return self._held.changes()
 
     def delete(self, keys: Sequence[BlockKey]) -> None:
         """Forget the keys now; a group object whose last live member this was is deleted
@@ -187,6 +229,7 @@ class S3Tier(Tier):
                 objects=self._held.objects,
                 dead_bytes=self._held.dead_bytes,
                 compactions=self._writer.compactions,
+                **self._held.stats(),
             )
         return {**self.health(), **counts}
 
@@ -212,3 +255,4 @@ class S3Tier(Tier):
         self._writes.shutdown(wait=True)
         self._reads.shutdown(wait=True)
         self._objects.close()
+        self._held.close()

@@ -19,7 +19,6 @@ S3 request.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -28,6 +27,7 @@ from typing import Any
 from kvstore.errors import CapacityError, TierUnavailableError
 from kvstore.tiers.base import BlockMeta, Buffer
 from kvstore.tiers.s3.background import BackgroundTasks
+from kvstore.tiers.s3.catalog_counts import CatalogLock
 from kvstore.tiers.s3.client import S3Settings
 from kvstore.tiers.s3.grouping import cut
 from kvstore.tiers.s3.health import S3Health
@@ -51,7 +51,7 @@ class S3Writer:
         pool: ThreadPoolExecutor,
         held: Holdings,
         known: KnownBlocks,
-        lock: threading.Lock,
+        lock: CatalogLock,
         capacity_bytes: int,
     ) -> None:
         s = self.settings = settings
