@@ -15,10 +15,9 @@ from typing import cast
 import lmdb
 
 from kvstore.tiers.base import BlockMeta
+from kvstore.tiers.lmdb_sample import sample_keys
 from kvstore.tiers.s3.catalog_records import LIVE, decode_key, live_meta, ns_prefix
 from kvstore.types import BlockKey
-
-SAMPLE_RUN = 4  # keys taken after each random seek: a seek costs more than a step
 
 
 def metas(txn: lmdb.Transaction, raws: Sequence[bytes]) -> list[BlockMeta | None]:
@@ -51,23 +50,5 @@ def namespace_keys(txn: lmdb.Transaction, namespace: str) -> list[BlockKey]:
 
 def sample(txn: lmdb.Transaction, weights: dict[str, int], n: int,
            rng: random.Random) -> list[BlockKey]:
-    """About ``n`` live keys at random: a namespace drawn by its block count, then a seek to a
-    random hash in it (block hashes are uniform) and the :data:`SAMPLE_RUN` keys from there."""
-    names = [ns for ns, count in weights.items() if count > 0]
-    if not names:
-        return []
-    out: list[BlockKey] = []
-    cur = txn.cursor()
-    for ns in rng.choices(names, weights=[weights[ns] for ns in names],
-                          k=max(1, -(-n // SAMPLE_RUN))):
-        prefix = ns_prefix(LIVE, ns)
-        if not cur.set_range(prefix + rng.randbytes(8)) or not bytes(cur.key()).startswith(prefix):
-            cur.set_range(prefix)  # past the namespace's last key: wrap to its first
-        for _ in range(SAMPLE_RUN):
-            raw = bytes(cur.key())
-            if not raw.startswith(prefix):
-                break
-            out.append(decode_key(raw))
-            if not cur.next():
-                break
-    return out
+    """About ``n`` live keys at random (:func:`~kvstore.tiers.lmdb_sample.sample_keys`)."""
+    return sample_keys(txn, weights, n, rng, lambda ns: ns_prefix(LIVE, ns), decode_key)
