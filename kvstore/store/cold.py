@@ -52,11 +52,8 @@ class ColdIndex:
                  layout_of: Callable[[str], int | None]) -> None:
         self._catalogs = list(catalogs)
         self._layout_of = layout_of
-        self.mask = sum(1 << pos for pos, _ in self._catalogs)
+        self.mask = sum(1 << pos for pos, _ in self._catalogs)  # a bit per cold tier; 0: none
         self._live: weakref.WeakValueDictionary[BlockKey, Entry] = weakref.WeakValueDictionary()
-
-    def __bool__(self) -> bool:
-        return bool(self._catalogs)
 
     @property
     def catalogs(self) -> list[tuple[int, IndexedTier]]:

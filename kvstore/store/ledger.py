@@ -77,7 +77,7 @@ class Ledger:
     def __contains__(self, key: object) -> bool:
         if key in self._index:
             return True
-        return bool(self._cold) and isinstance(key, tuple) and self._cold.has(key)
+        return bool(self._cold.mask) and isinstance(key, tuple) and self._cold.has(key)
 
     def unknown(self, keys: Sequence[BlockKey]) -> list[BlockKey]:
         """The keys not ``in`` the ledger, in order (one read of the cold tiers for them all)."""
