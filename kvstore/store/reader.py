@@ -142,9 +142,13 @@ class Reader:
         """Copy blocks read from lower tiers into tier ``to`` (the lower copies stay), as one
         batch where it fits (:meth:`~kvstore.store.placer.Placer.copy_batch`)."""
         items: dict[BlockKey, Item] = {}  # a block read twice is copied once
-        for i in idxs:
+        now = self._ledger.get_many([keys[i] for i in idxs])
+        for i, current in zip(idxs, now, strict=True):
             entry, data = entries[i], datas[i]
-            if entry is not None and data is not None:
+            # a concurrent read may have promoted it since (a second copy would replace the
+            # slots a reader was granted), or it was deleted or replaced meanwhile
+            if entry is not None and data is not None and current is entry \
+                    and not entry.holds(to):
                 items[keys[i]] = (keys[i], data,
                                   BlockMeta(entry.layout_id, entry.checksum, entry.size))
         if not items:
