@@ -13,7 +13,7 @@ path has its own CPUs in a real deployment). The pools without kvstore run first
 whose workers share one ``kvstore serve``. Each client sends each request at its arrival time
 (a chat turn also waits for the previous turn's answer, as a user would) and streams the
 answer. Each worker's cache holds a small share of the traffic's shared prefixes
-(``CACHE_SHARE``), so placement matters; the model and prompts are sized so that prefill
+(``traffic.CACHE_SHARE``), so placement matters; the model and prompts are sized so that prefill
 dominates TTFT (each request's split into queueing, loading, prefill and the rest, as its
 worker measured it, is reported per policy).
 
@@ -51,6 +51,7 @@ import numpy as np
 from engines.router.app import create_app as router_app
 from engines.router.core import Router
 from engines.router.cost import RATE_KEYS
+from engines.simulator import traffic
 from engines.workload import Request, WorkloadConfig, generate, reuse_bound
 from kvstore.testing.engines import ThreadServer, engine_proc
 
@@ -62,28 +63,29 @@ POLICIES = ("round-robin", "least-loaded", "session", "kv")
 # 1.01-1.05x at every size, as the store gives every policy the same hits)
 WORKERS = 4
 BLOCK = 16
-CACHE_SHARE = 0.14  # of the shared prefixes (system prompts + documents) one worker holds
 LOAD = 0.5  # offered work at the reuse bound, as a fraction of the fleet's capacity
 MIN_SESSIONS = 24  # per run, however slow the machine: fewer make the percentiles noise
-TTFT_SLO, ITL_SLO = 5.0, 8.0  # goodput targets, multiples of the unloaded TTFT and ITL
+# goodput targets, multiples of the unloaded TTFT and ITL (the simulator's, as its traffic)
+TTFT_SLO, ITL_SLO = traffic.TTFT_SLO, traffic.ITL_SLO
 # the workers' CPU priority below this process's (routers and clients): on a real fleet they
 # have their own cores; here eight busy workers would otherwise starve the routing path
 WORKER_NICE = 10
 
 
 def workload(vocab: int) -> WorkloadConfig:
-    """Full-scale defaults shrunk to what a small CPU model serves in seconds (the session
-    count and rate are set by :func:`sized`)."""
-    return WorkloadConfig(docs=24, tenants=4, vocab=vocab, think_s=1.0, chat_share=0.4,
-                          rag_share=0.4).scaled(1 / 16, max_prompt=1024)
+    """The traffic's shape, shared with the simulator (:func:`engines.simulator.traffic.
+    workload`: lengths shrunk to what a small CPU model serves in seconds, prompts shrunk
+    less than outputs, so that prefill dominates TTFT; the session count and rate are set by
+    :func:`sized`)."""
+    return traffic.workload(vocab=vocab)
 
 
 class Pools:
     """One pool of worker processes per policy (all with or all without kvstore)."""
 
     def __init__(self, model: Path, cfg: WorkloadConfig, kvstore: str | None) -> None:
-        shared = cfg.tenants * cfg.system_len + cfg.docs * cfg.doc_len
-        self.num_blocks = max(int(shared * CACHE_SHARE), cfg.max_prompt + cfg.max_output) // BLOCK
+        # each worker's cache: ``CACHE_SHARE`` of the shared prefixes, as the simulator's
+        self.num_blocks = traffic.cache_blocks(cfg, BLOCK)
         args = ("--block-size", str(BLOCK), "--num-blocks", str(self.num_blocks),
                 "--max-batch-tokens", "256", "--kernels", "numpy")
         self.kvstore = kvstore

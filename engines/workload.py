@@ -79,12 +79,16 @@ class WorkloadConfig:
         if self.vocab <= self.first_token:
             raise ValueError("vocab must exceed first_token")
 
-    def scaled(self, factor: float, **changes: object) -> WorkloadConfig:
+    def scaled(self, factor: float, outputs: float | None = None,
+               **changes: object) -> WorkloadConfig:
         """Every length (prompt parts, outputs, caps) times ``factor``, at least 1 token;
-        ``changes`` replace fields after scaling."""
-        names = ("system_len", "user_len", "chat_output_len", "doc_len", "output_len",
-                 "oneoff_len", "max_prompt", "max_output")
-        sized = {n: max(1, round(getattr(self, n) * factor)) for n in names}
+        with ``outputs``, the output lengths (answers, which a chat's history also carries,
+        and their cap) times that instead; ``changes`` replace fields after scaling."""
+        prompts = ("system_len", "user_len", "doc_len", "oneoff_len", "max_prompt")
+        answers = ("chat_output_len", "output_len", "max_output")
+        out = factor if outputs is None else outputs
+        sized = {n: max(1, round(getattr(self, n) * f))
+                 for names, f in ((prompts, factor), (answers, out)) for n in names}
         return dataclasses.replace(self, **{**sized, **changes})  # type: ignore[arg-type]
 
 

@@ -57,6 +57,8 @@ def _policies(text: str) -> list[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from engines.simulator.traffic import OUTPUT_SCALE, SCALE
+
     p = cli_kit.Parser(prog=PROG, description="Simulate the router's policies (the real "
                        "policy and cost code) on fleets of simulated workers serving the "
                        "routing bench's traffic (engines/workload.py), with and without "
@@ -83,9 +85,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sessions-per-worker", type=int, default=25, metavar="N",
                    help="sessions of traffic per simulated worker")
     p.add_argument("--seed", type=int, default=0, help="the workload's seed")
-    p.add_argument("--scale", type=float, default=1 / 16,
-                   help="prompt and output lengths, as a fraction of the full-size "
-                        "workload (the real routing bench's 1/16 by default)")
+    p.add_argument("--scale", type=float, default=SCALE,
+                   help="prompt lengths, as a fraction of the full-size workload (the real "
+                        "routing bench's 1/4 by default)")
+    p.add_argument("--output-scale", type=float, default=OUTPUT_SCALE,
+                   help="output lengths, as a fraction of the full-size workload (the real "
+                        "routing bench's 1/16 by default: a decode token costs a step on "
+                        "its CPU model)")
     p.add_argument("--block-size", type=int, default=16, help="tokens per KV block")
     p.add_argument("--num-blocks", type=int, default=None, metavar="N",
                    help="each worker's cache in blocks (default: 14%% of the traffic's "
@@ -109,14 +115,15 @@ def _settings(args: argparse.Namespace) -> tuple[WorkloadConfig, FleetConfig]:
         rates = SimRates.load(args.rates) if args.rates else SimRates()
     except (OSError, ValueError) as exc:
         raise CommandError(f"--rates {args.rates}: {exc}") from None
-    if args.scale <= 0 or args.sessions_per_worker < 1:
-        raise CommandError("--scale must be > 0 and --sessions-per-worker >= 1")
+    if args.scale <= 0 or args.output_scale <= 0 or args.sessions_per_worker < 1:
+        raise CommandError("--scale and --output-scale must be > 0 and "
+                           "--sessions-per-worker >= 1")
     sizes = (args.block_size, args.max_batch_tokens, args.max_seqs,
              *(n for n in (args.num_blocks, args.store_blocks) if n is not None))
     if min(sizes) < 1:
         raise CommandError("--block-size, --num-blocks, --max-batch-tokens, --max-seqs and "
                            "--store-blocks must be >= 1")
-    wl = workload(args.scale, seed=args.seed)
+    wl = workload(args.scale, args.output_scale, seed=args.seed)
     shape = EngineShape(args.block_size, args.num_blocks if args.num_blocks is not None
                         else default_shape(wl, args.block_size).num_blocks,
                         args.max_batch_tokens, args.max_seqs)

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from engines.decoder.paged_kv import BlockManager
+from engines.decoder.rates import Rates
 from engines.router.workers import Job
 from engines.simulator.rates import SimRates
 from engines.simulator.store import SharedStore
@@ -79,6 +80,9 @@ class Step(NamedTuple):
     start: float
     seconds: float
     repeat: int
+    prefill: int = 0  # prompt tokens each step computes
+    decode: int = 0  # sequences each step decodes
+    loaded: int = 0  # prompt tokens the (first) step loads from kvstore
 
     @property
     def end(self) -> float:
@@ -98,6 +102,8 @@ class SimEngine:
         self.version = 0  # bumped when the step in flight is cut short
         self.busy_s = 0.0
         self.steps = 0
+        # what the real worker would measure and report to the router (its own rate code)
+        self.measured = Rates()
 
     def add(self, seq: SimSeq) -> None:
         """Queue ``seq``; ``ValueError`` if it could never fit the cache."""
@@ -151,6 +157,7 @@ class SimEngine:
             seq.table = []
         self.busy_s += now - step.start
         self.steps += step.repeat
+        self._measure(step)
         return firsts, ended
 
     # -- internals ----------------------------------------------------------------------------
@@ -184,7 +191,25 @@ class SimEngine:
         if not joined and decode == len(plan) == len(self.running):
             # only decodes, and nothing can change before the first of them ends
             count = min(seq.max_tokens - seq.produced for seq, _ in plan)
-        return Step(plan, now, seconds, max(1, count))
+        return Step(plan, now, seconds, max(1, count), prefill, decode, loaded)
+
+    def _measure(self, step: Step) -> None:
+        """Feed the steps to :attr:`measured` as the real engine feeds its rates: step time
+        without the loads, and the loads with their own time."""
+        load_s = step.loaded / self.rates.load_tokens_per_s
+        for i in range(step.repeat):
+            self.measured.on_step(step.prefill, step.decode,
+                                  step.seconds - (load_s if i == 0 else 0.0))
+        if step.loaded:
+            self.measured.on_load(step.loaded, load_s)
+
+    def reported_rates(self) -> dict[str, float]:
+        """The rates the router reads (a real worker's ``/info`` and ``/kv/events``): as
+        measured, each falling back to the configured one until something measured it (the
+        real bench warms every worker before it routes)."""
+        configured = self.rates.reported()
+        return {k: v if v is not None else configured[k]
+                for k, v in self.measured.as_dict().items()}
 
     def _join(self, seq: SimSeq) -> int | None:
         """Give ``seq`` its blocks, reusing its prefix; tokens loaded from kvstore, or None

@@ -6,9 +6,10 @@ measured rates), the live workers are rotated one place per request as
 :meth:`engines.router.core.Router.rank` does, and the policy of
 :func:`engines.router.policies.make_policy` (with the real
 :class:`~engines.router.cost.CostModel`) ranks them; the request goes to the first. The view's
-residency is a copy of the worker's cache index taken when a request ends there and every
-``POLL_S`` (as the real router pulls residency events), and ``promised`` covers the
-requests in flight, as in the real router.
+residency and rates are a copy of the worker's cache index and of the rates it measured
+(:class:`engines.decoder.rates.Rates` fed by its simulated steps, as a real worker feeds
+them) taken when a request ends there and every ``POLL_S`` (as the real router pulls
+residency events), and ``promised`` covers the requests in flight, as in the real router.
 
 Clients behave as ``bench/engine_routing.py``'s: a request is sent at its arrival time, a
 chat turn not before its previous turn has ended; the worker sees it ``request_overhead_s``
@@ -114,7 +115,7 @@ class Fleet:
                         self._send(r, now)
             elif left:  # POLL: the router's background residency pull
                 for v, e in zip(self.views, self.engines, strict=True):
-                    v.resident = set(e.blocks.by_hash)
+                    v.resident, v.rates = set(e.blocks.by_hash), e.reported_rates()
                 self._push(now + POLL_S, POLL, None)
         return self.outcomes
 
@@ -157,8 +158,8 @@ class Fleet:
             self.outcomes.append(Outcome(seq.index, w, seq.sent, seq.first_at - seq.sent, itl,
                                          seq.produced, seq.last_at, seq.prompt_len,
                                          seq.local_hit + seq.store_hit))
-        if ended:  # the real router pulls residency events when a request ends
-            view.resident = set(engine.blocks.by_hash)
+        if ended:  # the real router pulls residency events (and rates) when a request ends
+            view.resident, view.rates = set(engine.blocks.by_hash), engine.reported_rates()
         step = engine.start(now)
         if step is not None:
             self._push(step.end, STEP, (w, engine.version))

@@ -80,6 +80,24 @@ def test_kvstore_behind_the_workers_is_loaded_not_computed() -> None:
     assert {o.request: o.hit_tokens for o in simulate(trace, fleet(workers=2))} == {0: 0, 1: 0}
 
 
+def test_the_router_prices_with_the_rates_its_workers_measured() -> None:
+    """As a real worker, a simulated one reports what its steps measured
+    (engines/decoder/rates.py): a decode step of one sequence pays the step overhead, so the
+    reported decode rate is 1 / (overhead + 1 / marginal), not the marginal rate; a load is
+    timed apart from the step's compute."""
+    f = Fleet(fleet(kvstore=True))
+    assert f.store is not None
+    f.store.save(list(f.hasher.hash_blocks(toks(40, 3))))  # the prompt's 10 full blocks
+    f.run([req(0, toks(41, 3), max_tokens=6)])
+    (view,) = f.views
+    decode = 1 / (RATES.step_overhead_s + 1 / RATES.decode_tokens_per_s)
+    assert view.rates["decode_tokens_per_s"] == pytest.approx(decode)
+    assert view.rates["load_tokens_per_s"] == pytest.approx(RATES.load_tokens_per_s)
+    # one token computed in the step that loaded 40
+    assert view.rates["prefill_tokens_per_s"] == pytest.approx(
+        1 / (RATES.step_overhead_s + 1 / RATES.prefill_tokens_per_s))
+
+
 def test_a_bounded_store_forgets_its_oldest_blocks() -> None:
     store = SharedStore(capacity_blocks=3)
     store.save([b"a", b"b", b"c"])

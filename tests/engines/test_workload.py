@@ -3,6 +3,7 @@ statistics the config states (mix, lengths, Zipf popularity, arrival rate, resen
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections import Counter
 
@@ -87,6 +88,20 @@ def test_tenants_share_system_prompts_and_docs_follow_zipf(reqs: list) -> None:
         assert counts[rank] / len(rag) == pytest.approx(want[rank], rel=0.25)
     oneoff = [tuple(r.prompt[:16]) for r in reqs if r.kind == "oneoff"]
     assert len(set(oneoff)) == len(oneoff)
+
+
+def test_scaled_shrinks_outputs_by_their_own_factor() -> None:
+    full = WorkloadConfig()
+    one = full.scaled(1 / 4)
+    assert (one.doc_len, one.max_prompt, one.chat_output_len, one.max_output) == \
+        (1475, 4096, 84, 512)
+    two = full.scaled(1 / 4, 1 / 16, max_prompt=100)
+    assert (two.doc_len, two.user_len, two.oneoff_len) == (1475, 40, 500)
+    assert (two.chat_output_len, two.output_len, two.max_output) == (21, 11, 128)
+    assert two.max_prompt == 100  # changes apply after scaling
+    reqs = generate(dataclasses.replace(two, sessions=200, max_prompt=4096))
+    assert max(r.max_tokens for r in reqs) <= 128
+    assert statistics.mean(r.max_tokens for r in reqs if r.kind == "chat") < 40
 
 
 def test_bad_configs_are_refused() -> None:
