@@ -7,7 +7,8 @@ and a socket get served from the slab (``server/dataplane/direct_get.py``) sends
 pinned slots with no generation at all. A second copy of a held block written into the host
 tier (``SlabTier.put_many`` replaces a stored key whatever its pins) frees the granted slots,
 and in a batch they go back out to the batch's other blocks: both readers then take another
-block's bytes for theirs, the first with a matching generation.
+block's bytes for theirs, the first with a matching generation. So the store never writes a
+copy of a block over one the tier holds (``Placer.copy_batch``).
 
 Each test leaves a free slot below the granted ones on top of the slab's free list (a block
 deleted just before), so that a replacing batch is handed its slots in another order: what
@@ -23,6 +24,8 @@ from typing import Any
 import pytest
 
 from kvstore.store import Store
+from kvstore.store.index import make_keys
+from kvstore.tiers.base import BlockMeta
 from kvstore.tiers.slots import Extents
 
 from .conftest import NS, StoreFactory, blocks
@@ -100,4 +103,36 @@ def test_a_second_promotion_of_a_granted_block_leaves_its_slots_alone(
         assert ext is not None
         assert _fenced_copy(store, ext, handed_out[i]) == data[i], f"block {i}: other bytes"
     assert handed_out == at_grant  # not replaced at all: no needless miss either
+    store.check_integrity()
+
+
+@pytest.mark.parametrize("generation_read", ["before", "after"])
+def test_a_copy_of_a_granted_block_is_never_written_over_its_slots(
+        make_store: StoreFactory, generation_read: str) -> None:
+    """Any path that writes a copy of an indexed block into a tier goes through
+    ``Placer.copy_batch``: asked to copy granted blocks into the host tier again, it must
+    leave their slots alone (a socket get sending the pinned slots has no generation to
+    check) or at least fence the grant (a shared-memory reader then sees a miss), whether
+    the copy lands before the server read the grant's generations or after."""
+    store = make_store(host=8, disk=64)
+    hashes, data, low = _disk_only(store, 4)
+    granted = store.acquire_read(NS.name, hashes[:3], owner="reader")
+    gens = store.slab_generations(granted) if generation_read == "before" else None
+    assert store.delete(NS.name, low) == 1
+
+    keys = make_keys(NS.name, hashes)
+    host = store.tier_names().index("host")
+    with store._lock:
+        entries = store._ledger.get_many(keys)
+        items = [(k, d, BlockMeta(e.layout_id, e.checksum, e.size))
+                 for k, d, e in zip(keys, data, entries, strict=True) if e is not None]
+        assert store._placer.copy_batch(host, items) == set()
+    if gens is None:
+        gens = store.slab_generations(granted)
+
+    for i, ext in enumerate(granted):
+        assert ext is not None
+        assert _fenced_copy(store, ext, gens[i]) in (data[i], None), f"block {i}: other bytes"
+        assert _copy(store, ext) == data[i], f"block {i}: its pinned slots were given away"
+    assert store.get(NS.name, hashes) == data
     store.check_integrity()
