@@ -124,7 +124,17 @@ class Placer:
 
     def copy_batch(self, pos: int, items: list[Item], *, settle: bool = True) -> set[BlockKey]:
         """Give indexed blocks a copy in tier ``pos``, as one batch where it fits as a whole,
-        else one by one. Returns the keys that tier did not take."""
+        else one by one. Returns the keys that tier did not take; a block it holds already is
+        left as it is and counts as taken."""
+        # Never write a block over its own copy: a tier's put_many replaces a stored key and
+        # frees its slots, pins or not (pins stop eviction and deletion, not overwrites), and a
+        # batch hands them to its other blocks. A pinned copy's slots are being read: a
+        # shared-memory reader's fence is read after the pin, a socket get sends them as they
+        # are. Every path that copies an indexed block into a tier comes through here.
+        held = self._ledger.holding(pos, [key for key, _, _ in items])
+        if held:
+            mine = {key for key, _ in held}
+            items = [it for it in items if it[0] not in mine]
         if not items:
             return set()
         if not self.write(pos, items):
