@@ -87,7 +87,7 @@ def begin(ops: Any, session: Any, header_bytes: bytes, payload_len: int) -> Dire
         return None
     owner = f"{session.owner}{RECV_SUFFIX}{next(_ids)}"
     try:
-        extents = store.reserve_write(ns.name, hashes, owner=owner, nowait=True)
+        extents = store.reserve_write(ns.name, hashes, owner=owner, nowait=True).extents
     except Exception:  # WouldBlock, no room: the usual path
         return None
     host = store.tier("host")
