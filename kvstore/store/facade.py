@@ -26,7 +26,7 @@ from kvstore.store.parts import Parts
 from kvstore.tiers import Tier
 from kvstore.tiers.base import Buffer
 from kvstore.tiers.slab import SlabInfo, SlabShare
-from kvstore.tiers.slots import Extents
+from kvstore.tiers.slots import Extents, Fenced, FencedPlaces
 from kvstore.types import BlockHash, LookupResult, PutResult, Trace
 
 
@@ -198,9 +198,9 @@ class Store:
 
     def acquire_read(self, namespace: str, hashes: Sequence[BlockHash], *,
                      lease_s: float | None = None, owner: str = "", nowait: bool = False,
-                     promote: bool = True, tenant: str | None = None) -> list[Extents | None]:
-        """Pinned host-slab extents of each block (None: a miss), charged to ``tenant`` as
-        :meth:`pin`; see HostPath."""
+                     promote: bool = True, tenant: str | None = None) -> Fenced:
+        """Pinned host-slab extents of each block (None: a miss) and their generations,
+        charged to ``tenant`` as :meth:`pin`; see HostPath."""
         self._stack.slab()
         ns, keys = self._book.keys(namespace, hashes)
         return self._host.acquire_read(keys, lease=self._leases.term(lease_s), owner=owner,
@@ -209,8 +209,9 @@ class Store:
 
     def reserve_write(self, namespace: str, hashes: Sequence[BlockHash], *,
                       lease_s: float | None = None, owner: str = "",
-                      nowait: bool = False) -> list[Extents | None]:
-        """Host-slab extents to write each new block into (None: skip it); see HostPath."""
+                      nowait: bool = False) -> Fenced:
+        """Host-slab extents to write each new block into (None: skip it) and their
+        generations; see HostPath."""
         self._stack.slab()
         ns, keys = self._book.keys(namespace, hashes)
         expiry = time.monotonic() + self._leases.term(lease_s)
@@ -220,7 +221,7 @@ class Store:
     def commit_write(self, namespace: str, hashes: Sequence[BlockHash], *, owner: str = "",
                      nowait: bool = False, gens: Sequence[int | None] | None = None) -> PutResult:
         """Publish blocks this owner reserved and wrote; with ``gens`` (as
-        :meth:`slab_generations` gave them), refuse those whose slots moved; see HostPath."""
+        :meth:`reserve_write` gave them), refuse those whose slots moved; see HostPath."""
         self._stack.slab()
         return self._host.commit_write(make_keys(namespace, hashes), owner=owner, nowait=nowait,
                                        gens=gens)
@@ -232,8 +233,9 @@ class Store:
         return self._host.abort_write(make_keys(namespace, hashes), owner=owner)
 
     def stage_write(self, namespace: str, count: int, *, owner: str = "",
-                    nowait: bool = False) -> list[Extents]:
-        """Up to ``count`` staged places for blocks of ``namespace``; see HostPath."""
+                    nowait: bool = False) -> FencedPlaces:
+        """Up to ``count`` staged places for blocks of ``namespace`` and their generations;
+        see HostPath."""
         self._stack.slab()
         ns = self.namespace(namespace)
         self._life.check_open()
@@ -250,9 +252,11 @@ class Store:
                                         gens=gens)
 
     def slab_generations(self, extents: Sequence[Extents | None]) -> list[int | None]:
-        """The host slab generation of each block at ``extents`` (None for None): hand it out
-        with extents just acquired, reserved or staged; the client checks it after a copy out
-        and before a copy in (see :mod:`kvstore.tiers.slots`)."""
+        """The host slab generation of each block at ``extents`` now (None for None): what a
+        client's check after a copy out reads (see :mod:`kvstore.tiers.slots`). Not for
+        handing out: the generations of a grant come with it (:meth:`acquire_read`,
+        :meth:`reserve_write`, :meth:`stage_write`), read while its slots were surely its own.
+        Not part of :class:`~kvstore.store.api.StoreAPI`."""
         return self._stack.slab().generations(extents)
 
     def host_share(self) -> SlabShare | None:

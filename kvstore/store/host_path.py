@@ -14,9 +14,11 @@ inside it and copies block bytes itself, so only control messages cross a socket
   has pinned stay allocated (unreadable, "retired") until that pin would have expired, so the
   reader copies the bytes it asked for, never those of a block stored there after the delete.
 
-Fencing: every extent list goes out with its generation (``slab_generations``, see
-:mod:`kvstore.tiers.slots`). A commit that names generations refuses a block whose slots were
-freed since (its lease ran out, its owner's places were dropped): the bytes such a late writer
+Fencing: every extent list goes out with its generation (see :mod:`kvstore.tiers.slots`),
+read in the same hold of the store lock that pinned, reserved or staged it
+(:class:`~kvstore.tiers.slots.Fenced`): read later, it may be that of another block the slots
+went to meanwhile. A commit that names generations refuses a block whose slots were freed
+since (its lease ran out, its owner's places were dropped): the bytes such a late writer
 copied never become a block. Honest clients also check the number before copying in and after
 copying out, so a late copy is a miss, never another block's bytes.
 
@@ -44,7 +46,7 @@ from kvstore.store.stack import TierStack
 from kvstore.store.staging import Staging
 from kvstore.tiers.base import BlockMeta
 from kvstore.tiers.slab import SlabTier
-from kvstore.tiers.slots import Extents
+from kvstore.tiers.slots import Extents, Fenced, FencedPlaces
 from kvstore.types import BlockKey, PutResult
 
 
@@ -71,9 +73,10 @@ class HostPath:
     # -- reads -------------------------------------------------------------------------------
     def acquire_read(self, keys: list[BlockKey], *, lease: float, owner: str, nowait: bool,
                      promote: bool, size: int = 0,
-                     tenant: str | None = None) -> list[Extents | None]:
+                     tenant: str | None = None) -> Fenced:
         """Extents in the host slab of each block (None for a miss), each pinned for ``lease``
-        seconds under ``owner``: the client copies the bytes, then releases them. Blocks in
+        seconds under ``owner``, with their generations: the client copies the bytes, checks
+        the generation, then releases them. Blocks in
         lower tiers are promoted into the host tier first. Counts as a get in the stats. With
         ``nowait``, raises :class:`~kvstore.errors.WouldBlock` rather than wait for the lock
         or promote. With ``promote=False`` only blocks the host tier holds now are served: the
@@ -109,16 +112,19 @@ class HostPath:
             for i, key in enumerate(keys):
                 if served[i] >= 0:
                     out[i] = slab.extents(key)
+            # Read while the pins are known to hold: once the lock is left, a short pin can
+            # run out and the slots go to another block, whose number this would then be.
+            gens = slab.generations(out)
             if not promote:  # only what was served was read
                 keys, served = hits, [host] * len(hits)
             self._tally.reads([k[0] for k in keys], served, [pos >= 0 for pos in served])
-        return out
+        return Fenced(out, gens)
 
     # -- writes ------------------------------------------------------------------------------
     def reserve_write(self, ns: Namespace, keys: list[BlockKey], *, expiry: float, owner: str,
-                      nowait: bool) -> list[Extents | None]:
-        """Host-slab extents to write each new block into; None where the store already has
-        the block (or another writer reserved it): skip those. Raises
+                      nowait: bool) -> Fenced:
+        """Host-slab extents to write each new block into, with their generations; None where
+        the store already has the block (or another writer reserved it): skip those. Raises
         :class:`~kvstore.errors.CapacityError` if the host tier cannot make room, and with
         ``nowait`` :class:`~kvstore.errors.WouldBlock` rather than wait for the lock or evict.
         The reservation is freed at ``expiry`` (monotonic time) unless committed."""
@@ -137,7 +143,8 @@ class HostPath:
                 self._ledger.reserve(key, Entry(ns.block_bytes, None, ns.layout_id))
                 self._reservations[key] = (owner, expiry, ext)
             where = dict(zip(fresh, extents, strict=True))
-        return [where.pop(k, None) for k in keys]  # a key asked twice is written once
+            out = [where.pop(k, None) for k in keys]  # a key asked twice is written once
+            return Fenced(out, slab.generations(out))  # before the reservation can run out
 
     def commit_write(self, keys: list[BlockKey], *, owner: str, nowait: bool,
                      gens: Sequence[int | None] | None = None) -> PutResult:
@@ -181,14 +188,15 @@ class HostPath:
         return freed
 
     def stage_write(self, ns: Namespace, count: int, *, owner: str,
-                    nowait: bool) -> list[Extents]:
+                    nowait: bool) -> FencedPlaces:
         """Up to ``count`` new staged places for blocks of ``ns`` (fewer past the staging
         shares of the host tier, none if the tier cannot make room; see
-        :mod:`kvstore.store.staging`). With ``nowait``, raises
+        :mod:`kvstore.store.staging`), with their generations. With ``nowait``, raises
         :class:`~kvstore.errors.WouldBlock` rather than wait or evict."""
-        self._host()
+        _, slab = self._host()
         with self._lock.hold(nowait):
-            return self.staging.stage(ns, count, owner=owner, nowait=nowait)
+            places = self.staging.stage(ns, count, owner=owner, nowait=nowait)
+            return FencedPlaces(places, slab.generations(places))  # before they can be dropped
 
     def commit_staged(self, ns: Namespace, keys: list[BlockKey], places: Sequence[int], *,
                       owner: str, nowait: bool,

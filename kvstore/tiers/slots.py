@@ -23,6 +23,7 @@ to another block.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import NamedTuple
 
 import numpy as np
 
@@ -35,6 +36,26 @@ Extents = list[tuple[int, int]]
 # whole batch when freed. Reads touch no numpy at all. A plain tuple, no per-block numpy slice:
 # on this path each costs a fair part of a 64 KiB memcpy.
 Entry = tuple[int, Extents]
+
+
+class Fenced(NamedTuple):
+    """Extents handed to a client (one per block asked for, None where it gets none) and the
+    generation of each, read in the same hold of the store lock that pinned or reserved them.
+
+    Read later, a generation may already be another block's: the pin can run out, or the
+    reservation be freed, between the two, and the slots go to another block; a client
+    fenced by the new owner's number would then copy that block's bytes as its own."""
+
+    extents: list[Extents | None]
+    gens: list[int | None]
+
+
+class FencedPlaces(NamedTuple):
+    """Staged places (:mod:`kvstore.store.staging`) and their generations, read as they were
+    staged (see :class:`Fenced`)."""
+
+    places: list[Extents]
+    gens: list[int | None]
 
 
 class SlotAllocator:

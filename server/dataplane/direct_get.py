@@ -55,8 +55,9 @@ class DirectGet:
         """Each block of ``hashes``: a view of its pinned slab place where the host tier
         holds it, else read and copied. The caller checked that the reply fits ``limit``."""
         owner = f"{owner}{SEND_SUFFIX}{next(_ids)}"
-        extents = await self._now(self.store.acquire_read, ns, hashes, lease_s=self.lease_s,
-                                  owner=owner, promote=False)
+        pins = await self._now(self.store.acquire_read, ns, hashes, lease_s=self.lease_s,
+                               owner=owner, promote=False)
+        extents = pins.extents  # no generation to check: the lease outlives the send
         pinned = [h for h, ext in zip(hashes, extents, strict=True) if ext is not None]
 
         async def release() -> None:

@@ -8,9 +8,11 @@ the socket into their places (neighbouring places as one run: :mod:`server.datap
 .slab_runs`); blocks the store already has are read into a scratch buffer and dropped.
 :meth:`DirectPut.commit` publishes them once the whole payload is in, and
 :meth:`DirectPut.abort` frees them if the frame never completes (the connection dropped or
-timed out), so a block is never partially visible. Anything else (an odd header, a full host
-tier, a busy store) returns None and the frame is read into a buffer and served as before;
-that path also produces every error reply.
+timed out), so a block is never partially visible. The places are reserved for longer than a
+frame may take (not for the default lease), so they are never freed while its bytes may still
+arrive. Anything else (an odd header, a full host tier, a busy store, a frame timeout past
+``max_lease_s``) returns None and the frame is read into a buffer and served as before; that
+path also produces every error reply.
 """
 
 from __future__ import annotations
@@ -85,9 +87,16 @@ def begin(ops: Any, session: Any, header_bytes: bytes, payload_len: int) -> Dire
     if put.durable or not hashes or any(s != ns.block_bytes for s in put.sizes) \
             or len(set(hashes)) != len(hashes):
         return None
+    # The payload lands in the places until the frame completes or times out (then the
+    # connection is closed and the frame aborted): the reservation must outlast that, or its
+    # slots could go to another block, stored and acknowledged, under the rest of the payload.
+    lease_s = 2 * ops.settings.frame_timeout_s + 5.0
+    if lease_s > ops.settings.max_lease_s:  # the store would cut it short
+        return None
     owner = f"{session.owner}{RECV_SUFFIX}{next(_ids)}"
     try:
-        extents = store.reserve_write(ns.name, hashes, owner=owner, nowait=True)
+        extents = store.reserve_write(ns.name, hashes, lease_s=lease_s, owner=owner,
+                                      nowait=True).extents
     except Exception:  # WouldBlock, no room: the usual path
         return None
     host = store.tier("host")

@@ -40,6 +40,7 @@ from kvstore.protocol import (
     StageReply,
 )
 from kvstore.protocol.shm import ShmMap, ShmMapReply
+from kvstore.tiers.slots import Fenced
 from kvstore.types import BlockHash
 from server.dataplane.context import Answer, Handler, OpsContext, Session
 from server.errors import ForbiddenError
@@ -99,9 +100,9 @@ class SharedMemoryOps:
 
     async def shm_reserve(self, session: Session, req: ShmReserve, _: memoryview) -> Answer:
         ns = self._ctx.ns(session, req.ns)
-        extents = await self._ctx.now(self._store.reserve_write, ns.name, req.hashes,
-                                      lease_s=req.lease_s, owner=session.owner)
-        return ExtentsReply(extents, self._store.slab_generations(extents)), []
+        reserved = await self._ctx.now(self._store.reserve_write, ns.name, req.hashes,
+                                       lease_s=req.lease_s, owner=session.owner)
+        return ExtentsReply(reserved.extents, reserved.gens), []
 
     async def shm_commit(self, session: Session, req: ShmCommit, _: memoryview) -> Answer:
         ns = self._ctx.ns(session, req.ns)
@@ -119,9 +120,10 @@ class SharedMemoryOps:
         """Staged places for later ``shm_put`` frames (see :mod:`kvstore.store.staging`)."""
         ns = self._ctx.ns(session, req.ns)
         staged = await self._stage(ns.name, req.count, session.owner)
-        return StageReply(staged, self._store.slab_generations(staged)), []
+        return StageReply(staged.places, staged.gens), []
 
     async def _stage(self, ns: str, count: int, owner: str) -> Any:
+        """The store's ``FencedPlaces``: places and generations from one lock hold."""
         return await self._ctx.now(self._store.stage_write, ns, count, owner=owner)
 
     async def shm_put(self, session: Session, req: ShmPut, _: memoryview) -> Answer:
@@ -130,16 +132,16 @@ class SharedMemoryOps:
         ns = self._ctx.ns(session, req.ns)
         result, used = await self._ctx.now(self._store.commit_staged, ns.name, req.hashes,
                                            req.places, owner=session.owner, gens=req.gens)
-        staged = await self._stage(ns.name, len(used), session.owner) if used else []
-        return ShmPutReply(result.stored, result.existing, result.refused, used, staged,
-                           self._store.slab_generations(staged)), []
+        places, gens = await self._stage(ns.name, len(used), session.owner) if used else ([], [])
+        return ShmPutReply(result.stored, result.existing, result.refused, used, places, gens), []
 
     async def shm_acquire(self, session: Session, req: ShmAcquire, _: memoryview) -> Answer:
         ns = self._ctx.ns(session, req.ns)
-        extents = await self._ctx.now(self._store.acquire_read, ns.name, req.hashes,
-                                      lease_s=req.lease_s, owner=session.owner + READ_SUFFIX,
-                                      tenant=session.tenant)
-        return ExtentsReply(extents, self._store.slab_generations(extents)), []
+        # the generations come with the pins: read after, they might be another block's
+        acquired = await self._ctx.now(
+            self._store.acquire_read, ns.name, req.hashes, lease_s=req.lease_s,
+            owner=session.owner + READ_SUFFIX, tenant=session.tenant)
+        return ExtentsReply(acquired.extents, acquired.gens), []
 
     async def shm_release(self, session: Session, req: ShmRelease, _: memoryview) -> Answer:
         ns = self._ctx.ns(session, req.ns)
@@ -153,17 +155,17 @@ class SharedMemoryOps:
         pinned for ``lease_s`` under the owner's grants (None for a block held only below);
         ``shm_release`` with ``grant`` drops them."""
         ns = self._ctx.ns(session, req.ns)
-        n, tiers, extents = await self._ctx.now(self._lookup_acquire, ns.name, req.hashes,
+        n, tiers, granted = await self._ctx.now(self._lookup_acquire, ns.name, req.hashes,
                                                 req.lease_s, session.owner + GRANT_SUFFIX,
                                                 session.tenant)
-        return ShmLookupReply(n, tiers, extents, self._store.slab_generations(extents)), []
+        return ShmLookupReply(n, tiers, granted.extents, granted.gens), []
 
     def _lookup_acquire(self, ns: str, hashes: list[BlockHash], lease_s: float | None, owner: str,
                         tenant: str | None,
-                        nowait: bool = False) -> tuple[int, list[str], list[Any]]:
+                        nowait: bool = False) -> tuple[int, list[str], Fenced]:
         found = self._store.lookup(ns, hashes, nowait=nowait)
         n = found.prefix_blocks
-        extents: list[Any] = self._store.acquire_read(
+        granted = self._store.acquire_read(
             ns, hashes[:n], lease_s=lease_s, owner=owner, nowait=nowait, promote=False,
-            tenant=tenant) if n else []
-        return n, list(found.tiers), extents
+            tenant=tenant) if n else Fenced([], [])
+        return n, list(found.tiers), granted

@@ -14,7 +14,7 @@ from kvstore.client import KVStoreClient
 from kvstore.protocol.frame import PREFIX
 from kvstore.testing.server import ServerProc
 
-from .test_dataplane_faults import call, connect, h
+from .test_dataplane_faults import call, connect, h, read_reply
 
 BLOCK = 64 << 10
 
@@ -86,3 +86,30 @@ def test_frames_that_never_complete_free_their_places(
         assert r["stored"] == 2
     with KVStoreClient(srv.url, use_shm=False) as c:
         assert b"".join(c.get("direct", [h(10), h(11)])) == data
+
+
+def test_a_slow_frame_keeps_its_places_past_the_default_lease(
+    make_server: Callable[..., ServerProc],
+) -> None:
+    """The server receives a frame's payload into its places until the frame completes or
+    times out: the reservation must last that long, whatever the default lease. Were it
+    freed before (a default lease shorter than the frame timeout), the slots would go to
+    another put, stored and acknowledged, and the rest of the slow payload land on it."""
+    srv = make_server("--frame-timeout-s", "6", "--lease-s", "0.5")
+    with KVStoreClient(srv.url) as c:
+        c.register_namespace("direct", BLOCK, {})
+    head = msgpack.packb({"op": "put", "id": 1, "ns": "direct", "hashes": [h(20), h(21)],
+                          "sizes": [BLOCK, BLOCK]})
+    theirs, their_data = [h(30), h(31)], [os.urandom(BLOCK) for _ in range(2)]
+    with connect(srv) as slow:
+        slow.sendall(PREFIX.pack(len(head), 2 * BLOCK) + head + b"s" * (BLOCK // 2))
+        time.sleep(2.5)  # past the default lease, and the reaper (every second) ran
+        with KVStoreClient(srv.url, use_shm=False) as other:  # takes the slots freed last
+            assert other.put("direct", theirs, their_data)["stored"] == 2
+        slow.sendall(b"s" * (BLOCK + BLOCK // 2))  # the rest of the slow frame
+        slow.settimeout(10)
+        reply = read_reply(slow)
+    with KVStoreClient(srv.url, use_shm=False) as c:
+        assert c.get("direct", theirs) == their_data  # acknowledged blocks untouched
+        assert reply["stored"] == 2  # its places held: it completes
+        assert c.get("direct", [h(20), h(21)]) == [b"s" * BLOCK] * 2

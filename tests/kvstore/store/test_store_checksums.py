@@ -34,7 +34,7 @@ def _shm_put(store: Store, hashes: list[bytes], data: list[bytes]) -> None:
     slab = store.host_slab()
     assert slab is not None
     view = store.tier("host").view(0, slab.size)
-    for ext, d in zip(store.reserve_write("m", hashes, owner="w"), data, strict=True):
+    for ext, d in zip(store.reserve_write("m", hashes, owner="w").extents, data, strict=True):
         assert ext is not None
         pos = 0
         for off, n in ext:

@@ -126,7 +126,7 @@ def test_a_put_batch_asks_the_disk_file_once_for_all_its_blocks(
     monkeypatch.setattr(DiskTier, "metas", lambda tier, keys: asked.append(len(keys))
                         or metas(tier, keys))
     batch = [new[0], on_disk[0], in_ram[0], new[1], on_disk[1], new[0], on_disk[2], new[2]]
-    extents = store.reserve_write("m", batch, owner="w")
+    extents = store.reserve_write("m", batch, owner="w").extents
     assert [ext is not None for ext in extents] == [True, False, False, True, False, False,
                                                     False, True]
     assert asked == [6]  # the distinct keys not in RAM, in one read

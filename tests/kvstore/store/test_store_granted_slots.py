@@ -2,13 +2,14 @@
 until the pin ends, whatever else writes a copy of it meanwhile.
 
 Two readers depend on that: a shared-memory client copies at the extents and checks the
-generation the server read *after* ``acquire_read`` returned (``server/dataplane/shm_ops.py``),
-and a socket get served from the slab (``server/dataplane/direct_get.py``) sends views of the
-pinned slots with no generation at all. A second copy of a held block written into the host
-tier (``SlabTier.put_many`` replaces a stored key whatever its pins) frees the granted slots,
-and in a batch they go back out to the batch's other blocks: both readers then take another
-block's bytes for theirs, the first with a matching generation. So the store never writes a
-copy of a block over one the tier holds (``Placer.copy_batch``).
+generation that came with them (read as they were pinned: ``Fenced``), and a socket get
+served from the slab (``server/dataplane/direct_get.py``) sends views of the pinned slots
+with no generation at all. A second copy of a held block written into the host tier
+(``SlabTier.put_many`` replaces a stored key whatever its pins) frees the granted slots, and
+in a batch they go back out to the batch's other blocks: the socket reader then sends another
+block's bytes for its own, and the shared-memory one misses (or, with a generation read after
+the copy, as the server once did, takes them too). So the store never writes a copy of a
+block over one the tier holds (``Placer.copy_batch``).
 
 Each test leaves a free slot below the granted ones on top of the slab's free list (a block
 deleted just before), so that a replacing batch is handed its slots in another order: what
@@ -89,20 +90,18 @@ def test_a_second_promotion_of_a_granted_block_leaves_its_slots_alone(
     late.start()
     assert entered.wait(10)  # it found hashes[1:] on disk only, and read them
 
-    granted = store.acquire_read(NS.name, hashes[:4], owner="reader")  # promoted, pinned
-    at_grant = store.slab_generations(granted)
+    granted, at_grant = store.acquire_read(NS.name, hashes[:4], owner="reader")  # pinned
     assert store.delete(NS.name, low) == 1
     go.set()
     late.join(10)
     assert not late.is_alive()
 
-    # The server reads the generations once acquire_read has returned: the late promotion
-    # may land first (here it does), so they must still be those of the granted blocks.
-    handed_out = store.slab_generations(granted)
+    # The late promotion landed after the grant: the granted slots must still hold the
+    # granted blocks, under the generations handed out with them (no needless miss).
     for i, ext in enumerate(granted):
         assert ext is not None
-        assert _fenced_copy(store, ext, handed_out[i]) == data[i], f"block {i}: other bytes"
-    assert handed_out == at_grant  # not replaced at all: no needless miss either
+        assert _fenced_copy(store, ext, at_grant[i]) == data[i], f"block {i}: other bytes"
+    assert store.slab_generations(granted) == at_grant  # not replaced at all
     store.check_integrity()
 
 
@@ -113,11 +112,11 @@ def test_a_copy_of_a_granted_block_is_never_written_over_its_slots(
     ``Placer.copy_batch``: asked to copy granted blocks into the host tier again, it must
     leave their slots alone (a socket get sending the pinned slots has no generation to
     check) or at least fence the grant (a shared-memory reader then sees a miss), whether
-    the copy lands before the server read the grant's generations or after."""
+    the reader's generation is the grant's or one read after the copy landed."""
     store = make_store(host=8, disk=64)
     hashes, data, low = _disk_only(store, 4)
-    granted = store.acquire_read(NS.name, hashes[:3], owner="reader")
-    gens = store.slab_generations(granted) if generation_read == "before" else None
+    granted, at_grant = store.acquire_read(NS.name, hashes[:3], owner="reader")
+    gens = at_grant if generation_read == "before" else None
     assert store.delete(NS.name, low) == 1
 
     keys = make_keys(NS.name, hashes)

@@ -21,13 +21,13 @@ def test_a_lease_past_max_lease_s_is_cut_to_it(make_store: StoreFactory) -> None
     hashes, data = blocks(4)
     store.put(NS.name, hashes, data)
     assert store.pin(NS.name, hashes[:2], lease_s=1e7, owner="p") == [True, True]
-    assert all(store.acquire_read(NS.name, hashes[2:], lease_s=1e7, owner="r"))
+    assert all(store.acquire_read(NS.name, hashes[2:], lease_s=1e7, owner="r").extents)
     time.sleep(0.3)
     # every pin ran out after max_lease_s: all four blocks can be evicted for new ones
     assert store.put(NS.name, *blocks(4)).stored == 4
     assert store.get(NS.name, hashes, promote=False) == [None] * 4
     late, _ = blocks(1)
-    assert store.reserve_write(NS.name, late, lease_s=1e7, owner="w")[0] is not None
+    assert store.reserve_write(NS.name, late, lease_s=1e7, owner="w").extents[0] is not None
     time.sleep(0.3)
     store.expire_leases()
     assert store.commit_write(NS.name, late, owner="w").refused == 1  # reservation freed too

@@ -45,7 +45,7 @@ def test_nowait_calls_refuse_a_busy_lock_and_change_nothing(make_store: StoreFac
                 call()
     finally:
         done.set()
-    assert store.reserve_write("m", hashes[1:], owner="w") != [None]  # nothing was reserved
+    assert store.reserve_write("m", hashes[1:], owner="w").extents != [None]  # nothing was reserved
     assert store.stats()["totals"]["pinned"] == 0
     store.check_integrity()
 
@@ -54,11 +54,11 @@ def test_nowait_reserve_refuses_to_evict(make_store: StoreFactory) -> None:
     store = make_store(host=8, disk=64, host_watermarks=(0.99, 1.0))
     hashes, data = blocks(9)
     store.put("m", hashes[:7], data[:7])
-    assert store.reserve_write("m", hashes[7:8], owner="w", nowait=True) != [None]  # fits
+    assert store.reserve_write("m", hashes[7:8], owner="w", nowait=True).extents != [None]  # fits
     with pytest.raises(WouldBlock, match="evict"):
         store.reserve_write("m", hashes[8:], owner="w", nowait=True)
     assert store.lookup("m", hashes).prefix_blocks == 7  # nothing was demoted
-    assert store.reserve_write("m", hashes[8:], owner="w") != [None]  # blocking: evicts
+    assert store.reserve_write("m", hashes[8:], owner="w").extents != [None]  # blocking: evicts
     assert store.lookup("m", hashes[:7]).tiers.count("disk") == 1
     store.check_integrity()
 
@@ -68,7 +68,7 @@ def test_nowait_commit_refuses_write_through_and_settling(
 ) -> None:
     through = make_store(host=8, disk=64, disk_write_through=True, path=tmp_path / "a")
     hashes, _ = blocks(1)
-    assert through.reserve_write("m", hashes, owner="w", nowait=True) != [None]
+    assert through.reserve_write("m", hashes, owner="w", nowait=True).extents != [None]
     with pytest.raises(WouldBlock):
         through.commit_write("m", hashes, owner="w", nowait=True)
     assert through.lookup("m", hashes).prefix_blocks == 0
@@ -77,7 +77,7 @@ def test_nowait_commit_refuses_write_through_and_settling(
 
     store = make_store(host=8, disk=64, host_watermarks=(0.5, 0.6), path=tmp_path / "b")
     hashes, _ = blocks(5)  # 5 of 8 slots: past the high watermark once published
-    assert None not in store.reserve_write("m", hashes, owner="w", nowait=True)
+    assert None not in store.reserve_write("m", hashes, owner="w", nowait=True).extents
     with pytest.raises(WouldBlock):
         store.commit_write("m", hashes, owner="w", nowait=True)
     assert store.commit_write("m", hashes, owner="w").stored == 5
@@ -92,8 +92,8 @@ def test_nowait_read_refuses_to_promote(make_store: StoreFactory) -> None:
     with pytest.raises(WouldBlock, match="promoted"):
         store.acquire_read("m", hashes, owner="r", nowait=True)
     assert store.lookup("m", hashes).tiers == ["disk"]
-    assert store.acquire_read("m", hashes, owner="r")[0] is not None  # blocking: promotes
-    assert store.acquire_read("m", hashes, owner="r", nowait=True)[0] is not None
+    assert store.acquire_read("m", hashes, owner="r").extents[0] is not None  # blocking: promotes
+    assert store.acquire_read("m", hashes, owner="r", nowait=True).extents[0] is not None
     assert store.release("m", hashes, owner="r", nowait=True) == 1  # one pin, renewed
 
 
@@ -104,7 +104,7 @@ def test_read_without_promotion_serves_only_what_the_host_tier_holds(
     hashes, data = blocks(3)
     store.put("m", hashes[:1], data[:1], tier="disk")
     store.put("m", hashes[1:2], data[1:2])
-    got = store.acquire_read("m", hashes, owner="r", nowait=True, promote=False)
+    got = store.acquire_read("m", hashes, owner="r", nowait=True, promote=False).extents
     assert got[0] is None and got[1] is not None and got[2] is None  # disk, host, missing
     assert store.lookup("m", hashes[:2]).tiers == ["disk", "host"]  # nothing promoted
     assert store.stats()["totals"]["pinned"] == 1

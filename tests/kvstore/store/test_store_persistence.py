@@ -75,7 +75,7 @@ def test_shared_memory_write_then_read(make_store: StoreFactory) -> None:
     assert slab is not None and slab.slot_bytes == BLOCK
     view = store.tier("host").view(0, slab.size)
     hashes, data = blocks(3)
-    extents = store.reserve_write("m", hashes, lease_s=30, owner="c1")
+    extents = store.reserve_write("m", hashes, lease_s=30, owner="c1").extents
     assert all(e is not None for e in extents)
     assert store.lookup("m", hashes).prefix_blocks == 0  # invisible until committed
     for ext, d in zip(extents, data, strict=True):
@@ -86,9 +86,9 @@ def test_shared_memory_write_then_read(make_store: StoreFactory) -> None:
     assert store.commit_write("m", hashes, owner="c1") == (3, 0, 0)
     assert store.get("m", hashes) == data
     # a second reservation of stored blocks is skipped
-    assert store.reserve_write("m", hashes, owner="c2") == [None, None, None]
+    assert store.reserve_write("m", hashes, owner="c2").extents == [None, None, None]
     # reading through the slab pins the blocks until released
-    read = store.acquire_read("m", hashes + [os.urandom(32)], owner="c2")
+    read = store.acquire_read("m", hashes + [os.urandom(32)], owner="c2").extents
     assert read[-1] is None
     for ext, d in zip(read[:3], data, strict=True):
         assert b"".join(bytes(view[o:o + n]) for o, n in ext) == d
@@ -117,7 +117,7 @@ def test_shared_memory_read_promotes_from_disk(make_store: StoreFactory) -> None
     store = make_store(host=4, disk=64)
     hashes, data = blocks(8)
     store.put("m", hashes, data)
-    extents = store.acquire_read("m", hashes[:1], owner="c")
+    extents = store.acquire_read("m", hashes[:1], owner="c").extents
     view = store.tier("host").view(0, store.host_slab().size)
     assert b"".join(bytes(view[o:o + n]) for o, n in extents[0]) == data[0]
     del view
@@ -173,7 +173,7 @@ def test_shared_memory_read_that_cannot_stage_raises_instead_of_missing(
 def test_shared_memory_batch_naming_a_block_twice(make_store: StoreFactory) -> None:
     store = make_store(host=8, disk=64)
     h, d = blocks(1)
-    extents = store.reserve_write("m", h + h, owner="c")
+    extents = store.reserve_write("m", h + h, owner="c").extents
     assert extents[0] is not None and extents[1] is None
     view = store.tier("host").view(0, store.host_slab().size)
     for off, n in extents[0]:
@@ -190,7 +190,7 @@ def test_deleting_a_block_being_read_keeps_its_bytes_until_the_pins_run_out(
     store = make_store(host=16, disk=0)
     hashes, data = blocks(4)
     store.put("m", hashes, data)
-    (extents,) = store.acquire_read("m", hashes[:1], lease_s=0.3, owner="reader")
+    (extents,) = store.acquire_read("m", hashes[:1], lease_s=0.3, owner="reader").extents
     assert extents is not None
     assert store.delete("m", hashes) == 4
     assert store.lookup("m", hashes).prefix_blocks == 0

@@ -27,7 +27,7 @@ def _write(store: Store, places: list[list[tuple[int, int]]], data: list[bytes])
 
 def test_staged_places_become_blocks_byte_identical(make_store: StoreFactory) -> None:
     store = make_store(host=32, disk=64)
-    places = store.stage_write("m", 3, owner="w")
+    places = store.stage_write("m", 3, owner="w").places
     assert len(places) == 3
     assert store.tier("host").used_bytes() == 3 * BLOCK  # charged, invisible
     assert store.stats()["totals"]["blocks"] == 0
@@ -44,7 +44,7 @@ def test_places_of_blocks_already_stored_stay_staged(make_store: StoreFactory) -
     store = make_store(host=32, disk=64)
     hashes, data = blocks(2)
     store.put("m", hashes[:1], data[:1])
-    ids = _write(store, store.stage_write("m", 3, owner="w"), [*data, data[0]])
+    ids = _write(store, store.stage_write("m", 3, owner="w").places, [*data, data[0]])
     result, used = store.commit_staged("m", [*hashes, hashes[1]], ids, owner="w")
     assert result == (1, 2, 0) and used == [ids[1]]  # stored, existing, named twice
     assert store.get("m", hashes) == data
@@ -59,7 +59,7 @@ def test_places_of_blocks_already_stored_stay_staged(make_store: StoreFactory) -
 def test_foreign_or_used_places_are_refused_changing_nothing(make_store: StoreFactory) -> None:
     store = make_store(host=16, disk=64)
     hashes, data = blocks(2)
-    ids = _write(store, store.stage_write("m", 2, owner="w"), data)
+    ids = _write(store, store.stage_write("m", 2, owner="w").places, data)
     with pytest.raises(StaleStagingError):
         store.commit_staged("m", hashes, ids, owner="someone-else")
     with pytest.raises(StaleStagingError):
@@ -77,19 +77,19 @@ def test_dropping_the_owner_frees_its_places_and_staging_is_capped(
     make_store: StoreFactory,
 ) -> None:
     store = make_store(host=16, disk=64)
-    assert len(store.stage_write("m", 100, owner="w")) == 2  # an eighth of 16 blocks
-    assert store.stage_write("m", 1, owner="w") == []
-    assert len(store.stage_write("m", 3, owner="x")) == 2
-    assert store.stage_write("m", 1, owner="y") == []  # all owners: a quarter
+    assert len(store.stage_write("m", 100, owner="w").places) == 2  # an eighth of 16 blocks
+    assert store.stage_write("m", 1, owner="w").places == []
+    assert len(store.stage_write("m", 3, owner="x").places) == 2
+    assert store.stage_write("m", 1, owner="y").places == []  # all owners: a quarter
     assert store.expire_leases() == 0  # time-based expiry leaves staging alone
     assert store.tier("host").used_bytes() == 4 * BLOCK
     assert store.expire_leases("w") == 2
     assert store.tier("host").used_bytes() == 2 * BLOCK
-    assert len(store.stage_write("m", 1, owner="y")) == 1  # room again
+    assert len(store.stage_write("m", 1, owner="y").places) == 1  # room again
     assert store.expire_leases("x") + store.expire_leases("y") == 3
     assert store.tier("host").used_bytes() == 0
     store.check_integrity()
-    ids = _write(store, store.stage_write("m", 1, owner="w"), blocks(1)[1])
+    ids = _write(store, store.stage_write("m", 1, owner="w").places, blocks(1)[1])
     store.close()  # frees staging too; the placeholder never reaches the disk
     again = make_store(host=8, disk=64, register=False)
     assert again.stats()["totals"]["blocks"] == 0

@@ -23,7 +23,7 @@ def test_puts_and_hits_count_blocks_and_bytes(make_store: StoreFactory) -> None:
 def test_staged_shared_memory_puts_count_as_stored(make_store: StoreFactory) -> None:
     store = make_store(host=8, disk=64)
     hashes, _ = blocks(3)
-    extents = store.reserve_write("m", hashes, owner="w")
+    extents = store.reserve_write("m", hashes, owner="w").extents
     assert all(e is not None for e in extents)
     assert store.commit_write("m", hashes, owner="w").stored == 3
     assert store.stats()["namespaces"]["m"]["bytes_in"] == 3 * BLOCK
