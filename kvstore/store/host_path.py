@@ -72,21 +72,18 @@ class HostPath:
 
     # -- reads -------------------------------------------------------------------------------
     def acquire_read(self, keys: list[BlockKey], *, lease: float, owner: str, nowait: bool,
-                     promote: bool, size: int = 0,
-                     tenant: str | None = None) -> Fenced:
+                     promote: bool, size: int = 0, tenant: str | None = None) -> Fenced:
         """Extents in the host slab of each block (None for a miss), each pinned for ``lease``
         seconds under ``owner``, with their generations: the client copies the bytes, checks
-        the generation, then releases them. Blocks in
-        lower tiers are promoted into the host tier first. Counts as a get in the stats. With
-        ``nowait``, raises :class:`~kvstore.errors.WouldBlock` rather than wait for the lock
-        or promote. With ``promote=False`` only blocks the host tier holds now are served: the
-        others get None (and are not counted), however many are stored below. Raises
+        the generation, then releases them. Blocks in lower tiers are promoted first. Counts
+        as a get in the stats. With ``nowait``, raises :class:`~kvstore.errors.WouldBlock`
+        rather than wait for the lock or promote. With ``promote=False`` only blocks the host
+        tier holds now are served: the others get None (and are not counted). Raises
         :class:`~kvstore.errors.CapacityError` if stored blocks cannot be staged in the host
         tier (it is full of pinned blocks), and with ``tenant`` (pins charged to it, ``size``
         bytes a block) :class:`~kvstore.errors.PinQuotaError`, pinning nothing, past its
         quota."""
         host, slab = self._host()
-        out: list[Extents | None] = [None] * len(keys)
         below: list[BlockKey] = []
         if promote:
             with self._lock.hold(nowait):
@@ -109,12 +106,9 @@ class HostPath:
             hits = [key for key, pos in zip(keys, served, strict=True) if pos >= 0]
             self._leases.pin_many(hits, owner, lease, size=size, tenant=tenant)  # all or none
             self._ledger.hits(host, hits)
-            for i, key in enumerate(keys):
-                if served[i] >= 0:
-                    out[i] = slab.extents(key)
-            # Read while the pins are known to hold: once the lock is left, a short pin can
-            # run out and the slots go to another block, whose number this would then be.
-            gens = slab.generations(out)
+            out = [slab.extents(k) if pos >= 0 else None for k, pos in zip(keys, served,
+                                                                             strict=True)]
+            gens = slab.generations(out)  # while the pins hold: a short one may run out after
             if not promote:  # only what was served was read
                 keys, served = hits, [host] * len(hits)
             self._tally.reads([k[0] for k in keys], served, [pos >= 0 for pos in served])
@@ -265,9 +259,7 @@ class HostPath:
     def expire(self, owner: str | None, now: float) -> int:
         """Free what has run out by ``now``: reservations, retired slots, and with ``owner``
         everything that owner reserved or staged (lock held). How many places were freed."""
-        dropped = 0
-        if owner is not None:
-            dropped += self.staging.drop(owner)
+        dropped = self.staging.drop(owner) if owner is not None else 0
         self.deletes.free_retired(now)
         for key, (who, expiry, _) in list(self._reservations.items()):
             if (owner is not None and who == owner) or expiry <= now:
@@ -303,6 +295,6 @@ class HostPath:
 
     def _host(self) -> tuple[int, SlabTier]:
         """The host tier's position and slab; raises :class:`KVStoreError` without one."""
-        slab = self._stack.slab()
+        slab = self._stack.slab()  # raises first
         return int(self._stack.host or 0), slab
 

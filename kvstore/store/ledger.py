@@ -69,9 +69,12 @@ class Ledger:
         return out
 
     def holding(self, pos: int, keys: Sequence[BlockKey]) -> list[tuple[BlockKey, Entry]]:
-        """The blocks of ``keys`` that tier ``pos`` holds a copy of, with their entries."""
+        """The blocks of ``keys`` that tier ``pos`` holds a copy of, with their entries. A
+        tier the cold index does not cover holds only blocks the RAM index has: the cold
+        tiers are not read for it."""
         bit = 1 << pos
-        return [(k, e) for k, e in zip(keys, self.get_many(keys), strict=True)
+        entries = self.get_many(keys) if self._cold.mask & bit else self._index.get_many(keys)
+        return [(k, e) for k, e in zip(keys, entries, strict=True)
                 if e is not None and e.tiers & bit]
 
     def __contains__(self, key: object) -> bool:

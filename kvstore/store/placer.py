@@ -38,14 +38,8 @@ class Placer:
 
     def __init__(self, stack: TierStack, ledger: Ledger, tally: Tally, leases: LeaseTable,
                  exits: Exits, writer: TierWriter, changes: SharedChanges) -> None:
-        self._stack = stack
-        self._tiers = stack.tiers
-        self._ledger = ledger
-        self._tally = tally
-        self._leases = leases
-        self._exits = exits
-        self._writer = writer
-        self._changes = changes
+        self._stack, self._tiers, self._ledger, self._tally = stack, stack.tiers, ledger, tally
+        self._leases, self._exits, self._writer, self._changes = leases, exits, writer, changes
         # tier -> what settles it in the background (kvstore.store.demoter) instead of here
         self.settlers: dict[int, Callable[[], None]] = {}
 
@@ -126,15 +120,11 @@ class Placer:
         """Give indexed blocks a copy in tier ``pos``, as one batch where it fits as a whole,
         else one by one. Returns the keys that tier did not take; a block it holds already is
         left as it is and counts as taken."""
-        # Never write a block over its own copy: a tier's put_many replaces a stored key and
-        # frees its slots, pins or not (pins stop eviction and deletion, not overwrites), and a
-        # batch hands them to its other blocks. A pinned copy's slots are being read: a
-        # shared-memory reader's fence is read after the pin, a socket get sends them as they
-        # are. Every path that copies an indexed block into a tier comes through here.
-        held = self._ledger.holding(pos, [key for key, _, _ in items])
-        if held:
-            mine = {key for key, _ in held}
-            items = [it for it in items if it[0] not in mine]
+        # Never over a block's own copy: put_many frees a replaced key's slots, pinned or not,
+        # for its batch's other blocks, and a pinned copy is being read (a socket get sends the
+        # slots as they are). Every path that copies an indexed block into a tier comes here.
+        held = {key for key, _ in self._ledger.holding(pos, [key for key, _, _ in items])}
+        items = [it for it in items if it[0] not in held]
         if not items:
             return set()
         if not self.write(pos, items):
@@ -186,11 +176,7 @@ class Placer:
         """Evict from tier ``pos`` until ``need`` more bytes fit under its capacity."""
         tier = self._tiers[pos]
         over = tier.used_bytes() + need - tier.capacity_bytes
-        while over > 0:
-            if not self._evict(pos, over):
-                return False
-            over = tier.used_bytes() + need - tier.capacity_bytes
-        return True
+        return over <= 0 or self._evict(pos, over)
 
     def fits_now(self, pos: int, need: int) -> bool:
         """Whether ``need`` more bytes fit in tier ``pos`` without evicting."""
@@ -216,7 +202,7 @@ class Placer:
     # -- eviction ----------------------------------------------------------------------------
     def _evict(self, pos: int, nbytes: int) -> bool:
         """Move victims out of tier ``pos`` until ``nbytes`` are freed, a batch at a time.
-        False if none could be evicted (everything resident is pinned or being read)."""
+        False if fewer could be (what is left is pinned or being read)."""
         tier = self._tiers[pos]
         if pos in self._changes.positions:  # what S3 adopted is counted before it is a victim
             self._changes.take(pos)
@@ -227,33 +213,37 @@ class Placer:
             want = min(MAX_DEMOTE_BATCH, max(1, math.ceil((nbytes - freed) / max(each, 1.0))))
             victims = self._ledger.victims(pos, want, self._leases.evictable)
             if not victims:
-                return freed > 0
-            victims = self._enough(pos, victims, nbytes - freed)
-            self.demote(pos, victims)
+                return False
+            victims, entries = self._enough(pos, victims, nbytes - freed)
+            self.demote(pos, victims, entries)
             after = tier.used_bytes()
             if after >= used:  # nothing left the tier: never loop on it
                 log.warning("eviction from the %s tier freed nothing (%d victims)",
                             self._stack.names[pos], len(victims))
-                return freed > 0
+                return False
             freed, used = freed + used - after, after
         return True
 
-    def _enough(self, pos: int, victims: list[BlockKey], nbytes: int) -> list[BlockKey]:
-        """The shortest prefix of ``victims`` whose copies in tier ``pos`` free ``nbytes``
-        (block sizes differ between namespaces: the batch was sized on their average)."""
-        sizes = [0 if e is None else e.size for e in self._ledger.get_many(victims)]
+    def _enough(self, pos: int, victims: list[BlockKey],
+                nbytes: int) -> tuple[list[BlockKey], list[Entry | None]]:
+        """The shortest prefix of ``victims`` whose copies in tier ``pos`` free ``nbytes``, with
+        their entries (sizes differ between namespaces: the batch was sized on their mean)."""
+        found = self._ledger.get_many(victims)
+        sizes = [0 if e is None else e.size for e in found]
         for n, total in enumerate(accumulate(self._tiers[pos].charges(sizes)), 1):
             if total >= nbytes:
-                return victims[:n]
-        return victims
+                return victims[:n], found[:n]
+        return victims, found
 
-    def demote(self, pos: int, keys: list[BlockKey]) -> None:
+    def demote(self, pos: int, keys: list[BlockKey],
+               found: list[Entry | None] | None = None) -> None:
         """Take ``keys`` out of tier ``pos`` now, counted as evicted: keep each in a lower tier
         (copying it down, in one batch per lower tier, if no lower tier holds it yet and one
-        admits it), else drop it from the store."""
+        admits it), else drop it from the store. ``found``: their entries, if read already."""
         self._tally.evicted(pos, len(keys))
-        entries = [(k, e) for k, e in zip(keys, self._ledger.get_many(keys), strict=True)
-                   if e is not None]
+        if found is None:
+            found = self._ledger.get_many(keys)
+        entries = [(k, e) for k, e in zip(keys, found, strict=True) if e is not None]
         kept = [k for k, _ in entries]
         lows = range(pos + 1, len(self._tiers))
         # per lower tier, whether it admits each block (asking changes nothing: asked once)

@@ -145,10 +145,9 @@ class Reader:
         now = self._ledger.get_many([keys[i] for i in idxs])
         for i, current in zip(idxs, now, strict=True):
             entry, data = entries[i], datas[i]
-            # a concurrent read may have promoted it since (a second copy would replace the
-            # slots a reader was granted), or it was deleted or replaced meanwhile
-            if entry is not None and data is not None and current is entry \
-                    and not entry.holds(to):
+            # it was deleted or replaced meanwhile; one a concurrent read promoted since is
+            # left alone by copy_batch (a second copy would give away a granted reader's slots)
+            if entry is not None and data is not None and current is entry:
                 items[keys[i]] = (keys[i], data,
                                   BlockMeta(entry.layout_id, entry.checksum, entry.size))
         if not items:
