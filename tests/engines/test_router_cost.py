@@ -116,3 +116,15 @@ def test_unknown_policy_and_bad_weights_are_refused() -> None:
         make("fastest")
     with pytest.raises(ValueError):
         make(store_weight=1.5)
+
+
+def test_workers_are_priced_at_the_fleets_median_rates_not_their_own() -> None:
+    """A worker that happened to measure a faster prefill does not take every request: the
+    rates are the fleet's medians, so equal workers rotate."""
+    r = Router(["http://a", "http://b", "http://c"], policy="kv")
+    r.hasher, r.namespace = BlockHasher("sha256", None, BS), "ns"
+    for w, rate in zip(r.workers, (3000.0, 1000.0, 900.0), strict=True):
+        w.rates = {"prefill_tokens_per_s": rate}
+    prices = CostModel().prices(r.workers)
+    assert [p.prefill for p in prices.values()] == [pytest.approx(1 / 1000)] * 3
+    assert {ranked(r)[0] for _ in range(6)} == {"http://a", "http://b", "http://c"}
