@@ -87,11 +87,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="the workload's seed")
     p.add_argument("--scale", type=float, default=SCALE,
                    help="prompt lengths, as a fraction of the full-size workload (the real "
-                        "routing bench's 1/4 by default)")
+                        "routing bench's 1/4)")
     p.add_argument("--output-scale", type=float, default=OUTPUT_SCALE,
                    help="output lengths, as a fraction of the full-size workload (the real "
-                        "routing bench's 1/16 by default: a decode token costs a step on "
-                        "its CPU model)")
+                        "routing bench's 1/16: a decode token costs a step on its CPU "
+                        "model)")
     p.add_argument("--block-size", type=int, default=16, help="tokens per KV block")
     p.add_argument("--num-blocks", type=int, default=None, metavar="N",
                    help="each worker's cache in blocks (default: 14%% of the traffic's "

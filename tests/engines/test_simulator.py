@@ -176,6 +176,8 @@ def test_simulate_command_prints_the_table_and_writes_json(
     (["--num-blocks", "2"], "--num-blocks 2"),
     (["--block-size", "0"], "--block-size"),
     (["--store-blocks", "0"], "--store-blocks"),
+    (["--scale", "0"], "--scale and --output-scale must be > 0"),
+    (["--output-scale", "-1"], "--scale and --output-scale must be > 0"),
 ])
 def test_bad_simulate_input_is_one_line_and_exit_2(
         argv: list[str], says: str, capsys: pytest.CaptureFixture[str]) -> None:
