@@ -59,8 +59,8 @@ POLICIES = ("round-robin", "least-loaded", "session", "kv")
 # workers per pool: with 2, round-robin lands a chat's next turn on the worker holding its
 # history half the time by chance, which no fleet worth routing has (the simulator, same
 # traffic, policies and load, three seeds, without kvstore: KV-aware's TTFT p50 gain over
-# round-robin is 1.03-1.14x at 2 workers, 1.22-1.24x at 4, 1.26-1.38x at 8; with kvstore
-# 1.01-1.05x at every size, as the store gives every policy the same hits)
+# round-robin is 1.15-1.60x at 2 workers, 1.54-2.04x at 4, 2.10-2.40x at 8; with kvstore
+# 1.02-1.27x, as the store gives every policy the same hits)
 WORKERS = 4
 BLOCK = 16
 LOAD = 0.5  # offered work at the reuse bound, as a fraction of the fleet's capacity
