@@ -26,7 +26,7 @@ from kvstore.store.parts import Parts
 from kvstore.tiers import Tier
 from kvstore.tiers.base import Buffer
 from kvstore.tiers.slab import SlabInfo, SlabShare
-from kvstore.tiers.slots import Extents, Fenced, FencedPlaces
+from kvstore.tiers.slots import Fenced, FencedPlaces
 from kvstore.types import BlockHash, LookupResult, PutResult, Trace
 
 
@@ -250,14 +250,6 @@ class Store:
         ns, keys = self._book.keys(namespace, hashes)
         return self._host.commit_staged(ns, keys, places, owner=owner, nowait=nowait,
                                         gens=gens)
-
-    def slab_generations(self, extents: Sequence[Extents | None]) -> list[int | None]:
-        """The host slab generation of each block at ``extents`` now (None for None): what a
-        client's check after a copy out reads (see :mod:`kvstore.tiers.slots`). Not for
-        handing out: the generations of a grant come with it (:meth:`acquire_read`,
-        :meth:`reserve_write`, :meth:`stage_write`), read while its slots were surely its own.
-        Not part of :class:`~kvstore.store.api.StoreAPI`."""
-        return self._stack.slab().generations(extents)
 
     def host_share(self) -> SlabShare | None:
         """The host slab's fd and layout (for ``SCM_RIGHTS``); None without one to share."""

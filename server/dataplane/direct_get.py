@@ -24,7 +24,7 @@ from kvstore.protocol import Buffer
 from kvstore.store import StoreAPI
 from kvstore.types import BlockHash
 from server.dataplane.get_reply import read_within
-from server.dataplane.slab_runs import Extent, coalesce
+from server.dataplane.slab_runs import Extent, coalesce, transfer_lease_s
 
 SEND_SUFFIX = "#send"
 _ids = itertools.count()
@@ -96,7 +96,5 @@ def direct_get(store: StoreAPI, now: Callable[..., Awaitable[Any]],
     the time a reply may take to send; None to copy every block."""
     if "host" not in store.tier_names() or store.host_slab() is None:
         return None
-    lease_s = 2 * frame_timeout_s + 5.0
-    if lease_s > max_lease_s:
-        return None
-    return DirectGet(store, now, run, lease_s)
+    lease_s = transfer_lease_s(frame_timeout_s, max_lease_s)
+    return None if lease_s is None else DirectGet(store, now, run, lease_s)

@@ -26,7 +26,7 @@ from kvstore.protocol.frame import decode_header
 from kvstore.store import StoreAPI
 from kvstore.types import BlockHash, PutResult
 from server.dataplane.buffers import BufferPool
-from server.dataplane.slab_runs import Extent, coalesce
+from server.dataplane.slab_runs import Extent, coalesce, transfer_lease_s
 
 RECV_SUFFIX = "#recv"
 _ids = itertools.count()
@@ -87,11 +87,11 @@ def begin(ops: Any, session: Any, header_bytes: bytes, payload_len: int) -> Dire
     if put.durable or not hashes or any(s != ns.block_bytes for s in put.sizes) \
             or len(set(hashes)) != len(hashes):
         return None
-    # The payload lands in the places until the frame completes or times out (then the
-    # connection is closed and the frame aborted): the reservation must outlast that, or its
-    # slots could go to another block, stored and acknowledged, under the rest of the payload.
-    lease_s = 2 * ops.settings.frame_timeout_s + 5.0
-    if lease_s > ops.settings.max_lease_s:  # the store would cut it short
+    # The payload lands in the places until the frame completes or times out: a reservation
+    # that ran out sooner could give its slots to another block, stored and acknowledged,
+    # under the rest of the payload.
+    lease_s = transfer_lease_s(ops.settings.frame_timeout_s, ops.settings.max_lease_s)
+    if lease_s is None:
         return None
     owner = f"{session.owner}{RECV_SUFFIX}{next(_ids)}"
     try:

@@ -17,6 +17,16 @@ T = TypeVar("T")
 Extent = tuple[int, int]  # (offset, length) in the slab
 
 
+def transfer_lease_s(frame_timeout_s: float, max_lease_s: float) -> float | None:
+    """How long a socket transfer straight to or from the slab holds its places (a get's
+    pins, a put's reservation): longer than its frame may take (after ``frame_timeout_s`` the
+    connection is dropped and the transfer ended), so the places never go to another block
+    while bytes may still move; None where the store would cut such a lease short (copy
+    instead)."""
+    lease_s = 2 * frame_timeout_s + 5.0
+    return lease_s if lease_s <= max_lease_s else None
+
+
 def coalesce(items: Iterable[Extent | T]) -> list[Extent | T]:
     """``items`` in order with each extent that starts where the one before it ends merged
     into that one; anything that is not an extent (a copy, a scratch buffer) is kept as it

@@ -39,7 +39,7 @@ def test_generations_move_when_slots_are_freed_and_reused(make_store: StoreFacto
     store.put(NS.name, others, other_data)
     reused = store.acquire_read(NS.name, others, owner="r2").extents
     assert sorted(e[0][0] for e in reused if e) == sorted(e[0][0] for e in ext if e)
-    now = store.slab_generations(ext)
+    now = store.tier("host").generations(ext)
     assert any(g is not None for g in gens)
     assert all(a != b for a, b in zip(now, gens, strict=True) if b is not None)
 

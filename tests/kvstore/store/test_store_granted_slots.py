@@ -45,7 +45,7 @@ def _fenced_copy(store: Store, extents: Extents, gen: int | None) -> bytes | Non
     """What a shared-memory client gets: the copy, or None (a miss) if the generation it was
     handed moved by the end of the copy (``kvstore.client.shm.SlabMapping.read``)."""
     data = _copy(store, extents)
-    return data if store.slab_generations([extents]) == [gen] else None
+    return data if store.tier("host").generations([extents]) == [gen] else None
 
 
 def _disk_only(store: Store, n: int) -> tuple[list[bytes], list[bytes], list[bytes]]:
@@ -101,7 +101,7 @@ def test_a_second_promotion_of_a_granted_block_leaves_its_slots_alone(
     for i, ext in enumerate(granted):
         assert ext is not None
         assert _fenced_copy(store, ext, at_grant[i]) == data[i], f"block {i}: other bytes"
-    assert store.slab_generations(granted) == at_grant  # not replaced at all
+    assert store.tier("host").generations(granted) == at_grant  # not replaced at all
     store.check_integrity()
 
 
@@ -127,7 +127,7 @@ def test_a_copy_of_a_granted_block_is_never_written_over_its_slots(
                  for k, d, e in zip(keys, data, entries, strict=True) if e is not None]
         assert store._placer.copy_batch(host, items) == set()
     if gens is None:
-        gens = store.slab_generations(granted)
+        gens = store.tier("host").generations(granted)
 
     for i, ext in enumerate(granted):
         assert ext is not None
