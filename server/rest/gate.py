@@ -22,6 +22,7 @@ from server.errors import AuthError
 from server.rest.dashboard import PATHS as DASHBOARD_PATHS
 
 Scope = dict[str, Any]
+PRINCIPAL = "kvstore.principal"  # the scope key of the caller the gate let in (a Principal)
 
 PUBLIC_PATHS = frozenset({"/healthz", "/docs", "/docs/oauth2-redirect", "/redoc",
                           "/openapi.json", *DASHBOARD_PATHS})
@@ -65,7 +66,7 @@ class GateMiddleware:
         path = scope.get("path", "")
         if path not in PUBLIC_PATHS:
             try:
-                self.auth.authenticate(bearer_token(scope))
+                scope[PRINCIPAL] = self.auth.authenticate(bearer_token(scope))
             except AuthError as exc:
                 await send_error(send, 401, "unauthenticated", str(exc),
                                  [(b"www-authenticate", b"Bearer")])
