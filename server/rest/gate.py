@@ -15,6 +15,7 @@ so that probes answer even when the server is saturated.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from server.auth import Authenticator
@@ -29,7 +30,7 @@ PUBLIC_PATHS = frozenset({"/healthz", "/docs", "/docs/oauth2-redirect", "/redoc"
 UNCOUNTED_PATHS = frozenset({"/healthz"})
 
 
-def bearer_token(scope: Scope) -> str | None:
+def bearer_token(scope: Mapping[str, Any]) -> str | None:
     """The token of an ``Authorization: Bearer <token>`` header, or None."""
     for name, value in scope.get("headers", ()):
         if name == b"authorization":
