@@ -196,8 +196,8 @@ def test_bad_input_is_a_clear_4xx(srv: ServerProc, ns_name: str, prompt: list[in
     r = explain(srv.url, ns_name, tokens=list(range(16 * (MAX_BATCH + 1))))
     assert r.status_code == 422 and r.json() == {
         "error": "invalid_request",
-        "message": f"the prompt has {MAX_BATCH + 1} full blocks, over the limit of "
-                   f"{MAX_BATCH} (max_batch)"}
+        "message": f"the prompt has {MAX_BATCH + 1} full blocks of 16 tokens, over the limit "
+                   f"of {MAX_BATCH} blocks an explain examines (max_batch, at most 16384)"}
     r = explain(srv.url, ns_name, prompt, lora_name="only-a-name")
     assert r.status_code == 422 and "lora_name and lora_path go together" in r.json()["message"]
     r = explain(srv.url, ns_name, prompt, salt="typo")
