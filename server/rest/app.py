@@ -55,8 +55,21 @@ def _error(status: int, code: str, message: str, headers: dict[str, str] | None 
     headers = dict(headers or {})
     if status == 401:
         headers["WWW-Authenticate"] = "Bearer"
-    return JSONResponse({"error": code, "message": message, **extra}, status_code=status,
-                        headers=headers)
+    return JSONResponse(printable({"error": code, "message": message, **extra}),
+                        status_code=status, headers=headers)
+
+
+def printable(value: Any) -> Any:
+    """``value`` with every lone surrogate in its strings (keys too) written as an escape:
+    JSON text may carry one (``"\\ud800"``), UTF-8 cannot, and an error that quotes the
+    request's text must not fail to encode (that was a 500)."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {printable(k): printable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [printable(v) for v in value]
+    return value
 
 
 async def _mapped_error(request: Request, exc: Exception) -> JSONResponse:
@@ -69,9 +82,13 @@ async def _mapped_error(request: Request, exc: Exception) -> JSONResponse:
 async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     details = jsonable_encoder(exc.errors(), custom_encoder={bytes: lambda b: repr(b)})
-    first = details[0] if details else {}
+    shown = printable(details)
+    first = shown[0] if shown else {}
     where = ".".join(str(p) for p in first.get("loc", ()))
     message = f"{where}: {first.get('msg', 'invalid request')}"
+    if shown != details:  # a lone surrogate: the text is not Unicode, whatever the schema
+        return _error(400, "invalid_text", f"{message}; JSON text must be valid Unicode "
+                      "(a lone surrogate escape such as \\ud800 is not)", detail=shown)
     return _error(422, "validation", message, detail=details)
 
 
