@@ -20,7 +20,7 @@ import pytest
 
 from kvstore.testing.server import ServerProc
 
-TOKENS = {"a": "slow-bodies-a", "b": "slow-bodies-b"}
+TOKENS = {"a": "slow-bodies-a", "b": "slow-bodies-b", "c": "slow-bodies-c"}
 BLOCK = 16 << 10  # a tenant's share: a quarter of the 64 KiB budget
 TIMEOUT_S = 3.0
 
@@ -83,6 +83,12 @@ def test_a_tenant_trickling_uploads_locks_no_one_out_and_times_out(srv: ServerPr
         start = time.monotonic()
         for i, sock in enumerate(slow):  # four bodies of 16 KiB would fill the whole budget
             sock.sendall(_put_head("a", 100 + i) + b"a")
+        # a JSON body trickled too (c's): FastAPI reads it, the same deadline holds
+        lookup = stack.enter_context(socket.create_connection(("127.0.0.1", srv.port),
+                                                              timeout=10))
+        lookup.sendall(b"POST /v1/lookup HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: "
+                       b"Bearer " + TOKENS["c"].encode() + b"\r\nContent-Type: "
+                       b"application/json\r\nContent-Length: 1000\r\n\r\n{")
         time.sleep(0.5)
         # a's uploads past its share are refused at once, with a reason and a retry hint
         for sock in slow[1:]:
@@ -102,8 +108,10 @@ def test_a_tenant_trickling_uploads_locks_no_one_out_and_times_out(srv: ServerPr
             time.sleep(0.5)
         status, rest = _reply(first)
         waited = time.monotonic() - start
+        json_status, json_rest = _reply(lookup)
     assert status.startswith(b"HTTP/1.1 408"), (status, rest[:300])
     assert b"rest_body_timeout_s" in rest
+    assert json_status.startswith(b"HTTP/1.1 408"), (json_status, json_rest[:300])
     assert TIMEOUT_S - 0.5 < waited < TIMEOUT_S + 5, waited
     with httpx.Client(base_url=srv.url, headers=_auth("a"), timeout=10) as a:
         r = a.put(f"/v1/blocks/slow-a/{_hex(200)}", content=b"x" * BLOCK)
