@@ -41,7 +41,7 @@ def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProc]:
     proc.stop()
 
 
-@pytest.mark.parametrize(("path", "body", "field"), CASES)
+@pytest.mark.parametrize(("path", "body", "field"), CASES, ids=[c[2] for c in CASES])
 def test_a_lone_surrogate_is_a_400_naming_the_field(srv: ServerProc, path: str, body: str,
                                                      field: str) -> None:
     r = httpx.post(f"{srv.url}{path}", headers=AUTH, content=(body % LONE).encode(),
