@@ -199,7 +199,9 @@ def run_health(args: argparse.Namespace) -> int:
         print(f"{args.url}: {state}{extra}")
         if doc.get("error"):
             print(f"  error: {doc['error']}")
-        for name, tier in doc["tiers"].items():
+        if "tiers" not in doc:  # the server shows its tiers only to a token
+            print("  (each tier's health needs a token: --token or KVSTORE_TOKEN)")
+        for name, tier in doc.get("tiers", {}).items():
             facts = "  ".join(f"{k} {v}" for k, v in tier.items() if k != "ok")
             print(f"  tier {name}: {'ok' if tier.get('ok') else 'NOT OK'}  {facts}".rstrip())
     return 0 if doc["ok"] else 1

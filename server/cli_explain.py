@@ -81,6 +81,10 @@ def run_explain(args: argparse.Namespace) -> int:
     body = {"namespace": args.namespace, "tokens": read_tokens(args), "cache_salt": args.salt,
             "lora_name": args.lora, "lora_path": args.lora_path}
     doc = _request(args, "POST", "/v1/explain", body)
+    while doc.get("next_offset") is not None:  # the server answers a page of block rows
+        page = _request(args, "POST", "/v1/explain", {**body, "offset": doc["next_offset"]})
+        doc = {**doc, "blocks": doc["blocks"] + page["blocks"],
+               "next_offset": page["next_offset"]}
     print(json.dumps(doc, indent=2) if args.json else format_explain(doc))
     return 0
 
@@ -111,7 +115,7 @@ def format_explain(doc: dict[str, Any]) -> str:
     same status and place, then the hints."""
     r = doc["recipe"]
     seed = "unset" if r["hash_seed"] is None else repr(r["hash_seed"])
-    n = len(doc["blocks"])
+    n = sum(doc["counts"].values())
     miss = "none" if doc["first_miss"] is None else f"block {doc['first_miss']}"
     lines = [
         f"namespace {doc['namespace']}: {r['hash_algo']}, PYTHONHASHSEED {seed}, "

@@ -173,6 +173,13 @@ class ServerSettings(BaseSettings):
                                          "flight, all requests together (503 above)")
     rest_header_timeout_s: float = Field(5.0, gt=0, description="seconds a REST request's "
                                          "headers may take (then 408 and close)")
+    rest_body_timeout_s: float = Field(60.0, gt=0, allow_inf_nan=False,
+                                       description="seconds a REST request's whole body may "
+                                       "take once its headers are in (then 408 and close)")
+    rest_body_budget_per_tenant_bytes: Size = Field(
+        0, description="REST request body bytes in flight of one tenant (--tenant-tokens; 429 "
+        "above), so that one tenant's uploads never take the whole budget. 0: a quarter of "
+        "rest_body_budget_bytes; the admin token draws on the whole budget")
     rest_max_pending_connections: int = Field(256, ge=1, description="REST connections still "
                                               "sending headers; past it the oldest is closed")
 

@@ -14,7 +14,14 @@ from dataclasses import dataclass
 
 from kvstore.errors import UnknownNamespaceError
 from kvstore.explain.hints import Variants, hints_for
-from kvstore.explain.recipe import MAX_OTHER_RECIPES, Recipe, covered, recipe_of
+from kvstore.explain.recipe import (
+    MAX_HASHED_TOKENS,
+    MAX_OTHER_NAMESPACES,
+    MAX_OTHER_RECIPES,
+    Recipe,
+    covered,
+    recipe_of,
+)
 from kvstore.explain.result import (
     STATUSES,
     BlockReport,
@@ -52,7 +59,11 @@ def explain(store: StoreAPI, ns: Namespace, prompt: Prompt, others: Iterable[Nam
     """Block by block, why ``prompt`` hits or misses in ``ns``; ``others`` are the namespaces
     whose recipes are tried for the missing blocks (``ns`` itself and those with the same
     recipe are skipped; at most :data:`MAX_OTHER_RECIPES` distinct recipes are hashed, each
-    only if it cuts the prompt into at most ``max_blocks`` blocks).
+    only if it cuts the prompt into at most ``max_blocks`` blocks, and at most
+    :data:`MAX_OTHER_NAMESPACES` namespaces looked in). Every chain hashed (the prompt's own,
+    without its salt or LoRA, under other recipes) costs the prompt's tokens, and no more than
+    :data:`MAX_HASHED_TOKENS` are hashed in all: one explain's work is bounded whatever
+    namespaces are registered.
 
     Raises ``ValueError`` when ``ns`` cannot hash a prompt (registered without
     ``layout.block_size``), on bad tokens or extra keys, and past ``max_blocks`` full blocks;
@@ -63,10 +74,12 @@ def explain(store: StoreAPI, ns: Namespace, prompt: Prompt, others: Iterable[Nam
         raise ValueError(f"namespace {ns.name!r} was registered without layout.block_size "
                          "(or with an xxhash algorithm and no seed): its chain cannot be "
                          "computed")
+    full = len(prompt.tokens) // recipe.block_size
+    if max_blocks is not None and full > max_blocks:  # refused before any hashing
+        raise ValueError(f"the prompt has {full} full blocks of {recipe.block_size} tokens, "
+                         f"over the limit of {max_blocks} blocks an explain examines")
     hashes = prompt.hashes(recipe)
-    if max_blocks is not None and len(hashes) > max_blocks:
-        raise ValueError(f"the prompt has {len(hashes)} full blocks, over the limit of "
-                         f"{max_blocks} (max_batch)")
+    budget = _Budget(MAX_HASHED_TOKENS - len(prompt.tokens), len(prompt.tokens))
     bs = recipe.block_size
     trace = store.trace(ns.name, hashes)
     blocks = [BlockReport(i, i * bs, (i + 1) * bs, h, tiers=tiers, ghost=ghost)
@@ -77,9 +90,9 @@ def explain(store: StoreAPI, ns: Namespace, prompt: Prompt, others: Iterable[Nam
     skipped = 0
     variants: Variants = {}
     if missing:
+        variants = _variants(store, ns.name, recipe, prompt, missing, budget)
         elsewhere, skipped = _find_elsewhere(store, ns.name, recipe, prompt, others, missing,
-                                             max_blocks)
-        variants = _variants(store, ns.name, recipe, prompt, missing)
+                                             max_blocks, budget)
     for b in blocks:
         b.status = _status(b)
     prefix = next((b.index for b in blocks if b.status != "stored"), len(blocks))
@@ -97,6 +110,20 @@ def explain(store: StoreAPI, ns: Namespace, prompt: Prompt, others: Iterable[Nam
     return out
 
 
+@dataclass(slots=True)
+class _Budget:
+    """The tokens an explain may still hash; each further chain costs ``per_chain``."""
+
+    left: int
+    per_chain: int
+
+    def spend(self) -> bool:
+        if self.per_chain > self.left:
+            return False
+        self.left -= self.per_chain
+        return True
+
+
 def _status(b: BlockReport) -> Status:
     if b.tiers:
         return "stored"
@@ -107,11 +134,12 @@ def _status(b: BlockReport) -> Status:
 
 def _find_elsewhere(store: StoreAPI, name: str, recipe: Recipe, prompt: Prompt,
                     others: Iterable[Namespace], missing: list[BlockReport],
-                    max_blocks: int | None) -> tuple[list[Elsewhere], int]:
+                    max_blocks: int | None, budget: _Budget) -> tuple[list[Elsewhere], int]:
     """Fill in ``other`` of the missing blocks from the namespaces whose recipe differs; the
     namespaces that hold any, and how many distinct recipes went untried (past
-    :data:`MAX_OTHER_RECIPES`, or cutting the prompt into more than ``max_blocks`` blocks:
-    the work of one explain stays bounded whatever block sizes are registered)."""
+    :data:`MAX_OTHER_RECIPES`, :data:`MAX_OTHER_NAMESPACES` or the hashing budget, or cutting
+    the prompt into more than ``max_blocks`` blocks: the work of one explain stays bounded
+    whatever block sizes are registered)."""
     by_recipe: dict[Recipe, list[str]] = {}
     for ns in others:
         theirs = recipe_of(ns)
@@ -120,13 +148,18 @@ def _find_elsewhere(store: StoreAPI, name: str, recipe: Recipe, prompt: Prompt,
     found: list[Elsewhere] = []
     tried = [r for r in by_recipe
              if max_blocks is None or len(prompt.tokens) // r.block_size <= max_blocks]
+    done = looked = 0
     for theirs in tried[:MAX_OTHER_RECIPES]:
         names = by_recipe[theirs]
+        if looked >= MAX_OTHER_NAMESPACES or not budget.spend():
+            break
+        done += 1
         hashes = prompt.hashes(theirs)  # the same tokens and keys: valid under any recipe
         if not hashes:
             continue  # fewer tokens than one of its blocks
         differs = recipe.differs(theirs)
-        for other in sorted(names):
+        for other in sorted(names)[:MAX_OTHER_NAMESPACES - looked]:
+            looked += 1
             try:
                 stored = [bool(t) for t in store.trace(other, hashes).tiers]
             except UnknownNamespaceError:
@@ -136,11 +169,11 @@ def _find_elsewhere(store: StoreAPI, name: str, recipe: Recipe, prompt: Prompt,
                 b.other.append(OtherRecipe(other, differs))
             if hits:
                 found.append(Elsewhere(other, theirs, differs, len(hits)))
-    return found, len(by_recipe) - min(len(tried), MAX_OTHER_RECIPES)
+    return found, len(by_recipe) - done
 
 
 def _variants(store: StoreAPI, name: str, recipe: Recipe, prompt: Prompt,
-              missing: list[BlockReport]) -> Variants:
+              missing: list[BlockReport], budget: _Budget) -> Variants:
     """How many missing blocks the namespace holds for the prompt hashed without its cache
     salt, or without its LoRA adapter: the engine that stored them ran without it."""
     tries: list[tuple[str, Prompt]] = []
@@ -150,6 +183,8 @@ def _variants(store: StoreAPI, name: str, recipe: Recipe, prompt: Prompt,
         tries.append(("lora", dataclasses.replace(prompt, lora_name=None, lora_path=None)))
     out: Variants = {}
     for what, variant in tries:
+        if not budget.spend():
+            break
         stored = store.trace(name, variant.hashes(recipe)).tiers
         count = sum(1 for b in missing if stored[b.index])
         if count:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from datetime import UTC, datetime
 
-from kvstore.explain.recipe import MAX_OTHER_RECIPES
+from kvstore.explain.recipe import MAX_HASHED_TOKENS, MAX_OTHER_NAMESPACES, MAX_OTHER_RECIPES
 from kvstore.explain.result import Explanation
 
 Variants = dict[str, int]
@@ -80,8 +80,9 @@ def hints_for(ex: Explanation, *, ghosts_kept: int, ghost_capacity: int, variant
                    "another namespace")
     if skipped_recipes:
         out.append(f"recipes of other namespaces not tried: {skipped_recipes} (at most "
-                   f"{MAX_OTHER_RECIPES} are, each cutting the prompt into at most max_batch "
-                   "blocks)")
+                   f"{MAX_OTHER_RECIPES} are, each cutting the prompt into at most the blocks "
+                   f"an explain examines, in at most {MAX_OTHER_NAMESPACES} namespaces, "
+                   f"hashing at most {MAX_HASHED_TOKENS} tokens in all)")
     return out
 
 

@@ -12,6 +12,8 @@ from kvstore.namespace import Namespace
 
 RECIPE_FIELDS = ("hash_algo", "hash_seed", "block_size")
 MAX_OTHER_RECIPES = 16  # distinct other recipes an explain tries (each hashes the prompt)
+MAX_OTHER_NAMESPACES = 64  # namespaces of other recipes an explain looks in
+MAX_HASHED_TOKENS = 1 << 20  # tokens an explain hashes in all, over every chain it computes
 
 
 class Recipe(NamedTuple):

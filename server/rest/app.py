@@ -17,6 +17,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.routing import Match
 
 from kvstore.errors import KVStoreError, UnknownNamespaceError
@@ -34,7 +35,13 @@ from server.errors import (
 from server.metrics import ServerMetrics
 from server.rest import blocks, dashboard, explain, health, namespaces, ops
 from server.rest.gate import GateMiddleware
-from server.rest.limits import BodyBudget, BodyLimitMiddleware, BodyRefused, RouteLimits
+from server.rest.limits import (
+    BodyBudget,
+    BodyLimitMiddleware,
+    BodyRefused,
+    RouteLimits,
+    retry_after,
+)
 from server.rest.observe import ObserveMiddleware
 from server.rest.schemas import InfoOut
 from server.settings import ServerSettings
@@ -48,8 +55,21 @@ def _error(status: int, code: str, message: str, headers: dict[str, str] | None 
     headers = dict(headers or {})
     if status == 401:
         headers["WWW-Authenticate"] = "Bearer"
-    return JSONResponse({"error": code, "message": message, **extra}, status_code=status,
-                        headers=headers)
+    return JSONResponse(printable({"error": code, "message": message, **extra}),
+                        status_code=status, headers=headers)
+
+
+def printable(value: Any) -> Any:
+    """``value`` with every lone surrogate in its strings (keys too) written as an escape:
+    JSON text may carry one (``"\\ud800"``), UTF-8 cannot, and an error that quotes the
+    request's text must not fail to encode (that was a 500)."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {printable(k): printable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [printable(v) for v in value]
+    return value
 
 
 async def _mapped_error(request: Request, exc: Exception) -> JSONResponse:
@@ -62,16 +82,29 @@ async def _mapped_error(request: Request, exc: Exception) -> JSONResponse:
 async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     details = jsonable_encoder(exc.errors(), custom_encoder={bytes: lambda b: repr(b)})
-    first = details[0] if details else {}
+    shown = printable(details)
+    first = shown[0] if shown else {}
     where = ".".join(str(p) for p in first.get("loc", ()))
     message = f"{where}: {first.get('msg', 'invalid request')}"
+    if shown != details:  # a lone surrogate: the text is not Unicode, whatever the schema
+        return _error(400, "invalid_text", f"{message}; JSON text must be valid Unicode "
+                      "(a lone surrogate escape such as \\ud800 is not)", detail=shown)
     return _error(422, "validation", message, detail=details)
 
 
 async def _body_refused(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, BodyRefused)
-    headers = {"Connection": "close", **({"Retry-After": "1"} if exc.status_code == 503 else {})}
+    headers = {"Connection": "close", **{k.decode(): v.decode() for k, v in retry_after(exc)}}
     return _error(exc.status_code, exc.code, str(exc.detail), headers=headers)
+
+
+async def _client_gone(request: Request, exc: Exception) -> JSONResponse:
+    """A client that closed its connection before its body ended: nothing is wrong with the
+    server, and nobody reads the answer (the route held nothing yet: the body comes first)."""
+    log.debug("client left during %s %s before its request body ended", request.method,
+              request.url.path)
+    return _error(400, "incomplete", "the connection closed before the request body ended",
+                  headers={"Connection": "close"})
 
 
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:
@@ -123,13 +156,17 @@ def create_app(store: StoreAPI, settings: ServerSettings, info: InfoOut, metrics
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(BodyRefused, _body_refused)
+    app.add_exception_handler(ClientDisconnect, _client_gone)
     app.add_exception_handler(Exception, _unexpected_error)
 
     # added before `observe`, so inside it: a refusal raised from ``receive`` reaches the
     # route directly
-    app.add_middleware(BodyLimitMiddleware, budget=BodyBudget(settings.rest_body_budget_bytes),
+    app.add_middleware(BodyLimitMiddleware,
+                       budget=BodyBudget(settings.rest_body_budget_bytes,
+                                         settings.rest_body_budget_per_tenant_bytes),
                        limits=RouteLimits(settings.max_request_bytes, settings.max_batch,
-                                          lambda name: _block_bytes(store, name)))
+                                          lambda name: _block_bytes(store, name)),
+                       timeout_s=settings.rest_body_timeout_s)
 
     app.add_middleware(ObserveMiddleware, metrics=metrics)
 

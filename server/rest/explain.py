@@ -9,7 +9,7 @@ from kvstore.errors import KVStoreError
 from kvstore.explain import explain
 from server.errors import InvalidRequestError
 from server.rest.deps import PrincipalDep, StoreDep, errors
-from server.rest.explain_schemas import ExplainIn, ExplainOut
+from server.rest.explain_schemas import MAX_EXPLAIN_BLOCKS, ExplainIn, ExplainOut
 
 router = APIRouter(prefix="/v1", tags=["operations"])
 
@@ -23,14 +23,23 @@ def explain_prompt(request: Request, body: ExplainIn, principal: PrincipalDep,
     stored (in which tiers), evicted (when, from which tier, why: from the ghost record of
     recent departures), never seen, or held under another namespace's recipe (which of hash
     algorithm, seed and block size differs), with hints. A tenant explains only its own
-    namespaces and sees only its own in ``other``. No side effects."""
+    namespaces and sees only its own in ``other``. No side effects. At most 1024 block rows
+    per answer (``offset`` and ``limit`` page through the rest); a prompt of more than 16384
+    full blocks (or ``max_batch``) is refused. Runs in a worker thread (a ``def`` route)."""
     ns = principal.check(store.namespace(body.namespace))
     others = [o for o in store.namespaces() if principal.can_access(o)]
     try:
-        result = explain(store, ns, body.to_prompt(), others,
-                         max_blocks=request.app.state.settings.max_batch)
+        result = explain(store, ns, body.to_prompt(), others, max_blocks=min(
+            MAX_EXPLAIN_BLOCKS, request.app.state.settings.max_batch))
     except KVStoreError:
         raise
     except ValueError as exc:  # tokens or keys the hasher refuses, no block size, too long
-        raise InvalidRequestError(str(exc)) from None
-    return ExplainOut.of(result)
+        raise InvalidRequestError(_why(exc)) from None
+    return ExplainOut.of(result, body.offset, body.limit)
+
+
+def _why(exc: ValueError) -> str:
+    text = str(exc)
+    if text.endswith("blocks an explain examines"):  # say which setting and which cap
+        text += f" (max_batch, at most {MAX_EXPLAIN_BLOCKS})"
+    return text

@@ -13,6 +13,8 @@ from kvstore.keys import MMHash
 from server.rest.fields import Count, Int, NamespaceName
 
 MAX_EXPLAIN_TOKENS = 1 << 18  # tokens of one explained prompt
+MAX_EXPLAIN_BLOCKS = 1 << 14  # full blocks of one explained prompt (max_batch, if less)
+MAX_EXPLAIN_ROWS = 1024  # block rows of one answer: the rest are pages (offset)
 MAX_MM_INPUTS = 1024  # multimodal inputs of one explained prompt
 TokenId = Annotated[int, Strict(), Field(ge=0, lt=1 << 32)]  # JSON 1.0 and true are refused
 Why = Literal["evicted", "deleted", "corrupt", "lost"]
@@ -44,6 +46,11 @@ class ExplainIn(BaseModel):
     lora_path: str | None = Field(None, max_length=4096, description="the LoRA adapter's path")
     mm_hashes: list[MMHashIn] = Field(default_factory=list, max_length=MAX_MM_INPUTS,
                                       description="multimodal inputs, sorted by offset")
+    offset: Int = Field(0, ge=0, le=MAX_EXPLAIN_BLOCKS, description="the first block row "
+                        "of the answer (the summary is always the whole prompt's)")
+    limit: Int = Field(MAX_EXPLAIN_ROWS, ge=0, le=MAX_EXPLAIN_ROWS, description="block rows "
+                       "of the answer at most, from offset; next_offset says where the next "
+                       "page starts")
 
     def to_prompt(self) -> Prompt:
         return Prompt(self.tokens, self.cache_salt, self.lora_name, self.lora_path,
@@ -100,10 +107,15 @@ class ExplainOut(BaseModel):
     counts: dict[BlockStatus, Count]
     hints: list[str] = Field(description="what the statuses mean and what to change")
     elsewhere: list[ElsewhereOut]
-    blocks: list[ExplainedBlock]
+    blocks: list[ExplainedBlock] = Field(description="the blocks from offset, at most limit")
+    next_offset: Count | None = Field(description="the offset of the next page of blocks; "
+                                      "null: none left")
 
     @classmethod
-    def of(cls, ex: Explanation) -> ExplainOut:
+    def of(cls, ex: Explanation, offset: int = 0, limit: int = MAX_EXPLAIN_ROWS) -> ExplainOut:
+        """The answer for ``ex``, with block rows ``offset`` to ``offset + limit``."""
+        page = ex.blocks[offset:offset + limit]
+        after = offset + len(page)
         return cls.model_validate({
             **{k: getattr(ex, k) for k in ("namespace", "tokens", "tail_tokens",
                                            "prefix_blocks", "prefix_tokens", "first_miss",
@@ -113,5 +125,6 @@ class ExplainOut(BaseModel):
             "blocks": [{"index": b.index, "start": b.start, "end": b.end, "hash": b.hash.hex(),
                         "status": b.status, "tiers": b.tiers,
                         "ghost": b.ghost._asdict() if b.ghost else None,
-                        "other": [o._asdict() for o in b.other]} for b in ex.blocks],
+                        "other": [o._asdict() for o in b.other]} for b in page],
+            "next_offset": after if after < len(ex.blocks) else None,
         })

@@ -15,6 +15,7 @@ so that probes answer even when the server is saturated.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from server.auth import Authenticator
@@ -22,13 +23,14 @@ from server.errors import AuthError
 from server.rest.dashboard import PATHS as DASHBOARD_PATHS
 
 Scope = dict[str, Any]
+PRINCIPAL = "kvstore.principal"  # the scope key of the caller the gate let in (a Principal)
 
 PUBLIC_PATHS = frozenset({"/healthz", "/docs", "/docs/oauth2-redirect", "/redoc",
                           "/openapi.json", *DASHBOARD_PATHS})
 UNCOUNTED_PATHS = frozenset({"/healthz"})
 
 
-def bearer_token(scope: Scope) -> str | None:
+def bearer_token(scope: Mapping[str, Any]) -> str | None:
     """The token of an ``Authorization: Bearer <token>`` header, or None."""
     for name, value in scope.get("headers", ()):
         if name == b"authorization":
@@ -65,7 +67,7 @@ class GateMiddleware:
         path = scope.get("path", "")
         if path not in PUBLIC_PATHS:
             try:
-                self.auth.authenticate(bearer_token(scope))
+                scope[PRINCIPAL] = self.auth.authenticate(bearer_token(scope))
             except AuthError as exc:
                 await send_error(send, 401, "unauthenticated", str(exc),
                                  [(b"www-authenticate", b"Bearer")])

@@ -1,4 +1,11 @@
-"""``/healthz`` (public; 503 when the store cannot serve) and ``/metrics`` (Prometheus)."""
+"""``/healthz`` (public; 503 when the store cannot serve) and ``/metrics`` (Prometheus).
+
+Without a token ``/healthz`` says only whether the server can serve: a probe needs no more,
+and the tiers' block counts, free slots and paths are nobody else's business. The admin's
+token (or any caller when no token is configured) gets each tier's health as the store reports
+it; a tenant's token whether each tier is ok (the tiers hold every tenant's blocks). A wrong
+token is a 401, as on every other route.
+"""
 
 from __future__ import annotations
 
@@ -8,29 +15,57 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from server.auth import Authenticator, Principal
 from server.metrics import tenant_registry
 from server.rest.deps import PrincipalDep, StoreDep, errors
-from server.rest.schemas import HealthOut
+from server.rest.gate import bearer_token
+from server.rest.schemas import HealthOut, HealthStatusOut, TierHealthOut
 from server.rest.tenant_view import visible_stats
 
 router = APIRouter(tags=["health"])
 
 
+def _caller(request: Request) -> Principal | None:
+    """Who asks, or None for a request without a token to a server that requires one.
+    Raises AuthError (401) for a token that is wrong."""
+    auth: Authenticator = request.app.state.auth
+    token = bearer_token(request.scope)
+    if token is None and auth.enabled:
+        return None
+    return auth.authenticate(token)
+
+
 @router.get(
     "/healthz",
-    response_model=HealthOut,
-    responses={503: {"model": HealthOut, "description": "a tier cannot serve, or shutting down"}},
+    response_model=HealthOut | HealthStatusOut,
+    responses={503: {"model": HealthOut | HealthStatusOut,
+                     "description": "a tier cannot serve, or shutting down"},
+               **errors(401)},
 )
 def healthz(request: Request, store: StoreDep) -> Any:
-    """Per-tier health; 503 when the store cannot serve."""
+    """200 when the store can serve, 503 when it cannot (or is shutting down). With a token,
+    each tier's health too (a tenant's token: only whether each tier is ok)."""
+    caller = _caller(request)
     try:
         doc = store.health()
     except Exception as exc:  # a broken back end must read as unhealthy, not as a 500
         doc = {"ok": False, "tiers": {}, "error": str(exc)}
     if request.app.state.closing:
         doc = {**doc, "ok": False, "closing": True}
-    body = HealthOut.model_validate(doc).model_dump()
-    return JSONResponse(body, status_code=200 if body["ok"] else 503)
+    health = HealthOut.model_validate(doc)
+    status = 200 if health.ok else 503
+    if caller is None:
+        shown: HealthStatusOut = HealthStatusOut(ok=health.ok, closing=health.closing)
+    elif not caller.admin:
+        shown = HealthOut(ok=health.ok, closing=health.closing, error=None,
+                          tiers={n: TierHealthOut(ok=t.ok) for n, t in health.tiers.items()})
+    else:
+        shown = health
+    body = shown.model_dump()
+    for key in ("closing", "error"):  # absent rather than null, as before they were fields
+        if body.get(key) is None:
+            body.pop(key, None)
+    return JSONResponse(body, status_code=status)
 
 
 @router.get(

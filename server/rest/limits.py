@@ -1,14 +1,22 @@
 """ASGI middleware that bounds request bodies: a limit per route, sized to what the route can
-use, and a budget of body bytes in flight over all requests together.
+use, a budget of body bytes in flight over all requests together with a share of it per
+tenant, and a deadline for the whole body.
 
 A body whose Content-Length is over its route's limit is answered 413 before it is read; a
 chunked body is answered 413 as soon as it crosses the limit. A request whose body would take
-the server past its budget is answered 503 (``Retry-After: 1``), unless it is larger than the
-whole budget, which no retry can help: that is a 413 too. Both answers name the limit.
+the server past its budget is answered 503 (``Retry-After: 1``), one that would take its
+tenant past its share 429 (``Retry-After: 1``), unless it is larger than the whole budget or
+share, which no retry can help: that is a 413 too. All answers name the limit.
+
+A body not received within ``rest_body_timeout_s`` of its headers is answered 408 and its
+connection closed: without the deadline, a client sending a declared 64 MiB body at one byte
+every ten seconds held its share of the budget for ever, and a few such clients locked every
+tenant out of every request with a body. Its budget is given back with the answer.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Callable
 from typing import Any
@@ -16,7 +24,7 @@ from typing import Any
 from fastapi import HTTPException
 
 from server.rest.explain_schemas import MAX_EXPLAIN_TOKENS, MAX_MM_INPUTS
-from server.rest.gate import send_error
+from server.rest.gate import PRINCIPAL, send_error
 
 Scope = dict[str, Any]
 Message = dict[str, Any]
@@ -52,6 +60,17 @@ def over_budget(budget: int) -> BodyRefused:
                                     "shortly")
 
 
+def over_share(tenant: str, share: int) -> BodyRefused:
+    return BodyRefused(429, "busy", f"request bodies in flight of tenant {tenant!r} would "
+                                    f"exceed its {share}-byte share of the body budget "
+                                    "(rest_body_budget_per_tenant_bytes); retry shortly")
+
+
+def body_late(timeout_s: float) -> BodyRefused:
+    return BodyRefused(408, "timeout", f"request body not received within {timeout_s:g} s "
+                                       "of its headers (rest_body_timeout_s)")
+
+
 class RouteLimits:
     """The body limit of a request: ``max_request_bytes`` at most, less where the route can
     use less (a block PUT: its namespace's block size; a lookup: ``max_batch`` hashes)."""
@@ -82,20 +101,41 @@ class RouteLimits:
 
 
 class BodyBudget:
-    """Body bytes in flight over every request; event-loop confined (no lock)."""
+    """Body bytes in flight over every request, and per tenant; event-loop confined (no lock).
+    The admin (``tenant`` None, every caller when auth is off) draws on the whole budget; a
+    tenant on at most ``per_tenant`` of it (0: a quarter)."""
 
-    def __init__(self, total: int) -> None:
+    def __init__(self, total: int, per_tenant: int = 0) -> None:
         self.total = total
+        self.per_tenant = min(per_tenant or total // 4, total)
         self.used = 0
+        self.by_tenant: dict[str, int] = {}
 
-    def take(self, n: int) -> bool:
+    def cap(self, tenant: str | None) -> tuple[int, str]:
+        """The most ``tenant`` may ever hold, and the setting that says so."""
+        if tenant is None:
+            return self.total, "rest_body_budget_bytes"
+        return self.per_tenant, "rest_body_budget_per_tenant_bytes"
+
+    def take(self, n: int, tenant: str | None) -> BodyRefused | None:
+        """Take ``n`` bytes for ``tenant``; None when they fit, else the refusal (nothing
+        taken)."""
+        mine = self.by_tenant.get(tenant, 0) if tenant is not None else 0
+        if tenant is not None and mine + n > self.per_tenant:
+            return over_share(tenant, self.per_tenant)
         if self.used + n > self.total:
-            return False
+            return over_budget(self.total)
         self.used += n
-        return True
+        if tenant is not None and n:
+            self.by_tenant[tenant] = mine + n
+        return None
 
-    def give(self, n: int) -> None:
+    def give(self, n: int, tenant: str | None) -> None:
         self.used -= n
+        if tenant is not None and n:
+            left = self.by_tenant.pop(tenant) - n
+            if left:
+                self.by_tenant[tenant] = left
 
 
 def declared_length(scope: Scope) -> int | None:
@@ -109,39 +149,53 @@ def declared_length(scope: Scope) -> int | None:
 
 
 class BodyLimitMiddleware:
-    def __init__(self, app: Any, limits: RouteLimits, budget: BodyBudget) -> None:
+    def __init__(self, app: Any, limits: RouteLimits, budget: BodyBudget,
+                 timeout_s: float) -> None:
         self.app = app
         self.limits = limits
         self.budget = budget
+        self.timeout_s = timeout_s
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        principal = scope.get(PRINCIPAL)
+        tenant = principal.tenant if principal is not None else None
         limit, what = self.limits(scope["method"], scope["path"])
-        if self.budget.total < limit:  # larger than every body in flight may be together:
-            limit, what = self.budget.total, f"{what}, capped by rest_body_budget_bytes"
+        cap, setting = self.budget.cap(tenant)
+        if cap < limit:  # larger than every body in flight may be together:
+            limit, what = cap, f"{what}, capped by {setting}"
         declared = declared_length(scope)
         if declared is not None and declared > limit:
             await self._refuse(send, too_large(limit, what))
             return
         held = declared or 0  # a declared body is reserved whole; a chunked one as it comes
-        if not self.budget.take(held):
-            await self._refuse(send, over_budget(self.budget.total))
+        if (refused := self.budget.take(held, tenant)) is not None:
+            await self._refuse(send, refused)
             return
         seen = 0
+        done = False  # the body has ended: a later receive waits for the disconnect, untimed
         started = False
+        deadline = asyncio.get_running_loop().time() + self.timeout_s
 
         async def limited_receive() -> Message:
-            nonlocal seen, held
-            message: Message = await receive()
+            nonlocal seen, held, done
+            if done:
+                return await receive()  # type: ignore[no-any-return]
+            try:
+                async with asyncio.timeout_at(deadline):
+                    message: Message = await receive()
+            except TimeoutError:
+                raise body_late(self.timeout_s) from None
+            done = message["type"] != "http.request" or not message.get("more_body", False)
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > limit:
                     raise too_large(limit, what)
                 if seen > held:
-                    if not self.budget.take(seen - held):
-                        raise over_budget(self.budget.total)
+                    if (refused := self.budget.take(seen - held, tenant)) is not None:
+                        raise refused
                     held = seen
             return message
 
@@ -157,9 +211,13 @@ class BodyLimitMiddleware:
             if not started:
                 await self._refuse(send, exc)
         finally:
-            self.budget.give(held)
+            self.budget.give(held, tenant)
 
     @staticmethod
     async def _refuse(send: Any, exc: BodyRefused) -> None:
-        headers = [(b"retry-after", b"1")] if exc.status_code == 503 else []
-        await send_error(send, exc.status_code, exc.code, str(exc.detail), headers)
+        await send_error(send, exc.status_code, exc.code, str(exc.detail), retry_after(exc))
+
+
+def retry_after(exc: BodyRefused) -> list[tuple[bytes, bytes]]:
+    """``Retry-After: 1`` for a refusal that a retry may get past (429, 503)."""
+    return [(b"retry-after", b"1")] if exc.status_code in (429, 503) else []

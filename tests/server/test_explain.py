@@ -95,6 +95,26 @@ def test_stored_blocks_name_every_tier_holding_them(srv: ServerProc, ns_name: st
         "ghost": None, "other": []}
 
 
+def test_block_rows_come_in_pages_and_the_summary_is_the_whole_prompts(
+        srv: ServerProc, ns_name: str, prompt: list[int]) -> None:
+    register(srv.url, ns_name)
+    store_chain(srv.url, ns_name, chain(prompt)[:3])
+    rows: list[dict[str, Any]] = []
+    offset: int | None = 0
+    while offset is not None:
+        r = explain(srv.url, ns_name, prompt, offset=offset, limit=4)
+        assert r.status_code == 200, r.text
+        doc = r.json()
+        assert len(doc["blocks"]) <= 4
+        assert (doc["prefix_blocks"], doc["counts"]["never_seen"]) == (3, 3)
+        rows += doc["blocks"]
+        offset = doc["next_offset"]
+    assert [b["index"] for b in rows] == list(range(6))
+    assert [b["status"] for b in rows] == ["stored"] * 3 + ["never_seen"] * 3
+    r = explain(srv.url, ns_name, prompt, limit=1025)
+    assert r.status_code == 422 and r.json()["message"].startswith("body.limit: "), r.text
+
+
 def test_evicted_blocks_say_when_and_from_which_tier(
         make_server: Callable[..., ServerProc], ns_name: str, prompt: list[int]) -> None:
     """A host tier of 16 slots and no disk: blocks pushed out leave the store, and the ghost
@@ -196,8 +216,8 @@ def test_bad_input_is_a_clear_4xx(srv: ServerProc, ns_name: str, prompt: list[in
     r = explain(srv.url, ns_name, tokens=list(range(16 * (MAX_BATCH + 1))))
     assert r.status_code == 422 and r.json() == {
         "error": "invalid_request",
-        "message": f"the prompt has {MAX_BATCH + 1} full blocks, over the limit of "
-                   f"{MAX_BATCH} (max_batch)"}
+        "message": f"the prompt has {MAX_BATCH + 1} full blocks of 16 tokens, over the limit "
+                   f"of {MAX_BATCH} blocks an explain examines (max_batch, at most 16384)"}
     r = explain(srv.url, ns_name, prompt, lora_name="only-a-name")
     assert r.status_code == 422 and "lora_name and lora_path go together" in r.json()["message"]
     r = explain(srv.url, ns_name, prompt, salt="typo")
