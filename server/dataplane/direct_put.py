@@ -36,7 +36,10 @@ from kvstore.types import BlockHash, PutResult
 from server.dataplane.buffers import BufferPool
 from server.dataplane.slab_runs import Extent, coalesce, transfer_lease_s
 
-RECV_SUFFIX = "#recv"
+# A put's own owner id, never derived from the session's: a client picks its owner in
+# ``hello`` (stored as "tenant/name"), and one naming "<another's owner>#recv<n>" could drop,
+# abort or commit another connection's put in flight. No session owner starts with NUL.
+RECV_OWNER = "\x00recv/"
 _ids = itertools.count()
 
 
@@ -110,7 +113,7 @@ def begin(ops: Any, session: Any, header_bytes: bytes, payload_len: int) -> Dire
     lease_s = transfer_lease_s(ops.settings.frame_timeout_s, ops.settings.max_lease_s)
     if lease_s is None:
         return None
-    owner = f"{session.owner}{RECV_SUFFIX}{next(_ids)}"
+    owner = f"{RECV_OWNER}{next(_ids)}"
     try:
         extents = store.reserve_write(ns.name, hashes, lease_s=lease_s, owner=owner,
                                       nowait=True, receiving=True).extents

@@ -19,7 +19,7 @@ import pytest
 from kvstore.client import KVStoreClient
 from kvstore.testing.server import ServerProc
 
-from .dataplane_wire import call, frame, h, hello, read_head, read_reply, recv_exact
+from .dataplane_wire import call, connect, frame, h, hello, read_head, read_reply, recv_exact
 
 ADMIN, TOK_A, TOK_B = "recv-admin", "recv-tenant-a", "recv-tenant-b"
 BLOCK = 64 << 10
@@ -28,12 +28,12 @@ N = 16
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProc]:
-    """Two tenants and an admin; a host tier of 64 slots (the freed slots of one put are the
+    """Two tenants and an admin; a host tier of 256 slots (the freed slots of one put are the
     next put's: the allocator is a stack)."""
     data = tmp_path_factory.mktemp("recv-fence") / "data"
     proc = ServerProc(data, "--token", ADMIN, "--frame-timeout-s", "30",
                       env={"KVSTORE_TENANT_TOKENS": json.dumps({"a": TOK_A, "b": TOK_B})},
-                      host_capacity="4MiB")
+                      host_capacity="16MiB")
     proc.start()
     yield proc
     proc.stop()
@@ -132,6 +132,45 @@ def test_admin_deleting_a_namespace_mid_put_cannot_overwrite_another_tenant(
 
     a_reply, got, b_data = _overwrite_attempt(server, "admin", delete)
     _check_refused_and_intact(server, a_reply, got, b_data)
+
+
+def test_another_connection_naming_the_puts_owner_cannot_free_its_places(
+        server: ServerProc) -> None:
+    """Owner expiry: a connection of tenant A that says hello with the owner id the server
+    gives a socket put in flight (its session's owner plus a suffix) and closes, so that the
+    server drops that owner's leases and reservations. The put keeps its places, stores its
+    blocks, and tenant B's blocks stored meanwhile are untouched."""
+    before = _host_bytes(server)
+    ns_a, ns_b = "a-owner", "b-owner"
+    a_hashes, b_hashes = [h(3000 + i) for i in range(N)], [h(4000 + i) for i in range(N)]
+    a_data = [bytes([i]) * BLOCK for i in range(N)]
+    b_data = [os.urandom(BLOCK) for _ in range(N)]
+    a_put = connect(server)
+    with a_put, hello(server, TOK_B) as b:
+        assert call(a_put, {"op": "hello", "id": 1, "token": TOK_A, "owner": "victim"})["ok"]
+        _register(a_put, ns_a)
+        _register(b, ns_b)
+        payload = b"".join(a_data)
+        a_put.sendall(frame({"op": "put", "id": 3, "ns": ns_a, "hashes": a_hashes,
+                             "sizes": [BLOCK] * N}, N * BLOCK) + payload[:1])
+        assert _until_host_bytes(server, before + N * BLOCK) == before + N * BLOCK
+        for n in range(64):  # the server numbers its puts: try the first 64
+            with connect(server) as forger:
+                reply = call(forger, {"op": "hello", "id": 1, "token": TOK_A,
+                                      "owner": f"victim#recv{n}"})
+                assert reply["ok"] is True, reply
+        time.sleep(1.0)  # the server drops each closed owner's leases in the background
+        reply = call(b, {"op": "put", "id": 4, "ns": ns_b, "hashes": b_hashes,
+                         "sizes": [BLOCK] * N}, b"".join(b_data))
+        assert reply["ok"] is True and reply["stored"] == N, reply
+        a_put.sendall(payload[1:])
+        a_reply = read_reply(a_put)
+        got_b = _get(b, ns_b, b_hashes)
+        got_a = _get(a_put, ns_a, a_hashes)
+    correct = sum(g == d for g, d in zip(got_b, b_data, strict=True))
+    assert correct == N, f"tenant B reads {correct}/{N} of its blocks correct"
+    assert a_reply["stored"] == N, a_reply  # nothing ended A's put: it is stored whole
+    assert got_a == a_data
 
 
 def test_put_cut_off_after_its_namespace_went_frees_every_place(server: ServerProc) -> None:
