@@ -64,6 +64,10 @@ class Deletes:
         self._retired.append((self._leases.until(key), placeholder))
         self._ledger.drop_copy(host, key, entry)
 
+    def places(self) -> list[BlockKey]:
+        """The placeholder keys of every retired slot."""
+        return [placeholder for _, placeholder in self._retired]
+
     def free_retired(self, now: float) -> None:
         """Free the retired slots whose pins would have expired by ``now``."""
         keep = []

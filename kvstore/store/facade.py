@@ -209,14 +209,16 @@ class Store:
 
     def reserve_write(self, namespace: str, hashes: Sequence[BlockHash], *,
                       lease_s: float | None = None, owner: str = "",
-                      nowait: bool = False) -> Fenced:
+                      nowait: bool = False, receiving: bool = False) -> Fenced:
         """Host-slab extents to write each new block into (None: skip it) and their
-        generations; see HostPath."""
+        generations; ``receiving``: the caller fills them itself and always commits or
+        aborts, so a delete or expiry meanwhile only dooms them; see HostPath."""
         self._stack.slab()
         ns, keys = self._book.keys(namespace, hashes)
         expiry = time.monotonic() + self._leases.term(lease_s)
         self._life.check_open()
-        return self._host.reserve_write(ns, keys, expiry=expiry, owner=owner, nowait=nowait)
+        return self._host.reserve_write(ns, keys, expiry=expiry, owner=owner, nowait=nowait,
+                                        receiving=receiving)
 
     def commit_write(self, namespace: str, hashes: Sequence[BlockHash], *, owner: str = "",
                      nowait: bool = False, gens: Sequence[int | None] | None = None) -> PutResult:

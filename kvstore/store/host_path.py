@@ -9,7 +9,8 @@ inside it and copies block bytes itself, so only control messages cross a socket
   have yet (invisible to every reader); the client copies into them, then
   :meth:`HostPath.commit_write` publishes them, or :meth:`HostPath.abort_write` frees them. A
   reservation whose lease runs out is freed, so a client that dies mid-write leaves nothing
-  behind. Staged places (:mod:`kvstore.store.staging`) make a put one round trip.
+  behind, unless the server itself receives into it (:mod:`kvstore.store.reservations`).
+  Staged places (:mod:`kvstore.store.staging`) make a put one round trip.
 - delete (:mod:`kvstore.store.deletes`): the host slots of a deleted block that a reader still
   has pinned stay allocated (unreadable, "retired") until that pin would have expired, so the
   reader copies the bytes it asked for, never those of a block stored there after the delete.
@@ -42,11 +43,12 @@ from kvstore.store.ledger import Ledger
 from kvstore.store.lock import StoreLock
 from kvstore.store.placer import Item, Placer
 from kvstore.store.reader import Reader
+from kvstore.store.reservations import Held, Reservations
 from kvstore.store.stack import TierStack
 from kvstore.store.staging import Staging
 from kvstore.tiers.base import BlockMeta
 from kvstore.tiers.slab import SlabTier
-from kvstore.tiers.slots import Extents, Fenced, FencedPlaces
+from kvstore.tiers.slots import Fenced, FencedPlaces
 from kvstore.types import BlockKey, PutResult
 
 
@@ -64,9 +66,8 @@ class HostPath:
         self._tally = tally
         self._leases = leases
         self._lock = lock
-        # shm writes in flight: key -> (owner, lease expiry, host-slab extents)
-        self._reservations: dict[BlockKey, tuple[str, float, Extents]] = {}
-        self._seq = 0  # numbers placeholder keys (staged places, retired slots)
+        self._seq = 0  # numbers placeholder keys (staged places, retired and doomed slots)
+        self._reservations = Reservations(stack, ledger, self._next_ids)  # writes in flight
         self.staging = Staging(stack, placer, self._next_ids)
         self.deletes = Deletes(stack, ledger, exits, leases, self._next_ids)
 
@@ -116,12 +117,14 @@ class HostPath:
 
     # -- writes ------------------------------------------------------------------------------
     def reserve_write(self, ns: Namespace, keys: list[BlockKey], *, expiry: float, owner: str,
-                      nowait: bool) -> Fenced:
+                      nowait: bool, receiving: bool = False) -> Fenced:
         """Host-slab extents to write each new block into, with their generations; None where
         the store already has the block (or another writer reserved it): skip those. Raises
         :class:`~kvstore.errors.CapacityError` if the host tier cannot make room, and with
         ``nowait`` :class:`~kvstore.errors.WouldBlock` rather than wait for the lock or evict.
-        The reservation is freed at ``expiry`` (monotonic time) unless committed."""
+        The reservation is freed at ``expiry`` (monotonic time) unless committed; with
+        ``receiving`` (the caller fills the places itself, then always commits or aborts),
+        only doomed (:mod:`kvstore.store.reservations`)."""
         host, slab = self._host()
         with self._lock.hold(nowait):
             fresh = self._ledger.unknown(list(dict.fromkeys(keys)))
@@ -135,7 +138,7 @@ class HostPath:
             extents = slab.reserve_many([(k, ns.block_bytes) for k in fresh])
             for key, ext in zip(fresh, extents, strict=True):
                 self._ledger.reserve(key, Entry(ns.block_bytes, None, ns.layout_id))
-                self._reservations[key] = (owner, expiry, ext)
+                self._reservations.add(key, Held(owner, expiry, ext, receiving))
             where = dict(zip(fresh, extents, strict=True))
             out = [where.pop(k, None) for k in keys]  # a key asked twice is written once
             return Fenced(out, slab.generations(out))  # before the reservation can run out
@@ -144,7 +147,8 @@ class HostPath:
                      gens: Sequence[int | None] | None = None) -> PutResult:
         """Publish blocks ``owner`` reserved and wrote. Keys it did not reserve, or (with
         ``gens``) whose reservation is not the generation the writer was given, count as
-        ``existing`` if stored, else ``refused``. With ``nowait``, raises
+        ``existing`` if stored, else ``refused``; so do keys whose receiving reservation was
+        doomed (their places are freed now). With ``nowait``, raises
         :class:`~kvstore.errors.WouldBlock` (publishing nothing) rather than wait for the lock,
         copy to a write-through tier or evict past the high watermark."""
         host, slab = self._host()
@@ -154,10 +158,13 @@ class HostPath:
         existing = refused = 0
         with self._lock.hold(nowait):
             self._check_commit(host, nowait)
+            doomed = self._reservations.end_doomed(owner, keys)  # deleted or run out meanwhile
             mine: list[BlockKey] = []
             for key in dict.fromkeys(keys):
                 held = self._reservations.get(key)
-                if held is not None and held[0] == owner and (
+                if key in doomed:
+                    refused += 1
+                elif held is not None and held[0] == owner and (
                         wanted is None or slab.generations([held[2]])[0] == wanted[key]):
                     mine.append(key)
                 elif self._ledger.visible(key) is not None:
@@ -171,13 +178,13 @@ class HostPath:
         return PutResult(len(mine), existing, refused)
 
     def abort_write(self, keys: list[BlockKey], *, owner: str) -> int:
-        """Free ``owner``'s reservations of ``keys``; how many were freed."""
-        freed = 0
+        """Free ``owner``'s reservations (doomed too) of ``keys``; how many were freed."""
         with self._lock:
+            freed = len(self._reservations.end_doomed(owner, keys))
             for key in keys:
                 held = self._reservations.get(key)
                 if held is not None and held[0] == owner:
-                    self._unreserve(key)
+                    self._reservations.free(key)
                     freed += 1
         return freed
 
@@ -226,7 +233,7 @@ class HostPath:
                     fresh.append((key, place))
             for (key, _), ext in zip(fresh, staging.claim(ns, fresh, owner=owner), strict=True):
                 self._ledger.reserve(key, Entry(ns.block_bytes, None, ns.layout_id))
-                self._reservations[key] = (owner, math.inf, ext)
+                self._reservations.add(key, Held(owner, math.inf, ext))
             self._publish(host, [k for k, _ in fresh])
             self._tally.stored(ns.name, len(fresh))
         return PutResult(len(fresh), existing, refused), [p for _, p in fresh]
@@ -242,7 +249,7 @@ class HostPath:
         slab = self._stack.slab()
         slab.publish_many(keys)
         for key in keys:
-            del self._reservations[key]
+            self._reservations.published(key)
             self._ledger.publish(key, host)
             self._stack.on_access(key)
         if keys and self._stack.writes_through(host):  # copies only when a tier below wants them
@@ -257,36 +264,33 @@ class HostPath:
 
     # -- deletes, owners, leases -------------------------------------------------------------
     def expire(self, owner: str | None, now: float) -> int:
-        """Free what has run out by ``now``: reservations, retired slots, and with ``owner``
-        everything that owner reserved or staged (lock held). How many places were freed."""
+        """End what has run out by ``now``: reservations (receiving ones are doomed), retired
+        slots, and with ``owner`` all it reserved or staged (lock held). How many ended."""
         dropped = self.staging.drop(owner) if owner is not None else 0
         self.deletes.free_retired(now)
-        for key, (who, expiry, _) in list(self._reservations.items()):
-            if (owner is not None and who == owner) or expiry <= now:
-                self._unreserve(key)
-                dropped += 1
+        for key in self._reservations.expired(owner, now):
+            self._reservations.end(key)
+            dropped += 1
         return dropped
 
     def unreserve_namespace(self, namespace: str) -> None:
-        """Free every reservation of ``namespace``, whoever holds it (it is being deleted; a
-        late commit finds nothing reserved and is refused) (lock held)."""
-        for key in [k for k in self._reservations if k[0] == namespace]:
-            self._unreserve(key)
+        """End every reservation of ``namespace`` (freed, or doomed while the server receives
+        into it), whoever holds it: it is being deleted; a late commit is refused (lock held)."""
+        for key in self._reservations.of_namespace(namespace):
+            self._reservations.end(key)
 
     def close(self) -> None:
-        """Free every reservation, staged place and retired slot (lock held)."""
-        for key in list(self._reservations):
-            self._unreserve(key)
+        """Free every reservation, doomed, staged place and retired slot (lock held)."""
+        self._reservations.close()
         self.staging.drop_all()
         self.deletes.free_retired(math.inf)
 
     def reserved(self, key: BlockKey) -> bool:
         return key in self._reservations
 
-    def _unreserve(self, key: BlockKey) -> None:
-        self._reservations.pop(key, None)
-        if self._ledger.unreserve(key):
-            self._stack.slab().unreserve(key)
+    def places(self) -> set[BlockKey]:
+        """Every key this path holds reserved in the host slab (lock held)."""
+        return {*self._reservations.places(), *self.staging.places(), *self.deletes.places()}
 
     def _next_ids(self, count: int) -> int:
         """Reserve ``count`` placeholder numbers; returns the last one."""

@@ -166,6 +166,12 @@ class Report:
                         check()
                     except RuntimeError as exc:
                         raise IntegrityError(f"{tier.name}: {exc}") from exc
+            if self._stack.host is not None:  # every reserved slot has a holder that frees it
+                held, known = self._stack.slab().reserved_keys(), self._host_path.places()
+                if held != known:
+                    raise IntegrityError(
+                        f"host slab: {len(held - known)} reserved places nothing will free, "
+                        f"{len(known - held)} places held for writers are not reserved")
             for key in self._leases.pinned_keys():
                 if key not in self._ledger:
                     raise IntegrityError(f"{fmt_key(key)} pinned but not indexed")

@@ -114,6 +114,10 @@ class Staging:
                 slab.unreserve(key)
         return len(mine.places)
 
+    def places(self) -> list[BlockKey]:
+        """The placeholder keys of every staged place."""
+        return [key for mine in self._owners.values() for _, key, _ in mine.places.values()]
+
     def drop_all(self) -> None:
         for owner in list(self._owners):
             self.drop(owner)

@@ -200,6 +200,11 @@ class SlabTier(Tier):
             if entry is not None:
                 self._slots.release([entry])
 
+    def reserved_keys(self) -> set[BlockKey]:
+        """Every key holding reserved (charged, invisible) slots now."""
+        with self._lock:
+            return set(self._reserved)
+
     # -- reads of stored keys ---------------------------------------------------------------
     def extents(self, key: BlockKey) -> Extents:
         """Extents of a stored key, valid until it is deleted or overwritten (the store pins

@@ -26,7 +26,11 @@ from kvstore.types import BlockHash
 from server.dataplane.get_reply import read_within
 from server.dataplane.slab_runs import Extent, coalesce, transfer_lease_s
 
-SEND_SUFFIX = "#send"
+# The pins' owner id starts with NUL, which no session owner does: a client picks its owner in
+# ``hello`` (stored as "tenant/name"), and one naming "<another's owner>#send<n>" could drop
+# the pins of another connection's reply still being sent from the slab (its release, or its
+# last connection closing), so the slots went to another tenant's blocks mid-send.
+SEND_OWNER = "\x00send/"
 _ids = itertools.count()
 
 
@@ -54,7 +58,7 @@ class DirectGet:
                    limit: int, owner: str) -> GetPayload:
         """Each block of ``hashes``: a view of its pinned slab place where the host tier
         holds it, else read and copied. The caller checked that the reply fits ``limit``."""
-        owner = f"{owner}{SEND_SUFFIX}{next(_ids)}"
+        owner = f"{SEND_OWNER}{owner}/{next(_ids)}"
         pins = await self._now(self.store.acquire_read, ns, hashes, lease_s=self.lease_s,
                                owner=owner, promote=False)
         extents = pins.extents  # no generation to check: the lease outlives the send

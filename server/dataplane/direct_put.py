@@ -8,19 +8,27 @@ the socket into their places (neighbouring places as one run: :mod:`server.datap
 .slab_runs`); blocks the store already has are read into a scratch buffer and dropped.
 :meth:`DirectPut.commit` publishes them once the whole payload is in, and
 :meth:`DirectPut.abort` frees them if the frame never completes (the connection dropped or
-timed out), so a block is never partially visible. The places are reserved for longer than a
-frame may take (not for the default lease), so they are never freed while its bytes may still
-arrive. Anything else (an odd header, a full host tier, a busy store, a frame timeout past
+timed out, or the commit failed), so a block is never partially visible.
+
+The places are never freed while its bytes may still arrive: they are reserved as
+*receiving* (:mod:`kvstore.store.reservations`), so a namespace delete, the reservation's
+lease running out or its owner's leases being dropped meanwhile only dooms them (the commit
+is then refused, the block never visible) and they go back to the free list at this put's
+own commit or abort. Every frame ends in one of the two (the connection aborts on loss,
+timeout and shutdown). The lease is still longer than a frame may take (not the default
+lease). Anything else (an odd header, a full host tier, a busy store, a frame timeout past
 ``max_lease_s``) returns None and the frame is read into a buffer and served as before; that
 path also produces every error reply.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from collections.abc import Iterator
 from typing import Any, cast
 
+from kvstore.errors import WouldBlock
 from kvstore.protocol import Limits, Put
 from kvstore.protocol.frame import decode_header
 from kvstore.store import StoreAPI
@@ -28,7 +36,10 @@ from kvstore.types import BlockHash, PutResult
 from server.dataplane.buffers import BufferPool
 from server.dataplane.slab_runs import Extent, coalesce, transfer_lease_s
 
-RECV_SUFFIX = "#recv"
+# A put's own owner id, never derived from the session's: a client picks its owner in
+# ``hello`` (stored as "tenant/name"), and one naming "<another's owner>#recv<n>" could drop,
+# abort or commit another connection's put in flight. No session owner starts with NUL.
+RECV_OWNER = "\x00recv/"
 _ids = itertools.count()
 
 
@@ -52,9 +63,18 @@ class DirectPut:
         return next(self._targets, None)
 
     def commit(self, nowait: bool = False) -> PutResult:
-        """Publish the received blocks (the store's ``commit_write``)."""
-        result: PutResult = self.store.commit_write(self.ns, self.hashes, owner=self.owner,
-                                                    nowait=nowait)
+        """Publish the received blocks (the store's ``commit_write``); if that fails (other
+        than :class:`~kvstore.errors.WouldBlock`, which changes nothing and is retried), the
+        places are freed: only this put's commit or abort ever frees them."""
+        try:
+            result: PutResult = self.store.commit_write(self.ns, self.hashes, owner=self.owner,
+                                                        nowait=nowait)
+        except WouldBlock:
+            raise
+        except Exception:
+            with contextlib.suppress(Exception):  # a closing store frees them itself
+                self.abort()
+            raise
         self.done = True
         return result
 
@@ -93,10 +113,10 @@ def begin(ops: Any, session: Any, header_bytes: bytes, payload_len: int) -> Dire
     lease_s = transfer_lease_s(ops.settings.frame_timeout_s, ops.settings.max_lease_s)
     if lease_s is None:
         return None
-    owner = f"{session.owner}{RECV_SUFFIX}{next(_ids)}"
+    owner = f"{RECV_OWNER}{next(_ids)}"
     try:
         extents = store.reserve_write(ns.name, hashes, lease_s=lease_s, owner=owner,
-                                      nowait=True).extents
+                                      nowait=True, receiving=True).extents
     except Exception:  # WouldBlock, no room: the usual path
         return None
     host = store.tier("host")
