@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Self
 
@@ -11,6 +12,11 @@ from kvstore.protocol.frame import FrameError
 from kvstore.protocol.message import Header, Limits, Reply, Request
 
 MAX_OWNER_CHARS = 128
+# An owner id names the client's pins and reservations. The server holds some of its own under
+# the client's owner plus a suffix ("#read", "#grant"): a client whose owner could end in one
+# would name, and on closing drop, another client's pins. So owners are plain printable text
+# without "#".
+_OWNER_CHARS = re.compile(r"[!-~]*")
 _NOT_INFO = ("owner", "id", "ok")  # the keys of a hello reply that are not server info
 
 
@@ -33,6 +39,9 @@ class Hello(Request):
         if owner is not None and len(owner) > MAX_OWNER_CHARS:
             raise FrameError("bad_request",
                              f"field 'owner' is longer than {MAX_OWNER_CHARS} characters")
+        if owner is not None and ("#" in owner or not _OWNER_CHARS.fullmatch(owner)):
+            raise FrameError("bad_request", "field 'owner' may hold only printable ASCII "
+                             "characters other than '#' and space")
         return cls(token, owner)
 
 

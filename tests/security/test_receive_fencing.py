@@ -156,9 +156,10 @@ def test_another_connection_naming_the_puts_owner_cannot_free_its_places(
         assert _until_host_bytes(server, before + N * BLOCK) == before + N * BLOCK
         for n in range(64):  # the server numbers its puts: try the first 64
             with connect(server) as forger:
-                reply = call(forger, {"op": "hello", "id": 1, "token": TOK_A,
-                                      "owner": f"victim#recv{n}"})
-                assert reply["ok"] is True, reply
+                # refused now ('#' is not allowed in an owner); the put's id is not a
+                # suffix of the session's owner either way
+                call(forger, {"op": "hello", "id": 1, "token": TOK_A,
+                              "owner": f"victim#recv{n}"})
         time.sleep(1.0)  # the server drops each closed owner's leases in the background
         reply = call(b, {"op": "put", "id": 4, "ns": ns_b, "hashes": b_hashes,
                          "sizes": [BLOCK] * N}, b"".join(b_data))

@@ -39,8 +39,8 @@ def test_a_forged_owner_cannot_unpin_a_reply_being_sent(
         time.sleep(0.5)  # the reply is being sent from the pinned slots
         for n in range(16):  # "a/reader" plus the suffix the server gave the send's pins
             with connect(proc) as forger:
-                assert call(forger, {"op": "hello", "id": 1, "token": "tok-a",
-                                     "owner": f"reader#send{n}"})["ok"]
+                call(forger, {"op": "hello", "id": 1, "token": "tok-a",
+                              "owner": f"reader#send{n}"})  # refused now: '#' in the owner
         time.sleep(1.0)  # the server drops each closed owner's pins in the background
         assert call(a, {"op": "delete_namespace", "id": 5, "name": "a-send"})["ok"]
         r = call(b, {"op": "put", "id": 4, "ns": "b-send", "hashes": b_hashes,
@@ -51,3 +51,20 @@ def test_a_forged_owner_cannot_unpin_a_reply_being_sent(
     assert reply["ok"] is True and plen == N * BLOCK, reply
     assert payload.count(b"\xbb") == 0, "tenant A was sent tenant B's bytes"
     assert payload == b"\xaa" * (N * BLOCK)
+
+
+def test_an_owner_that_could_name_the_servers_own_pins_is_refused(
+        dp_server: Callable[..., ServerProc]) -> None:
+    """The server holds a client's shared-memory read pins and grants under its owner plus
+    "#read" / "#grant": a connection saying hello as "victim#read" would, on closing, drop
+    victim's read pins. An owner with '#', a space or a control character is refused."""
+    proc = dp_server()
+    for owner in ("victim#read", "victim#grant", "a b", "nul\x00", "ok/owner-1"):
+        with connect(proc) as s:
+            reply = call(s, {"op": "hello", "id": 1, "owner": owner})
+        if owner == "ok/owner-1":
+            assert reply["ok"] is True, reply
+        else:
+            assert reply["ok"] is False, (owner, reply)
+            assert reply["error"]["code"] == "bad_request", (owner, reply)
+            assert "field 'owner'" in reply["error"]["message"], reply
