@@ -45,7 +45,7 @@ class EngineLoop:
         self.metrics = metrics
         self.lock = threading.Lock()
         # a new request, a Pending to abort, or None to stop; one queue keeps them in order
-        self.inbox: queue.Queue[tuple[list[int], SamplingParams, Pending] | Pending | None] = \
+        self.inbox: queue.Queue[tuple[list[int], SamplingParams, Pending, str | None] | Pending | None] = \
             queue.Queue()
         self.thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
         self.pending: dict[Sequence, Pending] = {}
@@ -57,9 +57,10 @@ class EngineLoop:
         self.inbox.put(None)
         self.thread.join(timeout=30)
 
-    def submit(self, prompt: list[int], params: SamplingParams) -> Pending:
+    def submit(self, prompt: list[int], params: SamplingParams,
+               cache_salt: str | None = None) -> Pending:
         p = Pending(asyncio.get_running_loop())
-        self.inbox.put((prompt, params, p))
+        self.inbox.put((prompt, params, p, cache_salt))
         return p
 
     def cancel(self, p: Pending) -> None:
@@ -96,10 +97,11 @@ class EngineLoop:
                     p.push(None)
                     del self.pending[seq]
 
-    def _admit(self, prompt: list[int], params: SamplingParams, p: Pending) -> None:
+    def _admit(self, prompt: list[int], params: SamplingParams, p: Pending,
+               cache_salt: str | None) -> None:
         try:
             with self.lock:
-                p.seq = self.engine.add_request(prompt, params)
+                p.seq = self.engine.add_request(prompt, params, cache_salt=cache_salt)
         except ValueError as exc:
             p.error = str(exc)
             p.push(None)

@@ -7,6 +7,7 @@ same way. Every error leaves as ``{"error": code, "message": text}`` with the st
 
 from __future__ import annotations
 
+import json
 import logging
 from functools import partial
 from typing import Any
@@ -43,13 +44,30 @@ log = logging.getLogger("kvstore.server")
 _MAPPED = (KVStoreError, AuthError, ForbiddenError, BlockNotFoundError, InvalidRequestError)
 
 
+class _AsciiJSONResponse(JSONResponse):
+    """JSON with non-ASCII characters escaped: an error may quote the request (a 422's
+    ``detail`` does), and text with a lone surrogate has no UTF-8 form, so Starlette's own
+    rendering would fail inside the error handler and drop the connection."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+
+
 def _error(status: int, code: str, message: str, headers: dict[str, str] | None = None,
            **extra: Any) -> JSONResponse:
     headers = dict(headers or {})
     if status == 401:
         headers["WWW-Authenticate"] = "Bearer"
-    return JSONResponse({"error": code, "message": message, **extra}, status_code=status,
-                        headers=headers)
+    return _AsciiJSONResponse({"error": code, "message": message, **extra},
+                              status_code=status, headers=headers)
+
+
+async def _not_unicode(request: Request, exc: Exception) -> JSONResponse:
+    """Text of the request that cannot be encoded (JSON's ``"\\ud800"``, a lone surrogate,
+    reaching a hash, a file name or the reply): the request's fault, not the server's."""
+    assert isinstance(exc, UnicodeEncodeError)
+    return _error(400, "invalid_text", f"the request holds text that is not valid Unicode "
+                                       f"(a lone surrogate, U+{ord(exc.object[exc.start]):04X})")
 
 
 async def _mapped_error(request: Request, exc: Exception) -> JSONResponse:
@@ -123,6 +141,7 @@ def create_app(store: StoreAPI, settings: ServerSettings, info: InfoOut, metrics
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(BodyRefused, _body_refused)
+    app.add_exception_handler(UnicodeEncodeError, _not_unicode)
     app.add_exception_handler(Exception, _unexpected_error)
 
     # added before `observe`, so inside it: a refusal raised from ``receive`` reaches the
