@@ -36,6 +36,10 @@ class Pending:
         self.loop.call_soon_threadsafe(self.tokens.put_nowait, item)
 
 
+# a request: its prompt, sampling and cache salt, and where its tokens go
+Submission = tuple[list[int], SamplingParams, Pending, str | None]
+
+
 class EngineLoop:
     """Runs ``engine.step()`` in a dedicated thread. ``lock`` guards the engine for readers
     (stats, residency events) between steps."""
@@ -45,8 +49,7 @@ class EngineLoop:
         self.metrics = metrics
         self.lock = threading.Lock()
         # a new request, a Pending to abort, or None to stop; one queue keeps them in order
-        self.inbox: queue.Queue[tuple[list[int], SamplingParams, Pending, str | None] | Pending | None] = \
-            queue.Queue()
+        self.inbox: queue.Queue[Submission | Pending | None] = queue.Queue()
         self.thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
         self.pending: dict[Sequence, Pending] = {}
 

@@ -8,7 +8,10 @@ choice has its first token, so that a request the workers refuse is still a plai
 that clients raise, not an error inside a 200 stream; chunks then follow in arrival order,
 the usage chunk when ``stream_options.include_usage`` asks for it, then ``data: [DONE]``.
 A tokenizer's end-of-sequence token stops generation (unless ``ignore_eos``), as the model's
-own does.
+own does. Each request is held to the router's :class:`~engines.router.api.limits.Limits`:
+its choices (prompts times ``n``) are counted before any text is tokenized, text is tokenized
+in a thread, each prompt is checked against the model's context before any worker is asked,
+and its choices run until the request's deadline (:class:`~engines.router.api.fanout.Fanout`).
 """
 
 from __future__ import annotations
