@@ -25,9 +25,14 @@ class Handoff(NamedTuple):
     prefill_s: float
 
 
-async def prefill(client: httpx.AsyncClient, url: str, prompt_ids: list[int]) -> Handoff:
-    """Have ``url`` compute and store the prompt's blocks. Raises ``httpx.HTTPError``."""
-    r = await client.post(f"{url}/prefill", json={"prompt_ids": prompt_ids})
+async def prefill(client: httpx.AsyncClient, url: str, prompt_ids: list[int],
+                  cache_salt: str | None = None) -> Handoff:
+    """Have ``url`` compute and store the prompt's blocks (hashed with ``cache_salt``).
+    Raises ``httpx.HTTPError``."""
+    body: dict[str, Any] = {"prompt_ids": prompt_ids}
+    if cache_salt is not None:
+        body["cache_salt"] = cache_salt
+    r = await client.post(f"{url}/prefill", json=body)
     r.raise_for_status()
     doc = r.json()
     return Handoff(doc["prompt_ids"], doc["block_hashes"], doc["namespace"], doc["latency_s"])
@@ -41,7 +46,7 @@ def decode_body(handoff: Handoff, body: dict[str, Any]) -> dict[str, Any]:
 async def prefill_then_decode(client: httpx.AsyncClient, prefill_url: str, decode_url: str,
                               body: dict[str, Any]) -> dict[str, Any]:
     """Non-streaming disaggregated generation; the decode reply plus ``prefill_s``."""
-    handoff = await prefill(client, prefill_url, body["prompt_ids"])
+    handoff = await prefill(client, prefill_url, body["prompt_ids"], body.get("cache_salt"))
     r = await client.post(f"{decode_url}/generate", json=decode_body(handoff, body))
     r.raise_for_status()
     return {**r.json(), "prefill_s": handoff.prefill_s}

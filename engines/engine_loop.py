@@ -36,6 +36,10 @@ class Pending:
         self.loop.call_soon_threadsafe(self.tokens.put_nowait, item)
 
 
+# a request: its prompt, sampling and cache salt, and where its tokens go
+Submission = tuple[list[int], SamplingParams, Pending, str | None]
+
+
 class EngineLoop:
     """Runs ``engine.step()`` in a dedicated thread. ``lock`` guards the engine for readers
     (stats, residency events) between steps."""
@@ -45,8 +49,7 @@ class EngineLoop:
         self.metrics = metrics
         self.lock = threading.Lock()
         # a new request, a Pending to abort, or None to stop; one queue keeps them in order
-        self.inbox: queue.Queue[tuple[list[int], SamplingParams, Pending] | Pending | None] = \
-            queue.Queue()
+        self.inbox: queue.Queue[Submission | Pending | None] = queue.Queue()
         self.thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
         self.pending: dict[Sequence, Pending] = {}
 
@@ -57,9 +60,10 @@ class EngineLoop:
         self.inbox.put(None)
         self.thread.join(timeout=30)
 
-    def submit(self, prompt: list[int], params: SamplingParams) -> Pending:
+    def submit(self, prompt: list[int], params: SamplingParams,
+               cache_salt: str | None = None) -> Pending:
         p = Pending(asyncio.get_running_loop())
-        self.inbox.put((prompt, params, p))
+        self.inbox.put((prompt, params, p, cache_salt))
         return p
 
     def cancel(self, p: Pending) -> None:
@@ -96,10 +100,11 @@ class EngineLoop:
                     p.push(None)
                     del self.pending[seq]
 
-    def _admit(self, prompt: list[int], params: SamplingParams, p: Pending) -> None:
+    def _admit(self, prompt: list[int], params: SamplingParams, p: Pending,
+               cache_salt: str | None) -> None:
         try:
             with self.lock:
-                p.seq = self.engine.add_request(prompt, params)
+                p.seq = self.engine.add_request(prompt, params, cache_salt=cache_salt)
         except ValueError as exc:
             p.error = str(exc)
             p.push(None)

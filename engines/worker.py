@@ -41,6 +41,8 @@ from engines.worker_metrics import WorkerMetrics
 
 __all__ = ["ROLES", "EngineLoop", "Pending", "create_app"]
 
+MAX_SALT_CHARS = 1024  # a cache_salt's characters
+
 
 class GenerateRequest(BaseModel):
     prompt_ids: list[int] = Field(min_length=1)
@@ -52,6 +54,7 @@ class GenerateRequest(BaseModel):
     stop_token_ids: list[int] = []
     stream: bool = False
     block_hashes: list[str] | None = None  # disaggregated handoff: hex hashes from prefill
+    cache_salt: str | None = Field(None, min_length=1, max_length=MAX_SALT_CHARS)
 
     def params(self) -> SamplingParams:
         return SamplingParams(self.max_tokens, self.temperature, self.top_p, self.seed,
@@ -60,6 +63,7 @@ class GenerateRequest(BaseModel):
 
 class PrefillRequest(BaseModel):
     prompt_ids: list[int] = Field(min_length=1)
+    cache_salt: str | None = Field(None, min_length=1, max_length=MAX_SALT_CHARS)
 
 
 def _hex(hashes: list[bytes]) -> list[str]:
@@ -90,8 +94,8 @@ def create_app(engine: Engine, role: str = "both", admin_token: str | None = Non
 
     app = FastAPI(title="kvstore engine worker", lifespan=lifespan)
 
-    def prompt_hashes(prompt: list[int]) -> list[bytes]:
-        return list(engine.hasher.hash_blocks(prompt))
+    def prompt_hashes(prompt: list[int], cache_salt: str | None) -> list[bytes]:
+        return list(engine.hasher.hash_blocks(prompt, cache_salt=cache_salt))
 
     async def collect(p: Pending) -> list[int]:
         out = []
@@ -135,7 +139,7 @@ def create_app(engine: Engine, role: str = "both", admin_token: str | None = Non
         if req.block_hashes is not None:
             # the handoff must name exactly the blocks we would look up, or the hash recipes
             # differ and every lookup would silently miss
-            mine = _hex(prompt_hashes(req.prompt_ids))
+            mine = _hex(prompt_hashes(req.prompt_ids, req.cache_salt))
             if req.block_hashes != mine[:len(req.block_hashes)]:
                 raise HTTPException(409, "block_hashes do not match this worker's hash recipe")
         try:
@@ -144,7 +148,7 @@ def create_app(engine: Engine, role: str = "both", admin_token: str | None = Non
             raise HTTPException(422, str(exc)) from None
         counters["requests"] += 1
         started = time.perf_counter()
-        p = loop.submit(req.prompt_ids, params)
+        p = loop.submit(req.prompt_ids, params, req.cache_salt)
         if not req.stream:
             await collect(p)
             return summary(p, started)
@@ -182,9 +186,10 @@ def create_app(engine: Engine, role: str = "both", admin_token: str | None = Non
             raise HTTPException(409, "prefill needs --kvstore: blocks go to the store")
         counters["prefills"] += 1
         started = time.perf_counter()
-        p = loop.submit(req.prompt_ids, SamplingParams(max_tokens=1, ignore_eos=True))
+        p = loop.submit(req.prompt_ids, SamplingParams(max_tokens=1, ignore_eos=True),
+                        req.cache_salt)
         first = await collect(p)
-        hashes = prompt_hashes(req.prompt_ids)
+        hashes = prompt_hashes(req.prompt_ids, req.cache_salt)
         out = summary(p, started, "prefill")
         return {"prompt_ids": req.prompt_ids, "block_hashes": _hex(hashes),
                 "namespace": engine.namespace, "first_token": first[0],

@@ -74,8 +74,10 @@ class Engine:
         return block_bytes(self.cache)
 
     def add_request(self, prompt_ids: Seq[int], params: SamplingParams | None = None,
-                    req_id: str | None = None) -> Sequence:
-        """Queue a request; it joins the running batch at the next ``step()``."""
+                    req_id: str | None = None, cache_salt: str | None = None) -> Sequence:
+        """Queue a request; it joins the running batch at the next ``step()``. A
+        ``cache_salt`` enters its first block's hash (as vLLM's): it reuses, locally and from
+        kvstore, only prefixes cached under the same salt."""
         params = params or SamplingParams()
         if not prompt_ids:
             raise ValueError("prompt_ids must not be empty")
@@ -85,7 +87,7 @@ class Engine:
         if len(prompt_ids) + params.max_tokens > self.ecfg.num_blocks * self.ecfg.block_size:
             raise ValueError("prompt plus max_tokens exceeds the KV cache")
         seq = Sequence(req_id or f"req-{next(_ids)}", [int(t) for t in prompt_ids],
-                       len(prompt_ids), params, make_generator(params))
+                       len(prompt_ids), params, make_generator(params), cache_salt=cache_salt)
         self.scheduler.add(seq)
         return seq
 

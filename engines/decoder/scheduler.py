@@ -39,6 +39,7 @@ class Sequence:
     num_prompt: int
     params: SamplingParams
     generator: torch.Generator | None = None
+    cache_salt: str | None = None  # hashed into the first block (isolates prefix reuse)
     block_table: list[int] = field(default_factory=list)
     num_computed: int = 0
     block_hashes: list[bytes] = field(default_factory=list)
@@ -167,9 +168,9 @@ class Scheduler:
         if n_blocks > have:
             bs = self.block_size
             parent = seq.block_hashes[-1] if have else None
-            seq.block_hashes += self.hasher.hash_blocks(
-                seq.tokens[have * bs:n_blocks * bs], parent=parent
-            )
+            tokens = seq.tokens[have * bs:n_blocks * bs]
+            seq.block_hashes += (self.hasher.hash_blocks(tokens, parent=parent) if have else
+                                 self.hasher.hash_blocks(tokens, cache_salt=seq.cache_salt))
         return seq.block_hashes
 
     def _reuse_prefix(self, seq: Sequence) -> None:

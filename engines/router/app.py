@@ -12,6 +12,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from engines.router.api import errors
+from engines.router.api.limits import BodyCap, Limits
 from engines.router.api.routes import make_routes
 from engines.router.api.tokenizer import Tokenizer
 from engines.router.core import NoWorker, Router
@@ -19,12 +20,14 @@ from engines.router.metrics import RouterMetrics
 
 
 def create_app(router: Router, tokenizer_dir: str | Path | None = None,
-               served_model_name: str | None = None) -> FastAPI:
+               served_model_name: str | None = None, limits: Limits | None = None) -> FastAPI:
     """The router's ASGI app. ``tokenizer_dir`` (a Hugging Face tokenizer folder) enables
     text prompts and chat; ``served_model_name`` is the model name clients use (default: the
-    workers' model folder name). Raises ``ValueError`` for a folder without a tokenizer
-    that loads."""
+    workers' model folder name); ``limits`` caps what one request may ask (default: the
+    production caps of :mod:`engines.router.api.limits`). Raises ``ValueError`` for a
+    folder without a tokenizer that loads."""
     tokenizer = Tokenizer(tokenizer_dir) if tokenizer_dir else None
+    limits = limits or Limits()
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -34,8 +37,9 @@ def create_app(router: Router, tokenizer_dir: str | Path | None = None,
 
     app = FastAPI(title="kvstore router", lifespan=lifespan)
     errors.install(app)
+    app.add_middleware(BodyCap, max_bytes=limits.max_body_bytes)
     app.include_router(RouterMetrics(router).routes())
-    app.include_router(make_routes(router, tokenizer, served_model_name))
+    app.include_router(make_routes(router, tokenizer, served_model_name, limits))
 
     @app.get("/stats")
     async def stats() -> dict[str, Any]:

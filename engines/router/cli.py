@@ -15,6 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from engines.router.api import limits
 from engines.router.policies import POLICIES
 from kvstore import cli_kit
 from kvstore.cli_kit import CommandError
@@ -60,6 +61,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--served-model-name", default=None, metavar="NAME",
                    help="the model name clients send and /v1/models lists (default: the "
                         "workers' model folder name)")
+    p.add_argument("--max-body-bytes", type=int, default=limits.DEFAULT_MAX_BODY_BYTES,
+                   metavar="BYTES", help="largest request body; a larger one is refused (413) "
+                                         "before it is read")
+    p.add_argument("--max-prompt-tokens", type=int, default=None, metavar="TOKENS",
+                   help="most tokens in one prompt (400 beyond) (default: the model's context "
+                        "length, the workers' max_model_len)")
+    p.add_argument("--max-choices", type=int, default=limits.DEFAULT_MAX_CHOICES,
+                   metavar="N", help="most prompts x n in one request (400 beyond)")
+    p.add_argument("--request-timeout", type=float, default=limits.DEFAULT_REQUEST_TIMEOUT_S,
+                   metavar="SECONDS", help="a request still generating this long after it "
+                   "arrived ends with an error (504) and its generations are cancelled")
     p.add_argument("--host", default="127.0.0.1", help="bind address")
     p.add_argument("--port", type=int, default=8490, help="HTTP port")
     p.add_argument("--log-level", default="warning",
@@ -71,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
 def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from engines.router.api.limits import Limits
     from engines.router.app import create_app
     from engines.router.core import Router
 
@@ -79,6 +92,11 @@ def serve(args: argparse.Namespace) -> int:
         raise CommandError(f"--tokenizer {args.tokenizer}: no tokenizer.json or "
                            "tokenizer_config.json there; give a Hugging Face tokenizer folder "
                            "(or leave --tokenizer out)")
+    try:
+        caps = Limits(args.max_body_bytes, args.max_prompt_tokens, args.max_choices,
+                      args.request_timeout)
+    except ValueError as exc:
+        raise CommandError(f"limits: {exc}") from None
     socks = cli_kit.bind_tcp(args.host, args.port, "--port")
     try:
         router = Router(_urls(args.workers), prefill_workers=_urls(args.prefill_workers),
@@ -87,7 +105,7 @@ def serve(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise CommandError(f"--workers: {exc}") from None
     try:
-        app = create_app(router, args.tokenizer, args.served_model_name)
+        app = create_app(router, args.tokenizer, args.served_model_name, caps)
     except ValueError as exc:
         raise CommandError(f"--tokenizer {args.tokenizer}: {exc}") from None
     uvicorn.Server(uvicorn.Config(app, log_level=args.log_level)).run(sockets=socks)

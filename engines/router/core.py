@@ -230,7 +230,10 @@ class Router:
     async def _plan(self, body: dict[str, Any]) -> Plan:
         self.check_ready()
         assert self.hasher is not None
-        hashes: list[bytes] = list(self.hasher.hash_blocks(body["prompt_ids"]))
+        # the salt enters the first block's hash, as on the workers: a salted prompt matches
+        # only prefixes cached under the same salt, here and in kvstore
+        hashes: list[bytes] = list(self.hasher.hash_blocks(
+            body["prompt_ids"], cache_salt=body.get("cache_salt")))
         return await self.rank(self.workers, hashes, len(body["prompt_ids"]),
                                int(body.get("max_tokens", 16)), body.get("session"))
 
@@ -243,7 +246,8 @@ class Router:
         plan = await self.rank(self.prefill, hashes, len(body["prompt_ids"]), 0)
         for p in plan.order:
             try:
-                handoff = await disagg.prefill(self.client, p.url, body["prompt_ids"])
+                handoff = await disagg.prefill(self.client, p.url, body["prompt_ids"],
+                                               body.get("cache_salt"))
             except httpx.HTTPStatusError as exc:
                 if forward.wrong_role(exc.response):
                     await self.learn(p)

@@ -72,6 +72,14 @@ def printable(value: Any) -> Any:
     return value
 
 
+async def _not_unicode(request: Request, exc: Exception) -> JSONResponse:
+    """Text of the request that cannot be encoded (JSON's ``"\\ud800"``, a lone surrogate,
+    reaching a hash, a file name or the reply): the request's fault, not the server's."""
+    assert isinstance(exc, UnicodeEncodeError)
+    return _error(400, "invalid_text", f"the request holds text that is not valid Unicode "
+                                       f"(a lone surrogate, U+{ord(exc.object[exc.start]):04X})")
+
+
 async def _mapped_error(request: Request, exc: Exception) -> JSONResponse:
     mapped = map_error(exc)
     if mapped is None:  # not reachable for _MAPPED types; kept for type narrowing
@@ -157,6 +165,7 @@ def create_app(store: StoreAPI, settings: ServerSettings, info: InfoOut, metrics
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(BodyRefused, _body_refused)
     app.add_exception_handler(ClientDisconnect, _client_gone)
+    app.add_exception_handler(UnicodeEncodeError, _not_unicode)
     app.add_exception_handler(Exception, _unexpected_error)
 
     # added before `observe`, so inside it: a refusal raised from ``receive`` reaches the

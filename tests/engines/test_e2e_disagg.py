@@ -47,6 +47,15 @@ def test_disaggregated_serving_matches_single_process(gqa_model: Path, tmp_path:
         stats = httpx.get(f"{dec.url}/stats").json()
         assert stats["engine"]["kvstore"]["loaded_blocks"] == 6
         assert stats["engine"]["computed_tokens"] == len(PROMPT) - 24 + 7
+        # a salted prompt: the prefill worker hashes and stores it under the salt, and the
+        # decode worker, checking the handoff against its own salted hashes, loads it
+        r = httpx.post(f"{router.url}/v1/completions", timeout=120, json={
+            "prompt": PROMPT, "max_tokens": 8, "temperature": 0, "ignore_eos": True,
+            "cache_salt": "alice"})
+        assert r.status_code == 200, r.text + router.log()
+        assert r.json()["choices"][0]["token_ids"] == want
+        assert r.json()["usage"]["prompt_tokens_details"]["cached_tokens"] == 24
+        assert httpx.get(f"{dec.url}/stats").json()["engine"]["kvstore"]["loaded_blocks"] == 12
 
         # a separate `kvstore-engine generate` process also reuses the stored prefix
         out = subprocess.run(

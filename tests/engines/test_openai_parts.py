@@ -9,6 +9,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from engines.router.api.choices import Choice, usage
+from engines.router.api.stops import StopMatcher, StopSet
 from engines.router.app import create_app
 from engines.router.core import Router
 
@@ -25,7 +26,8 @@ class Pieces:
 
 def choice(pieces: list[str], stops: tuple[str, ...], index: int = 0, prompt: int = 0,
            cached: int = 0) -> Choice:
-    c = Choice(index, prompt, [1, 2, 3], {}, Pieces(pieces), stops)  # type: ignore[arg-type]
+    matcher = StopMatcher(StopSet(stops)) if stops else None
+    c = Choice(index, prompt, [1, 2, 3], {}, Pieces(pieces), matcher)  # type: ignore[arg-type]
     c.cached_tokens = cached
     return c
 

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from engines.router.api.stops import StopMatcher
 from engines.router.api.tokenizer import IncrementalDecoder
 from engines.router.core import Router
 
@@ -40,21 +41,29 @@ class Delta:
 @dataclass(slots=True)
 class Choice:
     """One generation; ``index`` is OpenAI's (prompt ``i``, choice ``j`` of ``n``: ``i*n+j``).
-    ``decoder`` is None without a tokenizer (token ids only, no text)."""
+    ``decoder`` is None without a tokenizer (token ids only, no text); ``stops`` is None
+    without stop strings."""
 
     index: int
     prompt_index: int
     prompt_ids: list[int]
     body: dict[str, Any]  # the worker's /generate body
     decoder: IncrementalDecoder | None
-    stops: tuple[str, ...] = ()
+    stops: StopMatcher | None = None
     token_ids: list[int] = field(default_factory=list)
-    text: str = ""  # all text so far: sent, then held back
-    sent: int = 0  # characters of ``text`` already returned
+    # text already returned, in pieces (joining at each token would copy the whole text per
+    # token), and the text after it: held back, or about to be returned
+    released: list[str] = field(default_factory=list)
+    pending: str = ""
     finish_reason: str | None = None
     cached_tokens: int = 0
     worker: str = ""
     ttft_s: float | None = None
+
+    @property
+    def text(self) -> str:
+        """All text so far, returned and held back."""
+        return "".join(self.released) + self.pending
 
     def push(self, token: int) -> Delta:
         """Take the next token; the delta says ``finish_reason="stop"`` when it completed a
@@ -62,35 +71,30 @@ class Choice:
         self.token_ids.append(token)
         if self.decoder is None:
             return Delta(self.index, "", [token], None)
-        searched = len(self.text)
-        self.text += self.decoder.push(token)
-        if self.stops:
-            longest = max(map(len, self.stops))
-            start = max(0, searched - longest + 1)  # a new match ends in the new text
-            hits = [i for s in self.stops if (i := self.text.find(s, start)) >= 0]
-            if hits:
-                self.text = self.text[:max(min(hits), self.sent)]
-                return self.finish("stop", [token])
-        return Delta(self.index, self._release(len(self.text) - self._held()), [token], None)
+        new = self.decoder.push(token)
+        if self.stops is None:
+            self.pending += new
+            return Delta(self.index, self._release(len(self.pending)), [token], None)
+        at = self.stops.feed(new)  # reads only ``new``: linear in the generated text
+        if at is not None:
+            # the stop string and all after it are dropped; it never starts in text already
+            # returned, because text that may begin one is held back
+            self.pending = (self.pending + new)[:max(0, len(self.pending) + at)]
+            return self.finish("stop", [token])
+        self.pending += new
+        keep = self.stops.held
+        return Delta(self.index, self._release(len(self.pending) - keep), [token], None)
 
     def finish(self, reason: str, token_ids: list[int] | None = None) -> Delta:
         """The last delta: whatever text was held back, and ``reason``."""
         self.finish_reason = reason
-        return Delta(self.index, self._release(len(self.text)), token_ids or [], reason)
+        return Delta(self.index, self._release(len(self.pending)), token_ids or [], reason)
 
-    def _held(self) -> int:
-        """Characters at the end of ``text`` that may begin a stop string."""
-        held = 0
-        for s in self.stops:
-            for k in range(min(len(s) - 1, len(self.text)), held, -1):
-                if self.text.endswith(s[:k]):
-                    held = k
-                    break
-        return held
-
-    def _release(self, end: int) -> str:
-        out = self.text[self.sent:end]
-        self.sent = max(self.sent, end)
+    def _release(self, n: int) -> str:
+        """Return the first ``n`` characters of the pending text."""
+        out, self.pending = self.pending[:n], self.pending[n:]
+        if out:
+            self.released.append(out)
         return out
 
 

@@ -23,6 +23,14 @@ from starlette.exceptions import HTTPException
 PREFIX = "/v1/"
 
 
+class AsciiJSONResponse(JSONResponse):
+    """JSON with non-ASCII characters escaped: an error may quote the request's text, and
+    text with a lone surrogate has no UTF-8 form (Starlette's own rendering would fail)."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+
+
 class APIError(Exception):
     """An answer in OpenAI's error shape; raised anywhere under a ``/v1`` route."""
 
@@ -41,7 +49,7 @@ class APIError(Exception):
                           "code": self.code}}
 
     def response(self) -> JSONResponse:
-        return JSONResponse(self.body(), self.status, headers=self.headers)
+        return AsciiJSONResponse(self.body(), self.status, headers=self.headers)
 
 
 def unsupported(param: str, why: str) -> APIError:
@@ -53,8 +61,12 @@ def unsupported(param: str, why: str) -> APIError:
 def from_validation(exc: RequestValidationError) -> APIError:
     """FastAPI's 422 as OpenAI's 400, naming the first offending field."""
     errors = list(exc.errors())
-    first = errors[0] if errors else {"loc": (), "msg": "invalid request", "type": ""}
-    loc = [str(x) for x in first.get("loc", ()) if x != "body"]
+    # a value refused by a check (bad Unicode) says more than a union's other branches'
+    # type errors, which pydantic lists first
+    first = next((e for e in errors if e.get("type") == "value_error"),
+                 errors[0] if errors else {"loc": (), "msg": "invalid request", "type": ""})
+    # without the body and pydantic's union branch tags ("list[int]", "function-after[...]")
+    loc = [str(x) for x in first.get("loc", ()) if x != "body" and "[" not in str(x)]
     if first.get("type") == "json_invalid":
         return APIError(400, f"the request body is not valid JSON: {first.get('msg')}")
     param = loc[0] if loc else None
@@ -63,7 +75,8 @@ def from_validation(exc: RequestValidationError) -> APIError:
                         param=param, code="unsupported_parameter")
     where = ".".join(loc) or "request body"
     more = f" (and {len(errors) - 1} more errors)" if len(errors) > 1 else ""
-    return APIError(400, f"{where}: {first.get('msg')}{more}", param=param)
+    msg = str(first.get("msg")).removeprefix("Value error, ")
+    return APIError(400, f"{where}: {msg}{more}", param=param)
 
 
 def from_http(exc: HTTPException) -> APIError:

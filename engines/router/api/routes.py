@@ -8,105 +8,52 @@ choice has its first token, so that a request the workers refuse is still a plai
 that clients raise, not an error inside a 200 stream; chunks then follow in arrival order,
 the usage chunk when ``stream_options.include_usage`` asks for it, then ``data: [DONE]``.
 A tokenizer's end-of-sequence token stops generation (unless ``ignore_eos``), as the model's
-own does.
+own does. Each request is held to the router's :class:`~engines.router.api.limits.Limits`:
+its choices (prompts times ``n``) are counted before any text is tokenized, text is tokenized
+in a thread, each prompt is checked against the model's context before any worker is asked,
+and its choices run until the request's deadline (:class:`~engines.router.api.fanout.Fanout`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import time
-from collections.abc import AsyncIterator
-from typing import Any, cast
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
-import httpx
 from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
 
 from engines.router.api import choices as gen
 from engines.router.api.choices import Choice, Delta
 from engines.router.api.errors import APIError
+from engines.router.api.fanout import Fanout, api_error, events
 from engines.router.api.formats import ChatFormat, CompletionFormat, Format
+from engines.router.api.limits import Limits
 from engines.router.api.schemas import ChatRequest, CompletionRequest, Sampling
+from engines.router.api.stops import StopMatcher, StopSet
 from engines.router.api.tokenizer import Tokenizer
 from engines.router.core import NoWorker, Router
 
-RETRY_AFTER = {"Retry-After": "1"}
-
-
-def api_error(exc: BaseException) -> APIError:
-    """What the router or a worker raised, as the client should see it."""
-    if isinstance(exc, APIError):
-        return exc
-    if isinstance(exc, NoWorker):
-        return APIError(503, str(exc), headers=RETRY_AFTER)
-    if isinstance(exc, httpx.HTTPStatusError):  # the worker refused the request: pass it on
-        status = exc.response.status_code
-        return APIError(400 if status == 422 else status, worker_message(exc))
-    if isinstance(exc, httpx.HTTPError | RuntimeError):  # a worker failed after its first token
-        return APIError(502, f"the worker failed mid-generation: {exc}")
-    raise exc
-
-
-def worker_message(exc: httpx.HTTPStatusError) -> str:
-    """What the worker said about a request it refused: its ``detail`` (a message, or
-    FastAPI's list of validation errors), else its body as text."""
-    try:
-        doc = exc.response.json()
-    except ValueError:
-        return exc.response.text
-    detail = doc["detail"] if isinstance(doc, dict) and "detail" in doc else doc
-    return detail if isinstance(detail, str) else json.dumps(detail)
-
-
-def sse(doc: dict[str, Any]) -> str:
-    return f"data: {json.dumps(doc)}\n\n"
-
-
-class Fanout:
-    """Choices running concurrently, their deltas merged in arrival order."""
-
-    def __init__(self, router: Router, choices: list[Choice]) -> None:
-        self.queue: asyncio.Queue[Delta | Exception | None] = asyncio.Queue()
-        self.running = len(choices)
-        self.tasks = [asyncio.create_task(self._pump(router, c)) for c in choices]
-
-    async def _pump(self, router: Router, choice: Choice) -> None:
-        try:
-            async for delta in gen.run(router, choice):
-                self.queue.put_nowait(delta)
-        except Exception as exc:
-            self.queue.put_nowait(exc)
-        finally:
-            self.queue.put_nowait(None)
-
-    async def next(self) -> Delta | None:
-        """The next delta of any choice; None when all have finished. Raises the first
-        error of any choice (as an :class:`APIError`)."""
-        while self.running:
-            item = await self.queue.get()
-            if item is None:
-                self.running -= 1
-            elif isinstance(item, Exception):
-                raise api_error(item)
-            else:
-                return item
-        return None
-
-    def cancel(self) -> None:
-        """Stop every choice still running (their workers' streams are closed)."""
-        for t in self.tasks:
-            t.cancel()
+TOKENIZE_AT_ONCE = 2  # requests tokenizing at the same time (each in a thread)
+_T = TypeVar("_T")
 
 
 class Service:
     """What the ``/v1`` routes do, over one router and its tokenizer (None: token ids only)."""
 
     def __init__(self, router: Router, tokenizer: Tokenizer | None,
-                 served_model_name: str | None = None) -> None:
+                 served_model_name: str | None = None, limits: Limits | None = None) -> None:
         self.router, self.tokenizer = router, tokenizer
         self.served_model_name = served_model_name
+        self.limits = limits or Limits()
         self.started = int(time.time())
+        # tokenizing holds memory in proportion to the text: a few at a time
+        self.tokenizing = asyncio.Semaphore(TOKENIZE_AT_ONCE)
+
+    def deadline(self) -> float:
+        """A request's deadline, on the event loop's clock, from now."""
+        return asyncio.get_running_loop().time() + self.limits.request_timeout_s
 
     def served(self) -> str:
         """The model name clients use: ``--served-model-name``, else the workers' model
@@ -136,21 +83,67 @@ class Service:
                                 "tokenizer folder); without one, send token ids", param=param)
         return self.tokenizer
 
-    def completion_prompts(self, prompt: Any) -> list[list[int]]:
-        """Token ids of each prompt of a completion request (text through the tokenizer)."""
-        batch = [prompt] if isinstance(prompt, str) else list(prompt)
+    async def completion_prompts(self, req: CompletionRequest) -> list[list[int]]:
+        """Token ids of each prompt of a completion request (text through the tokenizer,
+        in a thread), once their number is known to be within the choices cap."""
+        prompt = req.prompt
+        batch: list[Any] = [prompt] if isinstance(prompt, str) else list(prompt)
         if batch and isinstance(batch[0], int):
             batch = [batch]
-        elif batch and isinstance(batch[0], str):
+        self.check_choices(len(batch), req.n)
+        if batch and isinstance(batch[0], str):
             tok = self.need_tokenizer("text prompts", "prompt")
-            batch = [tok.encode(s) for s in batch]
-        if not batch or any(not p for p in batch):
-            raise APIError(400, "prompt must not be empty", param="prompt")
-        return cast(list[list[int]], batch)
+            texts = cast(list[str], batch)
+            return self.non_empty(await self.tokenize(lambda: [tok.encode(s) for s in texts]))
+        return self.non_empty(cast(list[list[int]], batch))
 
-    def chat_prompt(self, req: ChatRequest) -> list[int]:
+    @staticmethod
+    def non_empty(prompts: list[list[int]]) -> list[list[int]]:
+        if not prompts or any(not p for p in prompts):
+            raise APIError(400, "prompt must not be empty", param="prompt")
+        return prompts
+
+    async def chat_prompt(self, req: ChatRequest) -> list[int]:
         tok = self.need_tokenizer("chat completions", "messages")
-        return tok.encode_chat([m.as_template_input() for m in req.messages])
+        self.check_choices(1, req.n)
+        messages = [m.as_template_input() for m in req.messages]
+        return await self.tokenize(lambda: tok.encode_chat(messages))
+
+    async def tokenize(self, work: Callable[[], _T]) -> _T:
+        """``work`` (tokenizing) in a thread: a large text must not stall the event loop."""
+        async with self.tokenizing:
+            return await asyncio.to_thread(work)
+
+    def check_choices(self, prompts: int, n: int) -> None:
+        cap = self.limits.max_choices
+        if prompts * n > cap:
+            raise APIError(400, f"{prompts} prompts x n={n} is {prompts * n} choices; the "
+                                f"router serves at most {cap} per request (--max-choices)",
+                           param="n" if n > 1 else "prompt")
+
+    def check_lengths(self, req: CompletionRequest | ChatRequest,
+                      prompts: list[list[int]]) -> list[int]:
+        """Each prompt's output budget, after checking each prompt against the prompt cap
+        and, with its budget, against the model's context (400s that say by how much)."""
+        cap = self.limits.prompt_tokens(self.router.max_model_len)
+        context = self.router.max_model_len
+        param = "messages" if isinstance(req, ChatRequest) else "prompt"
+        budgets = []
+        for i, prompt in enumerate(prompts):
+            which = f"prompt {i}" if len(prompts) > 1 else "the prompt"
+            if cap is not None and len(prompt) > cap:
+                raise APIError(400, f"{which} has {len(prompt)} tokens; at most {cap} are "
+                                    f"served (the model's context is {context or '?'} "
+                                    "tokens)", param=param, code="context_length_exceeded")
+            budget = req.output_budget(len(prompt), context)
+            if context and len(prompt) + budget > context:
+                raise APIError(400, f"This model's maximum context length is {context} "
+                                    f"tokens. However, you requested {len(prompt) + budget} "
+                                    f"tokens ({len(prompt)} in {which}, {budget} in the "
+                                    "completion).", param="max_tokens",
+                               code="context_length_exceeded")
+            budgets.append(budget)
+        return budgets
 
     def choices(self, req: CompletionRequest | ChatRequest,
                 prompts: list[list[int]]) -> list[Choice]:
@@ -158,28 +151,34 @@ class Service:
         stops = req.stop_strings()
         if stops:
             self.need_tokenizer("stop strings", "stop")
+        stop_set = StopSet(stops) if stops else None  # built once, shared by the choices
         stop_ids = list(req.stop_token_ids)
         eos = self.tokenizer.eos_token_id if self.tokenizer is not None else None
         if eos is not None and not req.ignore_eos and eos not in stop_ids:
             stop_ids.append(eos)
+        temperature, top_p = req.sampling()
         out = []
-        for i, prompt in enumerate(prompts):
-            budget = req.output_budget(len(prompt), self.router.max_model_len)
+        for i, (prompt, budget) in enumerate(zip(prompts, self.check_lengths(req, prompts),
+                                                 strict=True)):
             for j in range(req.n):
                 body = {"prompt_ids": prompt, "max_tokens": budget,
-                        "temperature": req.temperature, "top_p": req.top_p,
+                        "temperature": temperature, "top_p": top_p,
                         "seed": None if req.seed is None else req.seed + j,
                         "ignore_eos": req.ignore_eos, "stop_token_ids": stop_ids}
                 if req.user is not None:  # the session key of affinity routing
                     body["session"] = req.user
+                if req.cache_salt is not None:  # hashed into the prompt's first block
+                    body["cache_salt"] = req.cache_salt
                 decoder = self.tokenizer.decoder(prompt) if self.tokenizer is not None else None
-                out.append(Choice(i * req.n + j, i, prompt, body, decoder, stops))
+                matcher = StopMatcher(stop_set) if stop_set is not None else None
+                out.append(Choice(i * req.n + j, i, prompt, body, decoder, matcher))
         return out
 
-    async def answer(self, req: Sampling, choices: list[Choice], fmt: Format) -> Any:
-        """Run ``choices``: the whole response, or (``stream``) an SSE response that starts
-        once every choice has its first token."""
-        fan = Fanout(self.router, choices)
+    async def answer(self, req: Sampling, choices: list[Choice], fmt: Format,
+                     deadline: float) -> Any:
+        """Run ``choices`` until ``deadline``: the whole response, or (``stream``) an SSE
+        response that starts once every choice has its first token."""
+        fan = Fanout(self.router, choices, deadline, self.limits.request_timeout_s)
         first: list[Delta] = []
         try:
             if not req.stream:
@@ -197,49 +196,27 @@ class Service:
                                  media_type="text/event-stream")
 
 
-async def events(fan: Fanout, first: list[Delta], choices: list[Choice],
-                 fmt: Format) -> AsyncIterator[str]:
-    """The SSE body: the deltas already received, the rest as they come, usage if asked,
-    ``[DONE]``. A choice that fails now can only be reported inside the stream."""
-    try:
-        for d in first:
-            if (doc := fmt.chunk(d)) is not None:
-                yield sse(doc)
-        while True:
-            try:
-                delta = await fan.next()
-            except APIError as exc:
-                yield sse(exc.body())
-                break
-            if delta is None:
-                if fmt.include_usage:
-                    yield sse(fmt.usage_chunk(gen.usage(choices)))
-                break
-            if (doc := fmt.chunk(delta)) is not None:
-                yield sse(doc)
-        yield "data: [DONE]\n\n"
-    finally:
-        fan.cancel()
-
-
 def make_routes(router: Router, tokenizer: Tokenizer | None,
-                served_model_name: str | None = None) -> APIRouter:
+                served_model_name: str | None = None, limits: Limits | None = None) -> APIRouter:
     api = APIRouter(prefix="/v1")
-    svc = Service(router, tokenizer, served_model_name)
+    svc = Service(router, tokenizer, served_model_name, limits)
 
     @api.post("/completions")
     async def completions(req: CompletionRequest) -> Any:
+        deadline = svc.deadline()
         req.refuse_unsupported()
         model = svc.check_model(req.model)
-        choices = svc.choices(req, svc.completion_prompts(req.prompt))
-        return await svc.answer(req, choices, CompletionFormat(model, req.include_usage))
+        choices = svc.choices(req, await svc.completion_prompts(req))
+        return await svc.answer(req, choices, CompletionFormat(model, req.include_usage),
+                                deadline)
 
     @api.post("/chat/completions")
     async def chat_completions(req: ChatRequest) -> Any:
+        deadline = svc.deadline()
         req.refuse_unsupported()
         model = svc.check_model(req.model)
-        choices = svc.choices(req, [svc.chat_prompt(req)])
-        return await svc.answer(req, choices, ChatFormat(model, req.include_usage))
+        choices = svc.choices(req, [await svc.chat_prompt(req)])
+        return await svc.answer(req, choices, ChatFormat(model, req.include_usage), deadline)
 
     @api.get("/models")
     async def models() -> dict[str, Any]:

@@ -5,19 +5,46 @@ Fields the router cannot honour are refused, never ignored: an unknown field is 
 (``logprobs``, ``echo``, ``suffix``, penalties, ``logit_bias``, tools, a JSON
 ``response_format``) is a 400 naming it (:meth:`Sampling.refuse_unsupported`). ``stop``
 (strings), ``n``, ``seed``, ``stream`` and ``stream_options.include_usage`` are served, and so
-are vLLM's ``ignore_eos`` and ``stop_token_ids`` extensions.
+are vLLM's ``ignore_eos``, ``stop_token_ids`` and ``cache_salt`` extensions.
+
+Sampling values are checked against what the engine's sampler can use: ``temperature`` in
+OpenAI's [0, 2] and ``top_p`` in (0, 1] (vLLM's ranges). A temperature or a top_p below
+:data:`SAMPLING_EPS` is sampled greedily, as vLLM does: the limit of temperature sampling as
+the temperature goes to 0 is the most likely token, and so is nucleus sampling's as top_p
+does, while dividing logits by a temperature that small overflows them (and a top_p that
+small rounds to 0 in float32), which no distribution survives. Text (prompts, messages,
+stop strings, the salt) must be valid Unicode: a lone surrogate is a 400.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from engines.router.api.errors import APIError, unsupported
 
 MAX_N = 16  # choices per prompt
 COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
+SAMPLING_EPS = 1e-5  # temperature or top_p below this: greedy (vLLM's _SAMPLING_EPS)
+MAX_TEMPERATURE = 2.0  # OpenAI's range
+MAX_STOPS = 16  # stop strings per request (OpenAI allows 4)
+MAX_STOP_CHARS = 1024  # characters per stop string
+MAX_SALT_CHARS = 1024  # characters of a cache_salt
+SEED_RANGE = (-(1 << 63), (1 << 63) - 1)  # int64, as OpenAI's seed; seed + j stays in uint64
+
+
+def valid_text(text: str) -> str:
+    """``text`` if it encodes as UTF-8; a lone surrogate (JSON ``"\\ud800"``) does not."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"not valid Unicode text: a lone surrogate "
+                         f"(U+{ord(text[exc.start]):04X}) at character {exc.start}") from None
+    return text
+
+
+Text = Annotated[str, AfterValidator(valid_text)]
 
 
 class Strict(BaseModel):
@@ -31,27 +58,42 @@ class StreamOptions(Strict):
 class Sampling(Strict):
     """What both routes share: the model, sampling, stop conditions, choices, streaming."""
 
-    model: str | None = None  # None: the served model
+    model: Text | None = None  # None: the served model
     max_tokens: int | None = Field(None, ge=1)
-    temperature: float = Field(1.0, ge=0.0)  # OpenAI's default; 0 is greedy
+    temperature: float = Field(1.0, ge=0.0, le=MAX_TEMPERATURE)  # OpenAI's default; 0: greedy
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     n: int = Field(1, ge=1, le=MAX_N)
-    seed: int | None = None
-    stop: str | list[str] | None = None
+    seed: int | None = Field(None, ge=SEED_RANGE[0], le=SEED_RANGE[1])
+    stop: Text | list[Text] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     logit_bias: dict[str, float] | None = None
-    user: str | None = None  # an end-user or session id: the key of --policy session
+    user: Text | None = None  # an end-user or session id: the key of --policy session
     ignore_eos: bool = False  # vLLM's extension
     stop_token_ids: list[int] = []  # vLLM's extension
+    # vLLM's extension: prefix-cache hits only between requests with the same salt
+    cache_salt: Text | None = Field(None, min_length=1, max_length=MAX_SALT_CHARS)
 
     def stop_strings(self) -> tuple[str, ...]:
         stops = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
         if any(not s for s in stops):
             raise APIError(400, "stop strings must not be empty", param="stop")
+        if len(stops) > MAX_STOPS:
+            raise APIError(400, f"at most {MAX_STOPS} stop strings, got {len(stops)}",
+                           param="stop")
+        if any(len(s) > MAX_STOP_CHARS for s in stops):
+            raise APIError(400, f"a stop string has at most {MAX_STOP_CHARS} characters, got "
+                                f"{max(map(len, stops))}", param="stop")
         return tuple(stops)
+
+    def sampling(self) -> tuple[float, float]:
+        """The ``temperature`` and ``top_p`` the worker samples with: greedy (0, 1) when
+        either is below :data:`SAMPLING_EPS` (see the module's docstring)."""
+        if self.temperature < SAMPLING_EPS or self.top_p < SAMPLING_EPS:
+            return 0.0, 1.0
+        return self.temperature, self.top_p
 
     @property
     def include_usage(self) -> bool:
@@ -70,7 +112,7 @@ class Sampling(Strict):
 
 
 class CompletionRequest(Sampling):
-    prompt: list[int] | list[list[int]] | str | list[str]
+    prompt: list[int] | list[list[int]] | Text | list[Text]
     logprobs: int | None = None
     echo: bool = False
     best_of: int | None = None
@@ -96,14 +138,14 @@ class ContentPart(BaseModel):
     message is rendered, so that an image part gets a message that says so)."""
 
     model_config = ConfigDict(extra="allow")
-    type: str
-    text: str | None = None
+    type: Text
+    text: Text | None = None
 
 
 class ChatMessage(Strict):
-    role: str
-    content: str | list[ContentPart]
-    name: str | None = None
+    role: Text
+    content: Text | list[ContentPart]
+    name: Text | None = None
 
     def as_template_input(self) -> dict[str, str]:
         """The message as chat templates expect it: text parts joined by newlines."""
