@@ -26,6 +26,7 @@ Scope = dict[str, Any]
 PUBLIC_PATHS = frozenset({"/healthz", "/docs", "/docs/oauth2-redirect", "/redoc",
                           "/openapi.json", *DASHBOARD_PATHS})
 UNCOUNTED_PATHS = frozenset({"/healthz"})
+PRINCIPAL = "kvstore.principal"  # the scope key the gate leaves the caller's Principal under
 
 
 def bearer_token(scope: Scope) -> str | None:
@@ -65,7 +66,7 @@ class GateMiddleware:
         path = scope.get("path", "")
         if path not in PUBLIC_PATHS:
             try:
-                self.auth.authenticate(bearer_token(scope))
+                scope[PRINCIPAL] = self.auth.authenticate(bearer_token(scope))
             except AuthError as exc:
                 await send_error(send, 401, "unauthenticated", str(exc),
                                  [(b"www-authenticate", b"Bearer")])

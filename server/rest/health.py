@@ -11,7 +11,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from server.metrics import tenant_registry
 from server.rest.deps import PrincipalDep, StoreDep, errors
 from server.rest.schemas import HealthOut
-from server.rest.tenant_view import visible_stats
+from server.tenant_view import visible_stats
 
 router = APIRouter(tags=["health"])
 
