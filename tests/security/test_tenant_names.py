@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -183,3 +184,33 @@ def test_restart_keeps_both_tenants_blocks(server: ServerProc) -> None:
     check_own_blocks(server)
     r = httpx.get(server.url + "/v1/namespaces", headers=bearer(ADMIN), timeout=30)
     assert {ns["name"] for ns in r.json()["namespaces"]} == {"a~chat", "b~chat", "b~b-only"}
+
+
+def test_a_name_registered_before_scoping_keeps_its_blocks(tmp_path: Path) -> None:
+    """A tenant's namespace in the file from before names were scoped (stored under its plain
+    name) stays its tenant's under that name, blocks and all; another tenant may now register
+    the same name for itself."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "namespaces.json").write_text(json.dumps(
+        [{"name": "legacy", "block_bytes": BLOCK_B, "tenant": "a"}]))
+    proc = ServerProc(data, "--token", ADMIN,
+                      env={"KVSTORE_TENANT_TOKENS": json.dumps({"a": TOK_A, "b": TOK_B})})
+    proc.start()
+    try:
+        blocks = payload("a", BLOCK_B)
+        with KVStoreClient(proc.url, TOK_A, use_shm=False) as a:
+            assert a.put("legacy", HASHES, blocks, durable=True)["stored"] == len(HASHES)
+        r = httpx.post(proc.url + "/v1/namespaces", headers=bearer(TOK_B), timeout=30,
+                       json={"name": "legacy", "block_bytes": BLOCK_A})
+        assert r.status_code == 201 and r.json()["name"] == "legacy", r.text
+        proc.restart()
+        with KVStoreClient(proc.url, TOK_A, use_shm=False) as a, \
+                KVStoreClient(proc.url, TOK_B, use_shm=False) as b:
+            assert a.get("legacy", HASHES) == blocks
+            assert b.get("legacy", HASHES) == [None] * len(HASHES)  # b's own, empty
+        r = httpx.get(proc.url + "/v1/namespaces", headers=bearer(ADMIN), timeout=30)
+        by_name = {ns["name"]: ns["tenant"] for ns in r.json()["namespaces"]}
+        assert by_name == {"legacy": "a", "b~legacy": "b"}
+    finally:
+        proc.stop()
