@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ import pytest
 
 from kvstore.client import KVStoreClient
 from kvstore.client.errors import KVStoreClientError
-from kvstore.testing.server import ServerProc
+from kvstore.testing.server import ServerProc, kvstore_cmd
 from kvstore.types import BlockHash
 
 ADMIN, TOK_A, TOK_B = "names-admin", "names-tenant-a", "names-tenant-b"
@@ -98,6 +99,27 @@ def test_two_tenants_both_have_chat(server: ServerProc) -> None:
     r = httpx.get(f"{server.url}/v1/blocks/b~chat/{HASHES[1].hex()}", headers=bearer(ADMIN),
                   timeout=30)
     assert r.status_code == 200 and r.content == payload("b", BLOCK_B)[1]
+
+
+def kv(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*kvstore_cmd(), *args], capture_output=True, text=True, timeout=120)
+
+
+def test_commands_name_namespaces_as_the_token_does(server: ServerProc) -> None:
+    admin, tenant_a = ("--url", server.url, "--token", ADMIN), ("--url", server.url,
+                                                               "--token", TOK_A)
+    run = kv("namespaces", "list", *admin)
+    assert run.returncode == 0 and "a~chat  block_bytes 4096 (4.0KiB)  tenant a" in run.stdout
+    run = kv("namespaces", "show", "a~chat", *admin)
+    assert run.returncode == 0 and run.stdout.split()[:4] == ["name", "a~chat", "tenant", "a"]
+    run = kv("stats", *admin)
+    assert run.returncode == 0 and "ns a~chat" in run.stdout
+    run = kv("namespaces", "list", *tenant_a)
+    assert run.returncode == 0 and run.stdout.split()[0] == "chat"
+    run = kv("stats", *tenant_a)
+    assert run.returncode == 0 and "ns chat" in run.stdout and "tier " not in run.stdout
+    run = kv("namespaces", "show", "b-only", *tenant_a)  # b's: unknown to a
+    assert run.returncode == 2 and "unknown namespace 'b-only'" in run.stderr
 
 
 def rest_answers(proc: ServerProc, name: str) -> dict[str, tuple[int, Any]]:
