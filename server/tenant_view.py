@@ -38,7 +38,9 @@ def resolve(store: StoreAPI, principal: Principal, name: str) -> Namespace:
     if principal.admin:
         return store.namespace(name)
     if TENANT_SEP not in name:  # a tenant's own names never hold it
-        for candidate in (name, store_name(principal.tenant, name)):  # scoped before, or now
+        # scoped (the usual), or registered before names were (the registration of a name
+        # finds that one first, so a tenant never has both)
+        for candidate in (f"{principal.tenant}{TENANT_SEP}{name}", name):
             ns = _registered(store, candidate)
             if ns is not None and ns.tenant == principal.tenant:
                 return ns
