@@ -51,7 +51,8 @@ def to_register(store: StoreAPI, principal: Principal, ns: Namespace,
                 tenant: str | None) -> Namespace:
     """``ns`` (named as its registrant calls it) as the store is to hold it, bound to
     ``tenant`` (the tenant the request asked for, if any: only the admin may name one).
-    Raises ``ForbiddenError`` for a tenant token asking for another tenant."""
+    Raises ``ForbiddenError`` for a tenant token asking for another tenant, ``ValueError``
+    for a name or tenant that is not a valid one."""
     owner = principal.tenant_for_new(tenant)
     if owner is None:
         return dataclasses.replace(ns, tenant=None)
