@@ -236,3 +236,15 @@ def test_a_name_registered_before_scoping_keeps_its_blocks(tmp_path: Path) -> No
         assert by_name == {"legacy": "a", "b~legacy": "b"}
     finally:
         proc.stop()
+
+
+@pytest.mark.parametrize("tenant", ["a~b", "a/b", "", "a b", "x" * 129])
+def test_a_tenant_name_that_cannot_be_part_of_a_name_is_refused_at_start(
+        tmp_path: Path, tenant: str) -> None:
+    """A tenant's name becomes part of its namespaces' names in the store (and so of LMDB
+    and S3 keys): it must be a valid name itself, or two tenants' names could meet."""
+    from server.settings import load_settings
+
+    with pytest.raises(ValueError, match="tenant name"):
+        load_settings(data_dir=str(tmp_path), tenant_tokens={tenant: "secret"})
+    assert load_settings(data_dir=str(tmp_path), tenant_tokens={"a.b-1": "secret"})
