@@ -23,7 +23,12 @@ from kvstore.errors import BlockSizeError, NamespaceConflictError, UnknownNamesp
 from kvstore.hash_algos import ALGOS
 
 HASH_ALGOS = ALGOS  # every algorithm kvstore.keys reproduces, vLLM's four
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@+=-]{0,127}$")
+_NAME = r"[A-Za-z0-9][A-Za-z0-9._:@+=-]{0,127}"  # a name, and a tenant's name
+_NAME_RE = re.compile(rf"^{_NAME}$")
+# Between a tenant and its name in the store's name of a tenant's namespace. No name or tenant
+# holds it, and it is none of what the tiers give a meaning: NUL (LMDB keys) or / (S3 keys).
+TENANT_SEP = "~"
+_STORE_NAME_RE = re.compile(rf"^(?:{_NAME}{TENANT_SEP})?{_NAME}$")
 MAX_BLOCK_BYTES = 1 << 31  # bytes of one block
 MAX_SEED_CHARS = 1024  # characters of hash_seed
 MAX_TENANT_CHARS = 128  # characters of a tenant name
@@ -66,7 +71,14 @@ class Layout:
 @dataclass(frozen=True, slots=True)
 class Namespace:
     """A registered namespace. ``layout_id`` is a short stable digest of everything that must
-    match for two blocks to be interchangeable; tiers store it beside each block."""
+    match for two blocks to be interchangeable; tiers store it beside each block.
+
+    ``name`` is the store's name, which keys the namespace's blocks in every tier. A tenant's
+    namespace is ``tenant~name`` (:func:`store_name`), so that two tenants may both have
+    ``chat``; its tenant calls it by :attr:`local_name`. A tenant's namespace with a plain name
+    is one registered before names were scoped per tenant: it keeps its name (and so its
+    stored blocks), and its tenant calls it by that name.
+    """
 
     name: str
     block_bytes: int
@@ -87,7 +99,7 @@ class Namespace:
         object.__setattr__(self, "layout_id", digest)
 
     def _validate(self) -> None:
-        if not isinstance(self.name, str) or not _NAME_RE.match(self.name):
+        if not isinstance(self.name, str) or not _STORE_NAME_RE.match(self.name):
             raise ValueError(
                 "namespace name must be 1-128 characters of letters, digits and ._:@+=- "
                 f"starting with a letter or digit, got {self.name!r}"
@@ -105,10 +117,17 @@ class Namespace:
                                            or len(self.hash_seed) > MAX_SEED_CHARS):
             raise ValueError(f"hash_seed must be null or a string of at most {MAX_SEED_CHARS} "
                              "characters")
-        if self.tenant is not None and (not isinstance(self.tenant, str)
-                                        or not 0 < len(self.tenant) <= MAX_TENANT_CHARS):
-            raise ValueError(f"tenant must be null or a string of 1 to {MAX_TENANT_CHARS} "
-                             "characters")
+        if self.tenant is not None:
+            check_tenant_name(self.tenant)
+        owner, sep, _ = self.name.rpartition(TENANT_SEP)
+        if sep and owner != self.tenant:
+            raise ValueError(f"namespace {self.name!r} is tenant {owner!r}'s: its tenant must "
+                             f"be {owner!r}, got {self.tenant!r}")
+
+    @property
+    def local_name(self) -> str:
+        """The name its tenant calls it by: :attr:`name` without the tenant."""
+        return self.name.rpartition(TENANT_SEP)[2]
 
     def identity(self) -> tuple[Any, ...]:
         """What must be equal for a re-registration to be accepted (tenant excluded)."""
@@ -117,7 +136,7 @@ class Namespace:
     def check_size(self, size: int) -> None:
         if size != self.block_bytes:
             raise BlockSizeError(
-                f"block of {size} bytes does not match namespace {self.name!r}, "
+                f"block of {size} bytes does not match namespace {self.local_name!r}, "
                 f"whose blocks are {self.block_bytes} bytes"
             )
 
@@ -155,6 +174,27 @@ class Namespace:
             hash_seed=doc.get("hash_seed"),
             tenant=doc.get("tenant"),
         )
+
+
+def store_name(tenant: str | None, name: str) -> str:
+    """The store's name of ``tenant``'s namespace ``name`` (``name`` itself for the admin's):
+    ``tenant~name``. Raises ``ValueError`` for a name or tenant that is not a valid one."""
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        raise ValueError("namespace name must be 1-128 characters of letters, digits and "
+                         f"._:@+=- starting with a letter or digit, got {name!r}")
+    if tenant is None:
+        return name
+    return f"{check_tenant_name(tenant)}{TENANT_SEP}{name}"
+
+
+def check_tenant_name(tenant: str) -> str:
+    """``tenant`` if it may name a tenant (it becomes part of its namespaces' store names);
+    else ``ValueError``."""
+    if not isinstance(tenant, str) or not _NAME_RE.match(tenant):
+        raise ValueError(f"tenant name {tenant!r:.140} must be 1-{MAX_TENANT_CHARS} "
+                         "characters of letters, digits and ._:@+=- starting with a letter "
+                         "or digit")
+    return tenant
 
 
 class NamespaceRegistry:

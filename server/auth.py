@@ -1,8 +1,9 @@
 """Bearer tokens and tenants, shared by both planes.
 
 The admin token (``token``) sees every namespace. Each tenant token (``tenant_tokens``) sees
-only namespaces registered with its tenant, and namespaces it registers are bound to it. With
-no token configured every caller is admin (the server then refuses to bind beyond loopback).
+only namespaces registered with its tenant, and namespaces it registers are bound to it (under
+names scoped to it: :mod:`server.tenant_view`). With no token configured every caller is admin
+(the server then refuses to bind beyond loopback).
 """
 
 from __future__ import annotations
@@ -27,12 +28,6 @@ class Principal:
 
     def can_access(self, ns: Namespace) -> bool:
         return self.admin or ns.tenant == self.tenant
-
-    def check(self, ns: Namespace) -> Namespace:
-        """``ns`` if this principal may use it, else :class:`ForbiddenError`."""
-        if not self.can_access(ns):
-            raise ForbiddenError(f"namespace {ns.name!r} belongs to another tenant")
-        return ns
 
     def tenant_for_new(self, requested: str | None) -> str | None:
         """The tenant a namespace registered by this principal is bound to."""

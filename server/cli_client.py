@@ -133,6 +133,9 @@ def run_lookup(args: argparse.Namespace) -> int:
 
 
 # -- namespaces ---------------------------------------------------------------------------------
+NAME_HELP = "namespace name (with the admin token, a tenant's is TENANT~NAME)"
+
+
 def add_namespaces_parser(sub: Any) -> None:
     p = sub.add_parser("namespaces", help="list, show or delete a running server's namespaces")
     verbs = p.add_subparsers(dest="verb", required=True, metavar="VERB")
@@ -140,11 +143,11 @@ def add_namespaces_parser(sub: Any) -> None:
     _client_args(listing)
     show = verbs.add_parser("show", help="one namespace: its definition and its counters")
     _client_args(show)
-    show.add_argument("name", help="namespace name")
+    show.add_argument("name", help=NAME_HELP)
     delete = verbs.add_parser("delete", help="forget a namespace and remove its blocks from "
                                              "every tier")
     _client_args(delete)
-    delete.add_argument("name", help="namespace name")
+    delete.add_argument("name", help=NAME_HELP)
     p.set_defaults(handler=run_namespaces)
 
 

@@ -41,6 +41,7 @@ from kvstore.config import (
     StoreConfig,
     TierConfig,
 )
+from kvstore.namespace import check_tenant_name
 from kvstore.policy import POLICIES
 from server.config_file import ConfigFileError, reading, yaml_sources
 from server.store_config import pin_quota_of, store_config_of
@@ -212,6 +213,13 @@ class ServerSettings(BaseSettings):
     def _known_policy(cls, name: str) -> str:
         POLICIES.resolve(name)  # ValueError naming the known policies
         return name
+
+    @field_validator("tenant_tokens")
+    @classmethod
+    def _tenant_names(cls, tokens: dict[str, SecretStr]) -> dict[str, SecretStr]:
+        for tenant in tokens:  # a tenant's name is part of its namespaces' names in the store
+            check_tenant_name(tenant)
+        return tokens
 
     @model_validator(mode="before")
     @classmethod

@@ -57,8 +57,8 @@ class KVStoreClient:
 
     def delete_namespace(self, name: str) -> int:
         """Forget namespace ``name`` and remove its blocks from every tier; how many blocks it
-        held. Raises :class:`UnknownNamespaceError` if it does not exist, and
-        :class:`PermissionDeniedError` if it belongs to another tenant."""
+        held. Raises :class:`UnknownNamespaceError` if this token has no namespace so named
+        (another tenant's is unknown to it)."""
         return self._run(calls.delete_namespace, name)
 
     def put(self, namespace: str, hashes: Sequence[BlockHash], blocks: Sequence[Buffer], *,

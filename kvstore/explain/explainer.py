@@ -9,7 +9,7 @@ it knows nothing of tenants (the caller passes the namespaces the asker may see)
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from kvstore.errors import UnknownNamespaceError
@@ -55,7 +55,8 @@ class Prompt:
 
 
 def explain(store: StoreAPI, ns: Namespace, prompt: Prompt, others: Iterable[Namespace] = (),
-            *, max_blocks: int | None = None) -> Explanation:
+            *, max_blocks: int | None = None,
+            shown: Callable[[str], str] | None = None) -> Explanation:
     """Block by block, why ``prompt`` hits or misses in ``ns``; ``others`` are the namespaces
     whose recipes are tried for the missing blocks (``ns`` itself and those with the same
     recipe are skipped; at most :data:`MAX_OTHER_RECIPES` distinct recipes are hashed, each
@@ -63,7 +64,8 @@ def explain(store: StoreAPI, ns: Namespace, prompt: Prompt, others: Iterable[Nam
     :data:`MAX_OTHER_NAMESPACES` namespaces looked in). Every chain hashed (the prompt's own,
     without its salt or LoRA, under other recipes) costs the prompt's tokens, and no more than
     :data:`MAX_HASHED_TOKENS` are hashed in all: one explain's work is bounded whatever
-    namespaces are registered.
+    namespaces are registered. ``shown`` gives the name the asker calls a
+    namespace by (the store's name by default): the result and its hints name namespaces so.
 
     Raises ``ValueError`` when ``ns`` cannot hash a prompt (registered without
     ``layout.block_size``), on bad tokens or extra keys, and past ``max_blocks`` full blocks;
@@ -71,9 +73,9 @@ def explain(store: StoreAPI, ns: Namespace, prompt: Prompt, others: Iterable[Nam
     """
     recipe = recipe_of(ns)
     if recipe is None:
-        raise ValueError(f"namespace {ns.name!r} was registered without layout.block_size "
-                         "(or with an xxhash algorithm and no seed): its chain cannot be "
-                         "computed")
+        raise ValueError(f"namespace {ns.local_name!r} was registered without "
+                         "layout.block_size (or with an xxhash algorithm and no seed): its "
+                         "chain cannot be computed")
     full = len(prompt.tokens) // recipe.block_size
     if max_blocks is not None and full > max_blocks:  # refused before any hashing
         raise ValueError(f"the prompt has {full} full blocks of {recipe.block_size} tokens, "
@@ -104,6 +106,8 @@ def explain(store: StoreAPI, ns: Namespace, prompt: Prompt, others: Iterable[Nam
         tail_tokens=len(prompt.tokens) - len(blocks) * bs, prefix_blocks=prefix,
         prefix_tokens=prefix * bs, first_miss=prefix if prefix < len(blocks) else None,
         counts=counts, blocks=blocks, elsewhere=elsewhere, hints=[])
+    if shown is not None:
+        _rename(out, shown)
     out.hints = hints_for(out, ghosts_kept=trace.ghosts_kept,
                           ghost_capacity=trace.ghost_capacity, variants=variants,
                           skipped_recipes=skipped)
@@ -122,6 +126,14 @@ class _Budget:
             return False
         self.left -= self.per_chain
         return True
+
+
+def _rename(out: Explanation, shown: Callable[[str], str]) -> None:
+    """Name every namespace in ``out`` as ``shown`` says (before its hints are written)."""
+    out.namespace = shown(out.namespace)
+    out.elsewhere = [e._replace(namespace=shown(e.namespace)) for e in out.elsewhere]
+    for b in out.blocks:
+        b.other = [o._replace(namespace=shown(o.namespace)) for o in b.other]
 
 
 def _status(b: BlockReport) -> Status:

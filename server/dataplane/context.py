@@ -16,6 +16,7 @@ from kvstore.store import StoreAPI
 from server.auth import Principal
 from server.dataplane.budget import ByteBudget
 from server.settings import ServerSettings
+from server.tenant_view import resolve
 
 Answer = tuple[Reply, list[Buffer]]
 Handler = Callable[[Any, Any, memoryview], Awaitable[Answer]]
@@ -51,9 +52,10 @@ class OpsContext:
         self.budget = ByteBudget(settings.frame_budget_bytes)  # frames and replies in memory
 
     def ns(self, session: Session, name: str) -> Namespace:
-        """The namespace ``name``, if the session's principal may use it (raises if not)."""
+        """The namespace the session's principal calls ``name``, under the store's name;
+        ``UnknownNamespaceError`` if it has none (see :func:`server.tenant_view.resolve`)."""
         assert session.principal is not None  # dispatch refuses these ops before hello
-        return session.principal.check(self.store.namespace(name))
+        return resolve(self.store, session.principal, name)
 
     async def now(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """``fn(*args, nowait=True)`` here on the event loop, or ``fn(*args)`` in a worker

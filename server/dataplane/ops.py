@@ -71,6 +71,7 @@ from server.dataplane.get_reply import read_within, reply_bound
 from server.dataplane.shm_ops import SharedMemoryOps
 from server.errors import AuthError
 from server.settings import ServerSettings
+from server.tenant_view import as_seen, to_register, visible, visible_stats
 from server.writes import durable_put
 
 
@@ -127,24 +128,23 @@ class Ops:
         return Ack(), []
 
     async def register(self, session: Session, req: Register, _: memoryview) -> Answer:
-        assert session.principal is not None
+        principal = session.principal
+        assert principal is not None
         try:
-            ns = Namespace(
+            asked = Namespace(
                 name=req.name, block_bytes=req.block_bytes, layout=Layout(**req.layout),
-                hash_algo=req.hash_algo, hash_seed=req.hash_seed,
-                tenant=session.principal.tenant_for_new(req.tenant),
-            )
+                hash_algo=req.hash_algo, hash_seed=req.hash_seed)
+            ns = to_register(self.store, principal, asked, req.tenant)
         except (TypeError, ValueError) as exc:
             raise FrameError("invalid_request", str(exc)) from None
-        if ns.name in {n.name for n in self.store.namespaces()}:
-            session.principal.check(self.store.namespace(ns.name))
         created = await self.run(self.store.register_namespace, ns)
-        return RegisterReply(created, self.store.namespace(ns.name).to_dict()), []
+        held = as_seen(principal, self.store.namespace(ns.name))
+        return RegisterReply(created, held.to_dict()), []
 
     async def namespaces(self, session: Session, req: Namespaces, _: memoryview) -> Answer:
-        assert session.principal is not None
-        seen = [ns.to_dict() for ns in self.store.namespaces()
-                if session.principal.can_access(ns)]
+        principal = session.principal
+        assert principal is not None
+        seen = [as_seen(principal, ns).to_dict() for ns in visible(self.store, principal)]
         return NamespacesReply(seen), []
 
     # -- blocks over the socket ----------------------------------------------------------
@@ -216,11 +216,8 @@ class Ops:
         return DeleteReply(await self.run(self.store.delete, ns.name, req.hashes)), []
 
     async def stats(self, session: Session, req: Stats, _: memoryview) -> Answer:
-        assert session.principal is not None
-        doc = await self.run(self.store.stats)
-        visible = {ns.name for ns in self.store.namespaces() if session.principal.can_access(ns)}
-        doc["namespaces"] = {k: v for k, v in doc["namespaces"].items() if k in visible}
-        return StatsReply(doc), []
+        assert session.principal is not None  # the same view as REST's /v1/stats
+        return StatsReply(await self.run(visible_stats, self.store, session.principal)), []
 
     async def health(self, session: Session, req: Health, _: memoryview) -> Answer:
         return HealthReply(await self.run(self.store.health)), []

@@ -22,7 +22,7 @@ from starlette.routing import Match
 
 from kvstore.errors import KVStoreError, UnknownNamespaceError
 from kvstore.store import StoreAPI
-from server.auth import Authenticator
+from server.auth import Authenticator, Principal
 from server.dataplane.context import nowait_first
 from server.dataplane.direct_get import direct_get
 from server.errors import (
@@ -45,6 +45,7 @@ from server.rest.limits import (
 from server.rest.observe import ObserveMiddleware
 from server.rest.schemas import InfoOut
 from server.settings import ServerSettings
+from server.tenant_view import resolve
 
 log = logging.getLogger("kvstore.server")
 _MAPPED = (KVStoreError, AuthError, ForbiddenError, BlockNotFoundError, InvalidRequestError)
@@ -174,7 +175,7 @@ def create_app(store: StoreAPI, settings: ServerSettings, info: InfoOut, metrics
                        budget=BodyBudget(settings.rest_body_budget_bytes,
                                          settings.rest_body_budget_per_tenant_bytes),
                        limits=RouteLimits(settings.max_request_bytes, settings.max_batch,
-                                          lambda name: _block_bytes(store, name)),
+                                          lambda name, who: _block_bytes(store, who, name)),
                        timeout_s=settings.rest_body_timeout_s)
 
     app.add_middleware(ObserveMiddleware, metrics=metrics)
@@ -186,9 +187,9 @@ def create_app(store: StoreAPI, settings: ServerSettings, info: InfoOut, metrics
     return app
 
 
-def _block_bytes(store: StoreAPI, name: str) -> int | None:
+def _block_bytes(store: StoreAPI, principal: Principal, name: str) -> int | None:
     try:
-        return store.namespace(name).block_bytes
+        return resolve(store, principal, name).block_bytes
     except UnknownNamespaceError:
         return None
 

@@ -16,20 +16,22 @@ from server.auth import Principal
 from server.dataplane.direct_get import DirectGet
 from server.errors import BlockNotFoundError
 from server.rest.deps import PrincipalDep, StoreDep, errors
-from server.rest.schemas import HEX_PATTERN, NAME_PATTERN, DeleteOut, PutOut
+from server.rest.schemas import HEX_PATTERN, REF_PATTERN, DeleteOut, PutOut
 from server.rest.slab_body import SlabResponse
+from server.tenant_view import resolve
 from server.writes import durable_put
 
 router = APIRouter(prefix="/v1/blocks", tags=["blocks"])
 
-NsPath = Annotated[str, Path(pattern=NAME_PATTERN, description="namespace name")]
+NsPath = Annotated[str, Path(pattern=REF_PATTERN, description="namespace name (the admin "
+                                                              "names a tenant's tenant~name)")]
 HashPath = Annotated[str, Path(pattern=HEX_PATTERN, description="block hash as hex")]
 _OCTETS = {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}
 
 
 def _resolve(store: StoreAPI, principal: Principal, namespace: str,
              block_hash_hex: str) -> tuple[Namespace, BlockHash]:
-    ns = principal.check(store.namespace(namespace))
+    ns = resolve(store, principal, namespace)
     return ns, BlockHash(bytes.fromhex(block_hash_hex))
 
 
@@ -38,7 +40,7 @@ def _resolve(store: StoreAPI, principal: Principal, namespace: str,
     status_code=201,
     response_model=PutOut,
     responses={200: {"model": PutOut, "description": "the block was already stored"},
-               **errors(400, 401, 403, 404, 413, 422, 503, 507)},
+               **errors(400, 401, 404, 413, 422, 503, 507)},
     openapi_extra={"requestBody": {"required": True, "content": _OCTETS}},
 )
 async def put_block(
@@ -51,7 +53,7 @@ async def put_block(
     durable: Annotated[bool, Query(description="acknowledge only once on disk")] = False,
 ) -> PutOut:
     """Store one block (its bytes are the body; the size must match the namespace)."""
-    ns, h = _resolve(store, principal, namespace, block_hash_hex)  # 404/403 before the body
+    ns, h = _resolve(store, principal, namespace, block_hash_hex)  # 404 before the body
     body = await request.body()
     ns.check_size(len(body))
     tier = request.app.state.durable_tier if durable else None
@@ -67,7 +69,7 @@ async def put_block(
     "/{namespace}/{block_hash_hex}",
     response_class=Response,
     responses={200: {"content": _OCTETS, "description": "the block's bytes"},
-               **errors(400, 401, 403, 404, 422, 503)},
+               **errors(400, 401, 404, 422, 503)},
 )
 async def get_block(
     request: Request,
@@ -96,7 +98,7 @@ async def get_block(
 @router.delete(
     "/{namespace}/{block_hash_hex}",
     response_model=DeleteOut,
-    responses=errors(400, 401, 403, 404, 422, 503),
+    responses=errors(400, 401, 404, 422, 503),
 )
 def delete_block(
     namespace: NsPath,

@@ -10,12 +10,13 @@ from kvstore.explain import explain
 from server.errors import InvalidRequestError
 from server.rest.deps import PrincipalDep, StoreDep, errors
 from server.rest.explain_schemas import MAX_EXPLAIN_BLOCKS, ExplainIn, ExplainOut
+from server.tenant_view import resolve, shown_name, visible
 
 router = APIRouter(prefix="/v1", tags=["operations"])
 
 
 @router.post("/explain", response_model=ExplainOut,
-             responses=errors(400, 401, 403, 404, 413, 422, 503))
+             responses=errors(400, 401, 404, 413, 422, 503))
 def explain_prompt(request: Request, body: ExplainIn, principal: PrincipalDep,
                    store: StoreDep) -> ExplainOut:
     """Hash the prompt's tokens (with its cache salt, LoRA and multimodal inputs) as the
@@ -26,11 +27,12 @@ def explain_prompt(request: Request, body: ExplainIn, principal: PrincipalDep,
     namespaces and sees only its own in ``other``. No side effects. At most 1024 block rows
     per answer (``offset`` and ``limit`` page through the rest); a prompt of more than 16384
     full blocks (or ``max_batch``) is refused. Runs in a worker thread (a ``def`` route)."""
-    ns = principal.check(store.namespace(body.namespace))
-    others = [o for o in store.namespaces() if principal.can_access(o)]
+    ns = resolve(store, principal, body.namespace)
     try:
-        result = explain(store, ns, body.to_prompt(), others, max_blocks=min(
-            MAX_EXPLAIN_BLOCKS, request.app.state.settings.max_batch))
+        result = explain(store, ns, body.to_prompt(), visible(store, principal),
+                         max_blocks=min(MAX_EXPLAIN_BLOCKS,
+                                        request.app.state.settings.max_batch),
+                         shown=lambda name: shown_name(principal, name))
     except KVStoreError:
         raise
     except ValueError as exc:  # tokens or keys the hasher refuses, no block size, too long

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, Strict
 
 from kvstore.explain import Explanation, Prompt
 from kvstore.keys import MMHash
-from server.rest.fields import Count, Int, NamespaceName
+from server.rest.fields import Count, Int, NamespaceRef
 
 MAX_EXPLAIN_TOKENS = 1 << 18  # tokens of one explained prompt
 MAX_EXPLAIN_BLOCKS = 1 << 14  # full blocks of one explained prompt (max_batch, if less)
@@ -36,7 +36,7 @@ class MMHashIn(BaseModel):
 class ExplainIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    namespace: NamespaceName
+    namespace: NamespaceRef
     tokens: list[TokenId] = Field(max_length=MAX_EXPLAIN_TOKENS,
                                   description="the prompt's token ids, as the engine has them")
     cache_salt: str | None = Field(None, max_length=1024, description="the request's "

@@ -20,7 +20,7 @@ from server.metrics import tenant_registry
 from server.rest.deps import PrincipalDep, StoreDep, errors
 from server.rest.gate import bearer_token
 from server.rest.schemas import HealthOut, HealthStatusOut, TierHealthOut
-from server.rest.tenant_view import visible_stats
+from server.tenant_view import visible_stats
 
 router = APIRouter(tags=["health"])
 

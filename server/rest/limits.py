@@ -23,6 +23,7 @@ from typing import Any
 
 from fastapi import HTTPException
 
+from server.auth import Principal
 from server.rest.explain_schemas import MAX_EXPLAIN_TOKENS, MAX_MM_INPUTS
 from server.rest.gate import PRINCIPAL, send_error
 
@@ -76,13 +77,16 @@ class RouteLimits:
     use less (a block PUT: its namespace's block size; a lookup: ``max_batch`` hashes)."""
 
     def __init__(self, max_request_bytes: int, max_batch: int,
-                 block_bytes: Callable[[str], int | None]) -> None:
+                 block_bytes: Callable[[str, Principal], int | None]) -> None:
         self.max_request_bytes = max_request_bytes
         self.hashes_bytes = max_batch * JSON_BYTES_PER_HASH + JSON_OVERHEAD_BYTES
-        self.block_bytes = block_bytes  # None for an unknown namespace (the route says 404)
+        # the block size of the namespace the caller calls so; None for one unknown to it
+        # (the route says 404): never another tenant's, whose size would tell it exists
+        self.block_bytes = block_bytes
 
-    def __call__(self, method: str, path: str) -> tuple[int, str]:
-        """The limit and the words that explain it."""
+    def __call__(self, method: str, path: str,
+                 principal: Principal | None = None) -> tuple[int, str]:
+        """The limit and the words that explain it (``principal``: the caller, if known)."""
         limit, what = OTHER_BODY_BYTES, f"of {method} {path}"
         if method == "POST" and path in ("/v1/lookup", "/v1/prefetch"):
             limit, what = self.hashes_bytes, "of a lookup or prefetch (max_batch hashes)"
@@ -91,7 +95,7 @@ class RouteLimits:
         elif method == "POST" and path == "/v1/namespaces":
             limit, what = NAMESPACE_BODY_BYTES, "of a namespace registration"
         elif method == "PUT" and (match := _BLOCK_PUT.match(path)):
-            size = self.block_bytes(match.group(1))
+            size = None if principal is None else self.block_bytes(match.group(1), principal)
             limit, what = self.max_request_bytes, "(max_request_bytes)"
             if size is not None and size < limit:
                 limit, what = size, f"of a block of namespace {match.group(1)!r}"
@@ -162,7 +166,7 @@ class BodyLimitMiddleware:
             return
         principal = scope.get(PRINCIPAL)
         tenant = principal.tenant if principal is not None else None
-        limit, what = self.limits(scope["method"], scope["path"])
+        limit, what = self.limits(scope["method"], scope["path"], principal)
         cap, setting = self.budget.cap(tenant)
         if cap < limit:  # larger than every body in flight may be together:
             limit, what = cap, f"{what}, capped by {setting}"

@@ -1,18 +1,16 @@
 """``/v1/namespaces``: register, list, show and delete namespaces (a thin adapter over the
-store)."""
+store; names as the caller calls them: :mod:`server.tenant_view`)."""
 
 from __future__ import annotations
 
-import contextlib
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Response
 
-from kvstore.errors import UnknownNamespaceError
 from server.errors import InvalidRequestError
 from server.rest.deps import PrincipalDep, StoreDep, errors
 from server.rest.schemas import (
-    NAME_PATTERN,
+    REF_PATTERN,
     Counters,
     NamespaceDeleted,
     NamespaceIn,
@@ -20,9 +18,11 @@ from server.rest.schemas import (
     NamespaceOut,
     NamespaceShown,
 )
+from server.tenant_view import as_seen, resolve, to_register, visible
 
 router = APIRouter(prefix="/v1", tags=["namespaces"])
-NamePath = Annotated[str, Path(pattern=NAME_PATTERN, description="namespace name")]
+NamePath = Annotated[str, Path(pattern=REF_PATTERN, description="namespace name (the admin "
+                                                                 "names a tenant's tenant~name)")]
 
 
 @router.post(
@@ -41,17 +41,16 @@ def register_namespace(
     store: StoreDep,
 ) -> NamespaceOut:
     """Register a namespace: 201 if new, 200 if identical, 409 if it exists with another
-    layout, block size, hash algorithm or seed."""
+    layout, block size, hash algorithm or seed. Names are the tenant's own: two tenants may
+    both register ``chat``."""
     try:
-        ns = body.to_namespace(principal.tenant_for_new(body.tenant))
+        ns = to_register(store, principal, body.to_namespace(None), body.tenant)
     except ValueError as exc:
         raise InvalidRequestError(str(exc)) from None
-    with contextlib.suppress(UnknownNamespaceError):  # another tenant's name is not shared
-        principal.check(store.namespace(ns.name))
     created = store.register_namespace(ns)
     if not created:
         response.status_code = 200
-    return NamespaceOut.of(store.namespace(ns.name))
+    return NamespaceOut.of(as_seen(principal, store.namespace(ns.name)))
 
 
 @router.get("/namespaces", response_model=NamespaceList, responses=errors(401))
@@ -59,29 +58,30 @@ def list_namespaces(
     principal: PrincipalDep, store: StoreDep
 ) -> NamespaceList:
     """The namespaces this token may see."""
-    visible = [ns for ns in store.namespaces() if principal.can_access(ns)]
-    return NamespaceList(namespaces=[NamespaceOut.of(ns) for ns in visible])
+    return NamespaceList(namespaces=[NamespaceOut.of(as_seen(principal, ns))
+                                     for ns in visible(store, principal)])
 
 
 @router.get("/namespaces/{name}", response_model=NamespaceShown,
-            responses=errors(401, 403, 404, 422))
+            responses=errors(401, 404, 422))
 def show_namespace(name: NamePath, principal: PrincipalDep, store: StoreDep) -> NamespaceShown:
     """One namespace: its definition and its row of ``/v1/stats`` (zeros before any
     traffic)."""
-    ns = principal.check(store.namespace(name))
+    ns = resolve(store, principal, name)
     doc = store.stats()
     row = doc["namespaces"].get(ns.name) or {
         **dict.fromkeys(("queries", "hits", "misses", "blocks", "bytes", "evictions",
                          "promotions", "demotions", "corrupt_dropped"), 0),
         "hit_rate": 0.0, "capacity_bytes": doc["totals"]["capacity_bytes"]}
-    return NamespaceShown(**ns.to_dict(), stats=Counters.model_validate(row))
+    return NamespaceShown(**as_seen(principal, ns).to_dict(), stats=Counters.model_validate(row))
 
 
 @router.delete("/namespaces/{name}", response_model=NamespaceDeleted,
-               responses=errors(401, 403, 404, 422, 503))
+               responses=errors(401, 404, 422, 503))
 def delete_namespace(name: NamePath, principal: PrincipalDep,
                      store: StoreDep) -> NamespaceDeleted:
     """Forget a namespace and remove its blocks from every tier. A tenant token may delete
     only its own namespaces; the admin any."""
-    ns = principal.check(store.namespace(name))
-    return NamespaceDeleted(name=ns.name, blocks=store.delete_namespace(ns.name))
+    ns = resolve(store, principal, name)
+    return NamespaceDeleted(name=as_seen(principal, ns).name,
+                            blocks=store.delete_namespace(ns.name))

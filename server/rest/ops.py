@@ -11,22 +11,23 @@ from server.auth import Principal
 from server.errors import InvalidRequestError
 from server.rest.deps import PrincipalDep, StoreDep, errors
 from server.rest.schemas import HashesIn, InfoOut, LookupOut, PrefetchOut, StatsOut
-from server.rest.tenant_view import visible_stats
+from server.tenant_view import resolve, visible_stats
 
 router = APIRouter(prefix="/v1", tags=["operations"])
 
 
 def _checked(request: Request, body: HashesIn, principal: Principal,
-             store: StoreAPI) -> list[BlockHash]:
-    principal.check(store.namespace(body.namespace))
+             store: StoreAPI) -> tuple[str, list[BlockHash]]:
+    """The store's name of the namespace and the hashes."""
+    ns = resolve(store, principal, body.namespace)
     limit = request.app.state.settings.max_batch
     if len(body.block_hashes) > limit:
         raise InvalidRequestError(f"{len(body.block_hashes)} hashes exceed the limit {limit}")
-    return body.raw_hashes()
+    return ns.name, body.raw_hashes()
 
 
 @router.post("/lookup", response_model=LookupOut,
-             responses=errors(400, 401, 403, 404, 413, 422, 503))
+             responses=errors(400, 401, 404, 413, 422, 503))
 def lookup(
     request: Request,
     body: HashesIn,
@@ -35,13 +36,13 @@ def lookup(
 ) -> LookupOut:
     """The longest cached prefix of a chain of block hashes and the tier of each of its blocks.
     No side effects (recency and leases are untouched)."""
-    hashes = _checked(request, body, principal, store)
-    result = store.lookup(body.namespace, hashes)
+    name, hashes = _checked(request, body, principal, store)
+    result = store.lookup(name, hashes)
     return LookupOut(prefix_blocks=result.prefix_blocks, tiers=list(result.tiers))
 
 
 @router.post("/prefetch", status_code=202, response_model=PrefetchOut,
-             responses=errors(400, 401, 403, 404, 413, 422, 503))
+             responses=errors(400, 401, 404, 413, 422, 503))
 def prefetch(
     request: Request,
     body: HashesIn,
@@ -49,8 +50,8 @@ def prefetch(
     store: StoreDep,
 ) -> PrefetchOut:
     """Start onboarding the blocks toward the top tier; returns at once (202)."""
-    hashes = _checked(request, body, principal, store)
-    store.prefetch(body.namespace, hashes)
+    name, hashes = _checked(request, body, principal, store)
+    store.prefetch(name, hashes)
     return PrefetchOut(accepted=len(hashes))
 
 

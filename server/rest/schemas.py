@@ -24,15 +24,17 @@ from server.rest.fields import (
     HEX_PATTERN,
     MAX_BATCH,
     NAME_PATTERN,
+    REF_PATTERN,
     Count,
     HexHash,
     Int,
     NamespaceName,
+    NamespaceRef,
 )
 
 # re-exported: routes and tests import these from here
 __all__ = ["HEX_PATTERN", "MAX_BATCH", "MAX_EXPLAIN_TOKENS", "MAX_MM_INPUTS", "NAME_PATTERN",
-           "ExplainIn", "ExplainOut", "HexHash"]
+           "REF_PATTERN", "ExplainIn", "ExplainOut", "HexHash"]
 
 
 class LayoutModel(BaseModel):
@@ -98,7 +100,7 @@ class NamespaceDeleted(BaseModel):
 class HashesIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    namespace: NamespaceName
+    namespace: NamespaceRef
     block_hashes: list[HexHash] = Field(max_length=MAX_BATCH)
 
     def raw_hashes(self) -> list[BlockHash]:

@@ -125,8 +125,8 @@ def test_tenant_deleting_its_namespace_mid_put_cannot_overwrite_another_tenant(
 
 def test_admin_deleting_a_namespace_mid_put_cannot_overwrite_another_tenant(
         server: ServerProc) -> None:
-    def delete(ns: str) -> None:
-        r = httpx.delete(f"{server.url}/v1/namespaces/{ns}",
+    def delete(ns: str) -> None:  # the admin names tenant a's namespace "a~NAME"
+        r = httpx.delete(f"{server.url}/v1/namespaces/a~{ns}",
                          headers={"Authorization": f"Bearer {ADMIN}"}, timeout=30)
         assert r.status_code == 200, r.text
 

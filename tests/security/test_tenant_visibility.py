@@ -76,7 +76,8 @@ def test_tenant_metrics_list_only_its_namespaces(vis_server: ServerProc) -> None
     assert 'tier="' not in mine.text  # the shared tiers' counters are everyone's traffic
     assert "kvstore_requests_total" not in mine.text  # every tenant's traffic
     assert "kvstore_blocks 2.0" in mine.text
-    assert 'namespace="vis-a"' in admin.text and 'namespace="vis-b"' in admin.text
+    # the admin names a tenant's namespace tenant~name
+    assert 'namespace="a~vis-a"' in admin.text and 'namespace="b~vis-b"' in admin.text
     assert "kvstore_blocks 7.0" in admin.text and "kvstore_requests_total" in admin.text
 
 
@@ -87,7 +88,7 @@ def test_tenant_stats_totals_cover_only_its_namespaces(vis_server: ServerProc) -
     assert set(mine["namespaces"]) == {"vis-b"} and mine["tiers"] == {}
     assert mine["totals"]["blocks"] == 5 and mine["totals"]["bytes"] == 5 * BLOCK
     assert mine["totals"]["queries"] == mine["namespaces"]["vis-b"]["queries"]
-    assert {"vis-a", "vis-b"} <= set(admin["namespaces"]) and admin["tiers"]
+    assert {"a~vis-a", "b~vis-b"} <= set(admin["namespaces"]) and admin["tiers"]
     assert admin["totals"]["blocks"] == 7
 
 

@@ -28,7 +28,7 @@ TOKEN = secrets.token_hex(16)
 TENANT_TOKEN = secrets.token_hex(16)
 CHARTS = {
     "chart-tier-hits": {"host", "disk", "s3"},
-    "chart-ns-hits": {"chat", "code", "acme-chat"},
+    "chart-ns-hits": {"chat", "code", "acme~acme-chat"},  # the admin names a tenant's so
     "chart-occupancy": {"host", "disk", "s3"},
     "chart-evictions": {"host", "disk", "s3"},
     "chart-bytes": {"in", "out"},

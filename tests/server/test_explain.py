@@ -190,14 +190,15 @@ def test_tenants_explain_and_see_only_their_own_namespaces(
     store_chain(secured.url, my_other, chain(prompt, block_size=32)[:1], token="tok-a")
     store_chain(secured.url, theirs, chain(prompt, seed="9"), token="tok-b")
 
-    r = explain(secured.url, theirs, prompt, token="tok-a")
-    assert r.status_code == 403 and r.json()["error"] == "forbidden"
+    r = explain(secured.url, theirs, prompt, token="tok-a")  # b's name is unknown to a
+    assert r.status_code == 404 and r.json()["error"] == "unknown_namespace"
     assert explain(secured.url, mine, prompt).status_code == 401
     doc = explain(secured.url, mine, prompt, token="tok-a").json()
     assert [e["namespace"] for e in doc["elsewhere"]] == [my_other]  # not tenant b's
     assert [b["status"] for b in doc["blocks"]] == ["other_recipe"] * 2 + ["never_seen"] * 4
-    admin = explain(secured.url, mine, prompt, token="admin").json()
-    assert sorted(e["namespace"] for e in admin["elsewhere"]) == [my_other, theirs]
+    admin = explain(secured.url, f"a~{mine}", prompt, token="admin").json()
+    assert sorted(e["namespace"] for e in admin["elsewhere"]) == [f"a~{my_other}",
+                                                                   f"b~{theirs}"]
     assert [b["status"] for b in admin["blocks"]] == ["other_recipe"] * 6
 
 

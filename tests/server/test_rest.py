@@ -176,7 +176,8 @@ def test_openapi_documents_every_error(api: httpx.Client) -> None:
                  "/metrics", "/v1/blocks/{namespace}/{block_hash_hex}"):
         assert path in paths
     put = paths["/v1/blocks/{namespace}/{block_hash_hex}"]["put"]["responses"]
-    assert {"400", "403", "404", "413", "422", "507"} <= set(put)
+    assert {"400", "404", "413", "422", "507"} <= set(put)
+    assert "403" not in put  # another tenant's namespace is unknown (404), not forbidden
     assert "401" not in put and "securitySchemes" not in doc.get("components", {})  # no token
     assert "409" in paths["/v1/namespaces"]["post"]["responses"]
     assert "503" in paths["/healthz"]["get"]["responses"]
