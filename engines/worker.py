@@ -34,6 +34,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, Field
 
+from engines.access import Access
 from engines.decoder.runner import Engine
 from engines.decoder.sampler import SamplingParams
 from engines.engine_loop import EngineLoop, Pending
@@ -80,12 +81,13 @@ def _hex(hashes: list[bytes]) -> list[str]:
     return [h.hex() for h in hashes]
 
 
-def create_app(engine: Engine, role: str = "both", admin_token: str | None = None) -> FastAPI:
+def create_app(engine: Engine, role: str = "both", token: str | None = None) -> FastAPI:
     """The worker's ASGI app; starts and stops the engine thread with the app's lifespan.
     ``role`` is the starting role (``POST /admin/role`` switches it, see
-    :mod:`engines.worker_control`); ``admin_token`` guards that route."""
-    control = WorkerControl(role, can_prefill=engine.connector is not None,
-                            admin_token=admin_token)
+    :mod:`engines.worker_control`). ``token`` (see :mod:`engines.access`) guards every route
+    but ``/health``; without one the admin route is closed."""
+    access = Access(token)
+    control = WorkerControl(role, can_prefill=engine.connector is not None, access=access)
     counters = {"requests": 0, "prefills": 0, "generated_tokens": 0, "cached_tokens": 0}
 
     def snapshot() -> dict[str, Any]:
@@ -104,6 +106,7 @@ def create_app(engine: Engine, role: str = "both", admin_token: str | None = Non
 
     app = FastAPI(title="kvstore engine worker", lifespan=lifespan)
     app.add_exception_handler(RequestValidationError, bad_request)
+    access.install(app)
 
     def prompt_hashes(prompt: list[int]) -> list[bytes]:
         return list(engine.hasher.hash_blocks(prompt))

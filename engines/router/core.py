@@ -31,6 +31,7 @@ from typing import Any, NamedTuple
 import httpx
 
 from engines import disagg
+from engines.access import bearer
 from engines.router import forward
 from engines.router import workers as worker_view
 from engines.router.accounts import Accounts
@@ -67,7 +68,7 @@ class Router:
     def __init__(self, workers: list[str], *, prefill_workers: list[str] | None = None,
                  policy: str = "kv", kvstore: str | BlockStore | None = None,
                  load_weight: float | None = None, store_weight: float | None = None,
-                 timeout: float = 600.0) -> None:
+                 timeout: float = 600.0, worker_token: str | None = None) -> None:
         if not workers:
             raise ValueError("the router needs at least one worker")
         self.workers = [Worker(u.rstrip("/")) for u in workers]
@@ -77,7 +78,8 @@ class Router:
         self._policies = {id(pool): make_policy(policy, pool, self.cost)
                           for pool in (self.workers, self.prefill)}
         self.store = open_store(kvstore) if isinstance(kvstore, str) else kvstore
-        self.client = httpx.AsyncClient(timeout=timeout)
+        # every call to a worker presents the workers' token (engines.access)
+        self.client = httpx.AsyncClient(timeout=timeout, headers=bearer(worker_token))
         self.hasher: BlockHasher | None = None
         self.namespace = ""
         self.model_id = ""
