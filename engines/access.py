@@ -11,11 +11,12 @@ and so does the planner.
 from __future__ import annotations
 
 import hmac
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from fastapi import FastAPI, HTTPException, Request
+from fastapi import FastAPI, HTTPException
 from fastapi.responses import JSONResponse, Response
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from kvstore.cli_kit import CommandError, is_loopback
 from server.token_files import read_token_file
@@ -74,20 +75,32 @@ class Access:
                 refuse: Callable[[str], Response] | None = None) -> None:
         """Require the token on every route of ``app`` but :data:`OPEN_PATHS`. ``refuse``
         makes the 401's body from its message (default: FastAPI's ``{"detail": ...}``)."""
-        if self.token is None:
+        if self.token is not None:
+            app.add_middleware(_TokenGate, access=self, refuse=refuse or _detail)
+
+
+def _detail(message: str) -> Response:
+    return JSONResponse({"detail": message}, status_code=401)
+
+
+class _TokenGate:
+    """An ASGI gate in front of the app: checks the headers before the app (and its body)
+    is touched, and passes streams through untouched (a plain ASGI layer, so a client that
+    hangs up mid-stream still reaches the route's own clean-up)."""
+
+    def __init__(self, app: ASGIApp, access: Access, refuse: Callable[[str], Response]) -> None:
+        self.app, self.access, self.refuse = app, access, refuse
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
+            await self.app(scope, receive, send)
             return
-
-        def default(message: str) -> Response:
-            return JSONResponse({"detail": message}, status_code=401)
-
-        make = refuse or default
-
-        @app.middleware("http")
-        async def require_token(request: Request,
-                                call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-            if request.url.path in OPEN_PATHS or self.allows(
-                    request.headers.get("authorization")):
-                return await call_next(request)
-            reply = make("missing or invalid bearer token: give Authorization: Bearer <token>")
-            reply.headers["WWW-Authenticate"] = "Bearer"
-            return reply
+        given = next((v.decode("latin-1") for k, v in scope["headers"]
+                      if k == b"authorization"), None)
+        if self.access.allows(given):
+            await self.app(scope, receive, send)
+            return
+        reply = self.refuse("missing or invalid bearer token: give Authorization: Bearer "
+                            "<token>")
+        reply.headers["WWW-Authenticate"] = "Bearer"
+        await reply(scope, receive, send)

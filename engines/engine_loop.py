@@ -117,7 +117,9 @@ class EngineLoop:
         try:
             with self.lock:
                 p.seq = self.engine.add_request(prompt, params)
-        except ValueError as exc:
+        # refused (ValueError) or not, the failure is this request's alone: never the engine
+        # thread's, which every other request needs
+        except Exception as exc:
             p.error = str(exc)
             p.push(None)
             return

@@ -54,7 +54,8 @@ def test_tiny_temperature_is_greedy_and_tiny_top_p_keeps_the_top_token() -> None
     tiny_p = SamplingParams(temperature=1.0, top_p=1e-300, seed=3)  # float32 rounds it to 0
     assert sample(logits, tiny_p, make_generator(tiny_p)) == best
     for bad in ({"temperature": float("nan")}, {"temperature": float("inf")},
-                {"temperature": -1.0}, {"top_p": 0.0}, {"top_p": float("nan")}):
+                {"temperature": -1.0}, {"top_p": 0.0}, {"top_p": float("nan")},
+                {"seed": 2**64}):
         with pytest.raises(ValueError):
             SamplingParams(**bad)  # type: ignore[arg-type]
 

@@ -107,4 +107,7 @@ def test_the_router_needs_its_token_and_sends_the_workers(fleet: tuple[Proc, Pro
                    timeout=120)
     assert r.status_code == 200, r.text
     assert len(r.json()["choices"][0]["token_ids"]) == 2
+    r = httpx.post(f"{router.url}/v1/completions", json={**body, "stream": True},
+                   headers=auth(ROUTER_TOKEN), timeout=120)
+    assert r.status_code == 200 and r.text.rstrip().endswith("data: [DONE]"), r.text
 
