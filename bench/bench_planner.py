@@ -49,6 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common import report, row
 
+from engines.access import bearer
 from engines.decoder.config import EngineConfig
 from engines.decoder.runner import Engine
 from engines.router.app import create_app as router_app
@@ -66,6 +67,7 @@ WORKERS = 4
 # small batches per worker: a worker moved between pools brings its batch slots, the one
 # capacity that 4 workers sharing 2 cores do not share
 ECFG = EngineConfig(block_size=16, num_blocks=512, max_batch_tokens=64, max_seqs=2)
+TOKEN = "bench-planner-token"
 
 
 class Result(NamedTuple):
@@ -112,7 +114,8 @@ async def replay(url: str, trace: list[Arrival], salt: int) -> list[Result]:
 def set_split(workers: list[str], router: str, n_prefill: int) -> None:
     want = {u: ("prefill" if i < n_prefill else "decode") for i, u in enumerate(workers)}
     for u, role in want.items():
-        httpx.post(f"{u}/admin/role", json={"role": role}, timeout=30).raise_for_status()
+        httpx.post(f"{u}/admin/role", json={"role": role}, headers=bearer(TOKEN),
+                   timeout=30).raise_for_status()
     deadline = time.monotonic() + 30
     while {u: d["role"] for u, d in httpx.get(f"{router}/stats").json()["workers"].items()} \
             != want:
@@ -192,12 +195,17 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench-planner-"))
     model = make_model(tmp / "model")
     store = ServerProc(tmp / "kv", host_capacity="512MiB").start()
+    # the workers' token: their admin route (role switches, the planner's) needs one
+    token_file = tmp / "token"
+    token_file.write_text(TOKEN + "\n")
+    token_file.chmod(0o600)
     workers = [ThreadServer(worker_app(Engine(model, ECFG, open_store(store.url)),
-                                       role="prefill" if i < 2 else "decode")).start()
+                                       role="prefill" if i < 2 else "decode",
+                                       token=TOKEN)).start()
                for i in range(WORKERS)]
     urls = [w.url for w in workers]
     router = ThreadServer(router_app(Router(urls[2:], prefill_workers=urls[:2],
-                                            kvstore=store.url))).start()
+                                            kvstore=store.url, worker_token=TOKEN))).start()
     try:
         set_split(urls, router.url, 2)
         lone_ttft, lone_itl = calibrate(router.url)
@@ -225,10 +233,10 @@ def main() -> None:
         with log.open("w") as out:
             planner = subprocess.Popen(
                 [*console_script("kvstore-planner", "engines.planner.cli"), "--router",
-                 router.url, "--ttft-target-s", f"{ttft_t:.4f}", "--itl-target-s",
-                 f"{itl_t:.5f}", "--window-s", "2", "--min-samples", "3", "--interval-s",
-                 "0.5", "--patience", "2", "--cooldown-s", "2", "--max-queue", "2",
-                 "--log-ticks"], stdout=out)
+                 router.url, "--token-file", str(token_file), "--ttft-target-s",
+                 f"{ttft_t:.4f}", "--itl-target-s", f"{itl_t:.5f}", "--window-s", "2",
+                 "--min-samples", "3", "--interval-s", "0.5", "--patience", "2",
+                 "--cooldown-s", "2", "--max-queue", "2", "--log-ticks"], stdout=out)
             try:
                 time.sleep(3)  # its first judgement (it imports in a second or two)
                 wall0 = time.time() + 0.2  # the trace's time 0 (see replay)

@@ -131,19 +131,14 @@ def cmd_generate(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from engines.access import load_token
     from engines.worker import create_app
-    from engines.worker_control import read_token_file
 
     if args.role == "prefill" and not args.kvstore:
         raise CommandError("--role prefill needs --kvstore: its blocks go to the store")
-    token = None
-    if args.admin_token_file:
-        try:
-            token = read_token_file(args.admin_token_file)
-        except ValueError as exc:
-            raise CommandError(f"--admin-token-file: {exc}") from None
+    token = load_token(args.token_file, args.host)
     socks = cli_kit.bind_tcp(args.host, args.port, "--port")  # before the model loads
-    app = create_app(_build(args), role=args.role, admin_token=token)
+    app = create_app(_build(args), role=args.role, token=token)
     uvicorn.Server(uvicorn.Config(app, log_level=args.log_level)).run(sockets=socks)
     return 0
 
@@ -216,15 +211,17 @@ def build_parser() -> argparse.ArgumentParser:
     g.set_defaults(handler=cmd_generate)
     s = sub.add_parser("serve", help="run an HTTP worker (see engines/README.md)")
     _engine_args(s)
-    s.add_argument("--host", default="127.0.0.1", help="bind address")
+    s.add_argument("--host", default="127.0.0.1",
+                   help="bind address; beyond loopback --token-file is required")
     s.add_argument("--port", type=int, default=8480, help="HTTP port")
     s.add_argument("--role", choices=("both", "prefill", "decode"), default="both",
                    help="prefill: computes prompts' KV into kvstore; decode: generates from "
                         "kvstore's blocks; both: either. POST /admin/role switches it at run "
                         "time (the SLO planner does)")
-    s.add_argument("--admin-token-file", default=None, metavar="PATH",
-                   help="file holding the bearer token that POST /admin/role needs (default: "
-                        "none, the admin route is as open as the worker)")
+    s.add_argument("--token-file", default=None, metavar="PATH",
+                   help="file holding the bearer token every route but /health then needs "
+                        "(routers and the planner send it); without one the worker serves "
+                        "loopback only and POST /admin/role is closed (default: none)")
     s.add_argument("--log-level", default="warning",
                    choices=("critical", "error", "warning", "info", "debug", "trace"),
                    help="uvicorn's log level")

@@ -20,6 +20,8 @@ from engines.decoder.sampler import SamplingParams
 from engines.decoder.scheduler import Sequence
 from engines.worker_metrics import WorkerMetrics
 
+UNHEALTHY_AFTER = 3  # engine-wide step failures in a row that make the worker unhealthy
+
 
 @dataclass(slots=True)
 class Pending:
@@ -52,6 +54,14 @@ class EngineLoop:
         self.inbox: queue.Queue[Submission | Pending | None] = queue.Queue()
         self.thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
         self.pending: dict[Sequence, Pending] = {}
+        self.failed_steps = 0  # engine-wide step failures in a row (no request to blame)
+
+    @property
+    def healthy(self) -> bool:
+        """The engine thread runs and its steps are not all failing. A request the engine
+        failed on its own never makes the worker unhealthy: a router would take every
+        request away from it for one bad request."""
+        return self.thread.is_alive() and self.failed_steps < UNHEALTHY_AFTER
 
     def start(self) -> None:
         self.thread.start()
@@ -88,11 +98,18 @@ class EngineLoop:
             with self.lock:
                 try:
                     stepped = self.engine.step()
-                except Exception as exc:  # fail every request in flight, keep serving
+                except Exception as exc:  # not one request's: fail all in flight, go on
+                    self.failed_steps += 1
                     self._fail_all(repr(exc))
                     continue
+            self.failed_steps = 0
             for seq in stepped:
                 p = self.pending[seq]
+                if seq.error is not None:  # the engine failed this request alone
+                    p.error = seq.error
+                    p.push(None)
+                    del self.pending[seq]
+                    continue
                 if self.metrics is not None:
                     p.last_token_at = self.metrics.token(seq, p.last_token_at)
                 p.push(seq.tokens[-1])
@@ -105,7 +122,9 @@ class EngineLoop:
         try:
             with self.lock:
                 p.seq = self.engine.add_request(prompt, params, cache_salt=cache_salt)
-        except ValueError as exc:
+        # refused (ValueError) or not, the failure is this request's alone: never the engine
+        # thread's, which every other request needs
+        except Exception as exc:
             p.error = str(exc)
             p.push(None)
             return

@@ -28,11 +28,13 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI, HTTPException
-from fastapi.responses import Response, StreamingResponse
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, Field
 
+from engines.access import Access
 from engines.decoder.runner import Engine
 from engines.decoder.sampler import SamplingParams
 from engines.engine_loop import EngineLoop, Pending
@@ -47,8 +49,10 @@ MAX_SALT_CHARS = 1024  # a cache_salt's characters
 class GenerateRequest(BaseModel):
     prompt_ids: list[int] = Field(min_length=1)
     max_tokens: int = Field(16, ge=1)
-    temperature: float = Field(0.0, ge=0.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    # the sampler's own rules (engines.decoder.sampler): finite, temperature >= 0 (tiny is
+    # greedy), top_p in (0, 1]
+    temperature: float = Field(0.0, ge=0.0, allow_inf_nan=False)
+    top_p: float = Field(1.0, gt=0.0, le=1.0, allow_inf_nan=False)
     seed: int | None = None
     ignore_eos: bool = False
     stop_token_ids: list[int] = []
@@ -66,16 +70,28 @@ class PrefillRequest(BaseModel):
     cache_salt: str | None = Field(None, min_length=1, max_length=MAX_SALT_CHARS)
 
 
+async def bad_request(_: Request, exc: Exception) -> JSONResponse:
+    """A body that does not validate is a 400 naming each bad field in one line (FastAPI's
+    default is a 422 with a nested list): the caller's error, never the worker's."""
+    assert isinstance(exc, RequestValidationError)
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(x) for x in err["loc"] if x != "body")
+        parts.append(f"{where}: {err['msg']}" if where else str(err["msg"]))
+    return JSONResponse({"detail": "; ".join(parts)}, status_code=400)
+
+
 def _hex(hashes: list[bytes]) -> list[str]:
     return [h.hex() for h in hashes]
 
 
-def create_app(engine: Engine, role: str = "both", admin_token: str | None = None) -> FastAPI:
+def create_app(engine: Engine, role: str = "both", token: str | None = None) -> FastAPI:
     """The worker's ASGI app; starts and stops the engine thread with the app's lifespan.
     ``role`` is the starting role (``POST /admin/role`` switches it, see
-    :mod:`engines.worker_control`); ``admin_token`` guards that route."""
-    control = WorkerControl(role, can_prefill=engine.connector is not None,
-                            admin_token=admin_token)
+    :mod:`engines.worker_control`). ``token`` (see :mod:`engines.access`) guards every route
+    but ``/health``; without one the admin route is closed."""
+    access = Access(token)
+    control = WorkerControl(role, can_prefill=engine.connector is not None, access=access)
     counters = {"requests": 0, "prefills": 0, "generated_tokens": 0, "cached_tokens": 0}
 
     def snapshot() -> dict[str, Any]:
@@ -93,6 +109,8 @@ def create_app(engine: Engine, role: str = "both", admin_token: str | None = Non
         loop.stop()
 
     app = FastAPI(title="kvstore engine worker", lifespan=lifespan)
+    app.add_exception_handler(RequestValidationError, bad_request)
+    access.install(app)
 
     def prompt_hashes(prompt: list[int], cache_salt: str | None) -> list[bytes]:
         return list(engine.hasher.hash_blocks(prompt, cache_salt=cache_salt))
@@ -145,7 +163,7 @@ def create_app(engine: Engine, role: str = "both", admin_token: str | None = Non
         try:
             params = req.params()
         except ValueError as exc:
-            raise HTTPException(422, str(exc)) from None
+            raise HTTPException(400, str(exc)) from None
         counters["requests"] += 1
         started = time.perf_counter()
         p = loop.submit(req.prompt_ids, params, req.cache_salt)
@@ -155,8 +173,8 @@ def create_app(engine: Engine, role: str = "both", admin_token: str | None = Non
         # wait for the first token before answering, so that a request the engine refuses
         # gets the same 400 as without stream (a router must not take it for a failed worker)
         first = await p.tokens.get()
-        if first is None and p.error and p.seq is None:
-            raise HTTPException(400, p.error)
+        if first is None and p.error:
+            raise HTTPException(400 if p.seq is None else 500, p.error)
 
         async def events() -> AsyncIterator[str]:
             tok = first
@@ -234,8 +252,11 @@ def create_app(engine: Engine, role: str = "both", admin_token: str | None = Non
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/health")
-    async def health() -> dict[str, Any]:
-        return {"ok": loop.thread.is_alive(), "role": control.role}
+    async def health() -> JSONResponse:
+        """200 while the engine serves; 503 when its thread died or its steps keep failing
+        as a whole (a request failed alone never makes it unhealthy)."""
+        ok = loop.healthy
+        return JSONResponse({"ok": ok, "role": control.role}, status_code=200 if ok else 503)
 
     # len() of the scheduler's list and of the pending dict is safe without the engine lock
     install(app, control, lambda: {"inflight": len(loop.pending),

@@ -8,9 +8,9 @@ needs no restart. A request refused for its role is answered 409 with the ``x-kv
 header (the worker's role now), which tells a router to learn the new role and try another
 worker rather than fail the request.
 
-``POST /admin/role`` is the worker's one admin route. With an admin token (``kvstore-engine
-serve --admin-token-file``) it needs ``Authorization: Bearer <token>``; without one it is as
-open as the rest of the worker, which binds to loopback by default.
+``POST /admin/role`` is the worker's one admin route. It needs the worker's token
+(``kvstore-engine serve --token-file``, see :mod:`engines.access`): without a token
+configured it answers 403, so that no local process can move a worker between pools.
 
 ``GET /latency?since=N`` lists the requests finished after cursor ``N`` (time to first token,
 inter-token latency, kind) and the worker's queue now: the planner keeps its own sliding
@@ -19,32 +19,20 @@ window over them.
 
 from __future__ import annotations
 
-import hmac
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, NamedTuple
 
 from fastapi import FastAPI, Header, HTTPException
 from pydantic import BaseModel, Field
 
+from engines.access import Access
+
 ROLES = ("both", "prefill", "decode")
 ROLE_HEADER = "x-kvstore-role"
 LATENCY_KEEP = 4096  # finished requests remembered for /latency
-
-
-def read_token_file(path: str) -> str:
-    """The one token in file ``path`` (a file keeps it out of the process list). Raises
-    ``ValueError`` naming the problem."""
-    try:
-        token = Path(path).expanduser().read_text().strip()
-    except OSError as exc:
-        raise ValueError(f"cannot read {path}: {exc.strerror or exc}") from None
-    if not token or any(c.isspace() for c in token):
-        raise ValueError(f"{path} must hold one token (no spaces)")
-    return token
 
 
 class RoleRequest(BaseModel):
@@ -67,12 +55,12 @@ class WorkerControl:
     request handlers on the event loop and written by the admin route on the same loop;
     the log is appended to from handlers too, so a plain lock is enough."""
 
-    def __init__(self, role: str, *, can_prefill: bool, admin_token: str | None = None) -> None:
+    def __init__(self, role: str, *, can_prefill: bool, access: Access | None = None) -> None:
         if role not in ROLES:
             raise ValueError(f"role must be one of {ROLES}, got {role!r}")
         self.role = role
         self.can_prefill = can_prefill
-        self.admin_token = admin_token
+        self.access = access or Access(None)
         self.switches = 0
         self._log: deque[Finished] = deque(maxlen=LATENCY_KEEP)
         self._cursor = 0
@@ -113,15 +101,6 @@ class WorkerControl:
             rows = [f._asdict() for f in self._log if f.seq > cursor]
             return {"cursor": self._cursor, "role": self.role, "finished": rows}
 
-    def check_token(self, authorization: str | None) -> None:
-        if self.admin_token is None:
-            return
-        given = (authorization or "").removeprefix("Bearer ").strip()
-        if not hmac.compare_digest(given.encode(), self.admin_token.encode()):
-            raise HTTPException(401, "admin route: give Authorization: Bearer <admin token>",
-                                headers={"WWW-Authenticate": "Bearer"})
-
-
 def install(app: FastAPI, control: WorkerControl,
             load: Callable[[], dict[str, int]] = dict) -> None:
     """Add ``POST /admin/role`` and ``GET /latency`` to the worker's app; ``load`` gives the
@@ -131,7 +110,7 @@ def install(app: FastAPI, control: WorkerControl,
     async def set_role(req: RoleRequest,
                        authorization: str | None = Header(None)) -> dict[str, Any]:
         """Switch the role for new requests; requests in flight finish under the old one."""
-        control.check_token(authorization)
+        control.access.check_admin(authorization)
         return control.switch(req.role)
 
     @app.get("/latency")

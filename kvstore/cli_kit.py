@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import errno
 import importlib.metadata
+import ipaddress
 import os
 import socket
 import sys
@@ -66,6 +67,17 @@ class Parser(argparse.ArgumentParser):
 def add_version(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--version", action="version", version=f"{parser.prog} {version()}",
                         help="print the version and exit")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether binding ``host`` keeps a server reachable from this machine only (a server
+    without a token may bind nowhere else)."""
+    if host in ("localhost", "ip6-localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def bind_tcp(host: str, port: int, flag: str) -> list[socket.socket]:

@@ -13,7 +13,6 @@ and the store the settings describe is :mod:`server.store_config`.
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 import logging
 import os
 from pathlib import Path
@@ -30,6 +29,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from kvstore.cli_kit import is_loopback
 from kvstore.config import (
     DEFAULT_DISK_CAPACITY,
     DEFAULT_GHOST_ENTRIES,
@@ -71,13 +71,6 @@ def _lower(value: Any) -> Any:
 
 _VISIBLE = "VISIBLE IN THE PROCESS LIST (ps) to every local user: prefer {0} or {1}"
 
-def _is_loopback(host: str) -> bool:
-    if host in ("localhost", "ip6-localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class ServerSettings(BaseSettings):
@@ -228,7 +221,7 @@ class ServerSettings(BaseSettings):
 
     @model_validator(mode="after")
     def _check(self) -> ServerSettings:
-        if not _is_loopback(self.host) and self.token is None and not self.tenant_tokens:
+        if not is_loopback(self.host) and self.token is None and not self.tenant_tokens:
             raise ValueError(
                 f"binding to non-loopback address {self.host!r} requires a token "
                 "(--token-file, KVSTORE_TOKEN or --token)"

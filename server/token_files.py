@@ -18,12 +18,24 @@ def _read(path: Any, key: str) -> str:
     return text.strip()
 
 
-def _single_token(path: Any) -> str:
-    token = _read(path, "token_file")
+def read_token_file(path: Any) -> str:
+    """The one bearer token in file ``path`` (the same rules for every command that takes a
+    ``--token-file``). Raises ``ValueError`` naming the file and the problem."""
+    try:
+        token = Path(str(path)).expanduser().read_text().strip()
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror or exc}") from None
     if not token or any(c.isspace() for c in token):
-        raise ValueError(f"token_file: {path} must hold one token (no spaces), got "
+        raise ValueError(f"{path} must hold one token (no spaces), got "
                          f"{'nothing' if not token else 'several words'}")
     return token
+
+
+def _single_token(path: Any) -> str:
+    try:
+        return read_token_file(path)
+    except ValueError as exc:
+        raise ValueError(f"token_file: {exc}") from None
 
 
 def _tenant_tokens(path: Any) -> dict[str, str]:

@@ -7,6 +7,7 @@ single-threaded by design; the HTTP worker runs it in one thread and feeds it th
 from __future__ import annotations
 
 import itertools
+import logging
 import time
 from collections.abc import Sequence as Seq
 from pathlib import Path
@@ -24,6 +25,7 @@ from engines.store_io import BlockStore, KVConnector
 from kvstore.keys import BlockHasher
 
 _ids = itertools.count()
+log = logging.getLogger(__name__)
 
 
 def cache_layout(cfg: ModelConfig, ecfg: EngineConfig, dtype: torch.dtype) -> dict[str, Any]:
@@ -95,25 +97,74 @@ class Engine:
         return self.scheduler.has_work()
 
     def step(self) -> list[Sequence]:
-        """Run one forward step; returns the sequences that got a new token."""
+        """Run one forward step; returns the sequences that got a new token and those it
+        failed (``finish_reason`` "error", ``error`` says why). A failure that belongs to
+        one request (its sampling raised, or the forward pass raised and, run alone, raises
+        again for it) fails only that request; the others of the step go on."""
         plan = self.scheduler.schedule()
         if not plan:
-            if self.scheduler.has_work():
+            sched = self.scheduler
+            if sched.waiting and not sched.running:
+                # nothing runs, so every block is free or evictable: the head never fits
+                seq = sched.waiting[0]
+                sched.fail(seq, "the prompt does not fit the free KV cache")
+                return [seq]
+            if sched.has_work():
                 raise RuntimeError("KV cache too small for any waiting request")
             return []
         started = time.perf_counter()
-        tokens, batch, sampling = self._build(plan)
-        logits = self.model(tokens, batch, self.cache)
-        rows = logits.cpu()
-        self.last_logits = rows  # [len(sampling), vocab]; tests compare it to transformers
-        sampled = {seq: sample(rows[i], seq.params, seq.generator)
-                   for i, seq in enumerate(sampling)}
+        try:
+            sampling, sampled, failed = self._run(plan)
+        except Exception:
+            log.warning("an engine step of %d requests failed; running them one by one",
+                        len(plan), exc_info=True)
+            sampling, sampled, failed = self._run_alone(plan)
+        plan = [(seq, n) for seq, n in plan if seq.error is None]
         # loads (in schedule) and saves (in update) are timed apart: the router prices them
         prefill = sum(n for seq, n in plan if seq.num_computed < seq.num_prompt)
-        self.rates.on_step(prefill, len(tokens) - prefill, time.perf_counter() - started)
+        computed = sum(n for _, n in plan)
+        self.rates.on_step(prefill, computed - prefill, time.perf_counter() - started)
         self.scheduler.update(plan, sampled)
         self.steps += 1
-        return sampling
+        return [seq for seq in sampling if seq.error is None] + failed
+
+    def _run(self, plan: list[tuple[Sequence, int]]) -> tuple[
+            list[Sequence], dict[Sequence, int], list[Sequence]]:
+        """Forward ``plan`` and sample: the sequences that complete their pending tokens,
+        their next tokens, and the ones whose sampling failed (already failed in the
+        scheduler). Raises what the forward pass raises."""
+        tokens, batch, sampling = self._build(plan)
+        rows = self.model(tokens, batch, self.cache).cpu()
+        self.last_logits = rows  # [len(sampling), vocab]; tests compare it to transformers
+        sampled: dict[Sequence, int] = {}
+        failed: list[Sequence] = []
+        for i, seq in enumerate(sampling):
+            try:
+                sampled[seq] = sample(rows[i], seq.params, seq.generator)
+            except Exception as exc:  # this request's logits or parameters: only it fails
+                self.scheduler.fail(seq, f"sampling failed: {exc}")
+                failed.append(seq)
+        return sampling, sampled, failed
+
+    def _run_alone(self, plan: list[tuple[Sequence, int]]) -> tuple[
+            list[Sequence], dict[Sequence, int], list[Sequence]]:
+        """The failed step again, one sequence at a time, to find the ones it belongs to.
+        Safe to repeat: nothing was accounted, and a rerun writes the same K/V into the same
+        slots of the sequence's own blocks."""
+        sampling: list[Sequence] = []
+        sampled: dict[Sequence, int] = {}
+        failed: list[Sequence] = []
+        for item in plan:
+            try:
+                got, tokens, bad = self._run([item])
+            except Exception as exc:
+                self.scheduler.fail(item[0], f"the engine step failed: {exc!r}")
+                failed.append(item[0])
+                continue
+            sampling += got
+            sampled.update(tokens)
+            failed += bad
+        return sampling, sampled, failed
 
     def generate(self, prompts: Seq[Seq[int]], params: SamplingParams | None = None) -> list[
             list[int]]:

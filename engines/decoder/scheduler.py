@@ -47,6 +47,7 @@ class Sequence:
     local_hit_tokens: int = 0
     store_hit_tokens: int = 0
     finish_reason: str | None = None
+    error: str | None = None  # why the engine failed this request (finish_reason "error")
     arrival: float = field(default_factory=time.perf_counter)
     admitted_at: float | None = None  # first joined the running batch (loads done)
     load_s: float = 0.0  # spent loading its prefix from kvstore (every admission attempt)
@@ -151,6 +152,12 @@ class Scheduler:
                 self.running.remove(seq)
                 self.blocks.release(seq.block_table)
                 seq.block_table = []
+
+    def fail(self, seq: Sequence, why: str) -> None:
+        """Drop ``seq`` because the engine could not run it (``finish_reason`` "error",
+        ``error`` says why); the other sequences go on."""
+        seq.finish_reason, seq.error = "error", why
+        self.abort(seq)
 
     def abort(self, seq: Sequence) -> None:
         """Drop ``seq`` wherever it is and free its blocks."""

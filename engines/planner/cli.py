@@ -74,15 +74,15 @@ def settings_from(args: argparse.Namespace) -> Any:
 def run(args: argparse.Namespace) -> int:
     from engines.planner.loop import Planner
     from engines.planner.metrics import PlannerMetrics
-    from engines.worker_control import read_token_file
+    from server.token_files import read_token_file
 
     settings = settings_from(args)
     token = None
-    if settings.admin_token_file:
+    if settings.token_file:
         try:
-            token = read_token_file(settings.admin_token_file)
+            token = read_token_file(settings.token_file)
         except ValueError as exc:
-            raise CommandError(f"--admin-token-file: {exc}") from None
+            raise CommandError(f"--token-file: {exc}") from None
     metrics = PlannerMetrics()
     if settings.metrics_port:
         try:

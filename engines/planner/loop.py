@@ -20,6 +20,7 @@ from typing import Any, TextIO
 
 import httpx
 
+from engines.access import bearer
 from engines.planner.metrics import PlannerMetrics
 from engines.planner.observe import Observer
 from engines.planner.policy import Action, Policy
@@ -34,7 +35,8 @@ class Planner:
         self.s, self.token, self.out = settings, token, out or sys.stdout
         self.policy = Policy(settings)
         self.metrics = metrics
-        self.client = httpx.AsyncClient(timeout=30.0)
+        # the token goes with every call: the router's /stats and the workers' routes too
+        self.client = httpx.AsyncClient(timeout=30.0, headers=bearer(token))
         self.observer = Observer(self.client, settings.router, window_s=settings.window_s,
                                  percentile=settings.percentile,
                                  min_samples=settings.min_samples)
@@ -82,10 +84,8 @@ class Planner:
         return action
 
     async def switch(self, url: str, role: str) -> bool:
-        headers = {"authorization": f"Bearer {self.token}"} if self.token else {}
         try:
-            r = await self.client.post(f"{url}/admin/role", json={"role": role},
-                                       headers=headers)
+            r = await self.client.post(f"{url}/admin/role", json={"role": role})
         except httpx.HTTPError as exc:
             log.warning("switching %s to %s failed: %s", url, role, exc)
             return False

@@ -38,8 +38,9 @@ class PlannerSettings(BaseModel):
     fleet_size: int = Field(0, ge=0, description="the most workers the planner rebalances by "
                             "itself; past it (and whenever no move can help) it prints a scale "
                             "recommendation for an autoscaler instead; 0: no limit")
-    admin_token_file: str | None = Field(None, description="file holding the workers' admin "
-                                         "bearer token (their --admin-token-file)")
+    token_file: str | None = Field(None, description="file holding the fleet's bearer token "
+                                   "(the workers' and the router's --token-file), sent to "
+                                   "both; role switches need it")
     metrics_port: int = Field(0, ge=0, le=65535, description="serve Prometheus metrics "
                               "(pool sizes, pressure, moves, recommendations) on this port; "
                               "0: off")

@@ -39,7 +39,7 @@ class Accounts:
         self.totals["retries"] += 1
 
     def failed(self) -> None:
-        """Every worker failed a request."""
+        """A request failed: every worker failed it, or a healthy worker failed it alone."""
         self.totals["failed"] += 1
 
     def stats(self, policy: str, workers: list[Worker]) -> dict[str, Any]:

@@ -11,7 +11,9 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from engines.access import Access
 from engines.router.api import errors
+from engines.router.api.errors import APIError
 from engines.router.api.limits import BodyCap, Limits
 from engines.router.api.routes import make_routes
 from engines.router.api.tokenizer import Tokenizer
@@ -20,11 +22,14 @@ from engines.router.metrics import RouterMetrics
 
 
 def create_app(router: Router, tokenizer_dir: str | Path | None = None,
-               served_model_name: str | None = None, limits: Limits | None = None) -> FastAPI:
+               served_model_name: str | None = None, limits: Limits | None = None,
+               token: str | None = None) -> FastAPI:
     """The router's ASGI app. ``tokenizer_dir`` (a Hugging Face tokenizer folder) enables
     text prompts and chat; ``served_model_name`` is the model name clients use (default: the
     workers' model folder name); ``limits`` caps what one request may ask (default: the
-    production caps of :mod:`engines.router.api.limits`). Raises ``ValueError`` for a
+    production caps of :mod:`engines.router.api.limits`); ``token``
+    (:mod:`engines.access`) guards every route but ``/health`` (an OpenAI client sends it
+    as its API key). Raises ``ValueError`` for a
     folder without a tokenizer that loads."""
     tokenizer = Tokenizer(tokenizer_dir) if tokenizer_dir else None
     limits = limits or Limits()
@@ -38,6 +43,9 @@ def create_app(router: Router, tokenizer_dir: str | Path | None = None,
     app = FastAPI(title="kvstore router", lifespan=lifespan)
     errors.install(app)
     app.add_middleware(BodyCap, max_bytes=limits.max_body_bytes)
+    # added after the body cap, so outside it: no body byte is read before the token is checked
+    Access(token).install(app, lambda message: APIError(
+        401, message, code="invalid_api_key").response())
     app.include_router(RouterMetrics(router).routes())
     app.include_router(make_routes(router, tokenizer, served_model_name, limits))
 

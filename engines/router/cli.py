@@ -72,7 +72,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--request-timeout", type=float, default=limits.DEFAULT_REQUEST_TIMEOUT_S,
                    metavar="SECONDS", help="a request still generating this long after it "
                    "arrived ends with an error (504) and its generations are cancelled")
-    p.add_argument("--host", default="127.0.0.1", help="bind address")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="bind address; beyond loopback --token-file is required")
+    p.add_argument("--token-file", default=None, metavar="PATH",
+                   help="file holding the bearer token (an OpenAI client's API key) every "
+                        "route but /health then needs; without one the router serves "
+                        "loopback only (default: none)")
+    p.add_argument("--worker-token-file", default=None, metavar="PATH",
+                   help="file holding the workers' token (their --token-file), sent with "
+                        "every call to them (default: the --token-file's token)")
     p.add_argument("--port", type=int, default=8490, help="HTTP port")
     p.add_argument("--log-level", default="warning",
                    choices=("critical", "error", "warning", "info", "debug", "trace"),
@@ -83,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
 def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from engines.access import load_token
     from engines.router.api.limits import Limits
     from engines.router.app import create_app
     from engines.router.core import Router
@@ -97,15 +106,19 @@ def serve(args: argparse.Namespace) -> int:
                       args.request_timeout)
     except ValueError as exc:
         raise CommandError(f"limits: {exc}") from None
+    token = load_token(args.token_file, args.host)
+    worker_token = token
+    if args.worker_token_file:
+        worker_token = load_token(args.worker_token_file, "127.0.0.1", "--worker-token-file")
     socks = cli_kit.bind_tcp(args.host, args.port, "--port")
     try:
         router = Router(_urls(args.workers), prefill_workers=_urls(args.prefill_workers),
                         policy=args.policy, kvstore=args.kvstore, load_weight=args.load_weight,
-                        store_weight=args.store_weight)
+                        store_weight=args.store_weight, worker_token=worker_token)
     except ValueError as exc:
         raise CommandError(f"--workers: {exc}") from None
     try:
-        app = create_app(router, args.tokenizer, args.served_model_name, caps)
+        app = create_app(router, args.tokenizer, args.served_model_name, caps, token)
     except ValueError as exc:
         raise CommandError(f"--tokenizer {args.tokenizer}: {exc}") from None
     uvicorn.Server(uvicorn.Config(app, log_level=args.log_level)).run(sockets=socks)

@@ -9,9 +9,12 @@ the prefix kvstore holds (any worker can load it instead of computing), and the 
 router has queued there, each priced with the prefill, decode and load rates the worker
 measured. ``round-robin``, ``least-loaded`` and ``session`` (affinity) are the baselines.
 
-HTTP to a worker is :mod:`engines.router.forward`. A worker that refuses a connection or
-answers 5xx is skipped for ``RETRY_S`` (until the poller sees ``/health`` answer again) and
-the request goes to the next-best one. Prefill workers disaggregate generation
+HTTP to a worker is :mod:`engines.router.forward`. A worker that refuses a connection, or
+answers 5xx and then fails its ``/health`` too, is skipped for ``RETRY_S`` (until the poller
+sees ``/health`` answer again) and the request goes to the next-best one. A 5xx from a
+worker whose ``/health`` is fine is that request's failure alone: the client gets it, the
+worker stays up, and the request is not tried elsewhere; a 4xx (the request is invalid)
+passes to the client as is. Prefill workers disaggregate generation
 (:mod:`engines.disagg`).
 """
 
@@ -28,18 +31,19 @@ from typing import Any, NamedTuple
 import httpx
 
 from engines import disagg
+from engines.access import bearer
 from engines.router import forward
 from engines.router import workers as worker_view
 from engines.router.accounts import Accounts
 from engines.router.cost import CostModel
-from engines.router.forward import FAILURES, WorkerDown, WrongRole
+from engines.router.forward import FAILURES, RequestFailed, WorkerDown, WrongRole
 from engines.router.policies import POLICIES, Ask, make_policy
 from engines.router.workers import POLL_S, RETRY_S, Job, Worker
 from engines.store_io import BlockStore, open_store
 from kvstore.keys import BlockHasher
 
-__all__ = ["POLICIES", "POLL_S", "RETRY_S", "NoWorker", "Plan", "Router", "Worker",
-           "WorkerDown", "WrongRole"]
+__all__ = ["POLICIES", "POLL_S", "RETRY_S", "NoWorker", "Plan", "RequestFailed", "Router",
+           "Worker", "WorkerDown", "WrongRole"]
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +68,7 @@ class Router:
     def __init__(self, workers: list[str], *, prefill_workers: list[str] | None = None,
                  policy: str = "kv", kvstore: str | BlockStore | None = None,
                  load_weight: float | None = None, store_weight: float | None = None,
-                 timeout: float = 600.0) -> None:
+                 timeout: float = 600.0, worker_token: str | None = None) -> None:
         if not workers:
             raise ValueError("the router needs at least one worker")
         self.workers = [Worker(u.rstrip("/")) for u in workers]
@@ -74,7 +78,8 @@ class Router:
         self._policies = {id(pool): make_policy(policy, pool, self.cost)
                           for pool in (self.workers, self.prefill)}
         self.store = open_store(kvstore) if isinstance(kvstore, str) else kvstore
-        self.client = httpx.AsyncClient(timeout=timeout)
+        # every call to a worker presents the workers' token (engines.access)
+        self.client = httpx.AsyncClient(timeout=timeout, headers=bearer(worker_token))
         self.hasher: BlockHasher | None = None
         self.namespace = ""
         self.model_id = ""
@@ -254,7 +259,7 @@ class Router:
                     continue
                 if exc.response.status_code < 500:
                     raise
-                self._mark_down(p, exc)
+                await self._failed(p, WorkerDown(str(exc)))
                 continue
             except FAILURES as exc:
                 self._mark_down(p, exc)
@@ -283,12 +288,17 @@ class Router:
         self.accounts.served(w, doc, len(body["prompt_ids"]), stored * self.hasher.block_size)
 
     async def _failed(self, w: Worker, exc: Exception) -> None:
-        """A worker that could not take a request: relearn a switched role, else mark it
-        down."""
+        """A worker that could not take a request: relearn a switched role; a 5xx from a
+        worker whose ``/health`` is fine raises :class:`RequestFailed` (the request's own
+        failure: no retry, the worker stays up); else mark the worker down (the caller
+        tries the next one)."""
         if isinstance(exc, WrongRole):
             await self.learn(w)
-        else:
-            self._mark_down(w, exc)
+            return
+        if isinstance(exc, WorkerDown) and await forward.healthy(self.client, w.url):
+            self.accounts.failed()
+            raise RequestFailed(f"worker {w.url} failed this request: {exc}") from exc
+        self._mark_down(w, exc)
 
     def _mark_down(self, w: Worker, why: object = None) -> None:
         log.warning("worker %s is down: %s", w.url, why)

@@ -1,7 +1,8 @@
 """Forwarding a generation to one worker over HTTP, plain or streamed, and what the worker's
-answer means: served, down (connection refused, 5xx: try another worker), switched to another
-role (409 with ``x-kvstore-role``: relearn it, try another) or a bad request (4xx: every worker
-would refuse it, so the caller gets the error).
+answer means: served, failed (connection refused, 5xx: the router asks the worker's ``/health``
+whether the worker or only the request failed), switched to another role (409 with
+``x-kvstore-role``: relearn it, try another) or a bad request (4xx: every worker would refuse
+it, so the caller gets the error, and it is not retried).
 
 Which worker, and what to do after a failure, is the router's business
 (:class:`engines.router.core.Router`); these functions only talk to the one they are given.
@@ -18,10 +19,18 @@ import httpx
 from engines.worker_control import ROLE_HEADER
 
 FAILURES = (httpx.TransportError,)  # a worker that could not be reached at all
+HEALTH_TIMEOUT_S = 5.0  # a busy worker still answers /health (an async route) well within it
 
 
 class WorkerDown(Exception):
-    """The worker could not serve the request (connection refused, 5xx): try another."""
+    """The worker could not serve the request (connection refused, 5xx): down, unless its
+    ``/health`` says otherwise (then :class:`RequestFailed`)."""
+
+
+class RequestFailed(RuntimeError):
+    """A healthy worker failed this one request (a 5xx, its ``/health`` still 200): the
+    request fails with the worker's message and is not tried elsewhere (where it would most
+    likely fail again), and the worker stays up."""
 
 
 class WrongRole(WorkerDown):
@@ -32,6 +41,15 @@ class WrongRole(WorkerDown):
 def wrong_role(r: httpx.Response) -> bool:
     """Whether ``r`` is a worker refusing a request meant for another role."""
     return r.status_code == 409 and ROLE_HEADER in r.headers
+
+
+async def healthy(client: httpx.AsyncClient, url: str) -> bool:
+    """Whether the worker at ``url`` answers ``GET /health`` with 200."""
+    try:
+        r = await client.get(f"{url}/health", timeout=HEALTH_TIMEOUT_S)
+    except httpx.HTTPError:
+        return False
+    return r.status_code == 200
 
 
 async def generate(client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> dict[str, Any]:

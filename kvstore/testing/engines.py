@@ -51,16 +51,27 @@ class Proc(ChildProc):
         return self
 
 
+def token_file(token: str) -> Path:
+    """A mode-0600 temp file holding ``token``, for a ``--token-file`` flag."""
+    fd, path = tempfile.mkstemp(prefix="kvstore-token-")
+    os.write(fd, f"{token}\n".encode())
+    os.close(fd)  # mkstemp made it 0600
+    return Path(path)
+
+
 def engine_proc(model: str | Path, *, role: str = "both", kvstore: str | None = None,
                 args: tuple[str, ...] = (), nice: int = 0,
-                cpus: set[int] | None = None) -> Proc:
+                cpus: set[int] | None = None, token: str | None = None) -> Proc:
     """A worker process. ``nice`` > 0 lowers its CPU priority, so that a router and
     clients sharing its cores are not starved by it; ``cpus`` pins it to those cores, so that
     workers pinned apart never take CPU from each other (as on a real fleet, where each has
-    its own accelerator)."""
+    its own accelerator). ``token``: its ``--token-file``'s (every route but ``/health``,
+    and the admin route at all, need it)."""
     port = free_port()
     cmd = [*console_script("kvstore-engine", "engines.cli"), "serve", "--model", str(model),
            "--port", str(port), "--role", role, "--device", "cpu", *args]
+    if token:
+        cmd += ["--token-file", str(token_file(token))]
     if kvstore:
         cmd += ["--kvstore", kvstore]
     # one torch thread per worker: several workers share few cores in tests and benches
@@ -68,10 +79,17 @@ def engine_proc(model: str | Path, *, role: str = "both", kvstore: str | None = 
 
 
 def router_proc(workers: list[str], *, policy: str = "kv", kvstore: str | None = None,
-                prefill_workers: list[str] | None = None, args: tuple[str, ...] = ()) -> Proc:
+                prefill_workers: list[str] | None = None, args: tuple[str, ...] = (),
+                token: str | None = None, worker_token: str | None = None) -> Proc:
+    """A router process. ``token``: its own ``--token-file``'s; ``worker_token``: the
+    workers' (default: ``token``)."""
     port = free_port()
     cmd = [*console_script("kvstore-router", "engines.router.cli"), "--port", str(port),
            "--workers", ",".join(workers), "--policy", policy, *args]
+    if token:
+        cmd += ["--token-file", str(token_file(token))]
+    if worker_token:
+        cmd += ["--worker-token-file", str(token_file(worker_token))]
     if prefill_workers:
         cmd += ["--prefill-workers", ",".join(prefill_workers)]
     if kvstore:

@@ -63,6 +63,7 @@ QUICKSTARTS: dict[tuple[str, str], tuple[str, ...]] = {
         r"data: \[DONE\]",  # the stream
         r"(?m)^'[^'\n]*' [1-9]\d*$",  # the client's second chat: cached prompt tokens
     ),
+    ("engines/README.md", "access"): (r"(?m)^401$", COMPLETION),
     ("engines/README.md", "simulate"): (
         r"128 workers, load 2: \d+ requests",  # the last of the simulator's tables
         r"(?m)^round-robin +True ",

@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from engines.access import bearer
 from engines.decoder.config import EngineConfig
 from engines.decoder.runner import Engine
 from engines.router.app import create_app as router_app
@@ -27,6 +28,7 @@ from kvstore.testing.proc import console_script, free_port
 from kvstore.testing.server import ServerProc
 
 ECFG = EngineConfig(block_size=4, num_blocks=128, max_batch_tokens=64)
+TOKEN = "planner-s3cret"
 PLANNER = console_script("kvstore-planner", "engines.planner.cli")
 # fast judgements so that a test takes seconds: two strikes, a short cooldown
 FAST = ("--interval-s", "0.3", "--patience", "2", "--cooldown-s", "1", "--window-s", "6",
@@ -38,18 +40,22 @@ class Fleet:
 
     def __init__(self, model: Path, tmp: Path) -> None:
         self.store = ServerProc(tmp / "kv").start()
+        # the workers' token: their admin route (the planner's role switches) needs one
+        self.token_file = tmp / "token"
+        self.token_file.write_text(TOKEN + "\n")
+        self.token_file.chmod(0o600)
         self.decode = [self._worker(model, "decode") for _ in range(2)]
         self.prefill = [self._worker(model, "prefill")]
         self.router = ThreadServer(router_app(Router(
             [w.url for w in self.decode], prefill_workers=[w.url for w in self.prefill],
-            kvstore=self.store.url))).start()
+            kvstore=self.store.url, worker_token=TOKEN))).start()
         self._stop = threading.Event()
         self._traffic = threading.Thread(target=self._send, daemon=True)
         self._traffic.start()
 
     def _worker(self, model: Path, role: str) -> ThreadServer:
         return ThreadServer(worker_app(Engine(model, ECFG, open_store(self.store.url)),
-                                       role=role)).start()
+                                       role=role, token=TOKEN)).start()
 
     def _send(self) -> None:
         i = 0
@@ -60,7 +66,7 @@ class Fleet:
                 "prompt": prompt, "max_tokens": 12, "temperature": 0, "ignore_eos": True})
 
     def roles(self) -> dict[str, str]:
-        return {w.url: httpx.get(f"{w.url}/info").json()["role"]
+        return {w.url: httpx.get(f"{w.url}/info", headers=bearer(TOKEN)).json()["role"]
                 for w in self.decode + self.prefill}
 
     def close(self) -> None:
@@ -80,7 +86,8 @@ def fleet(gqa_model: Path, tmp_path: Path) -> Iterator[Fleet]:
 
 def plan(fleet: Fleet, *args: str, until: str, timeout: float = 90) -> list[dict]:
     """Run the planner until it prints an ``until`` event; its JSON lines."""
-    proc = subprocess.Popen([*PLANNER, "--router", fleet.router.url, *FAST, *args],
+    proc = subprocess.Popen([*PLANNER, "--router", fleet.router.url, "--token-file",
+                             str(fleet.token_file), *FAST, *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines: list[dict] = []
     timer = threading.Timer(timeout, proc.kill)
@@ -131,7 +138,8 @@ def test_past_the_fleet_size_it_recommends_instead(fleet: Fleet) -> None:
 
 def test_both_pools_over_target_recommend_scaling_up(fleet: Fleet) -> None:
     port = free_port()
-    proc = subprocess.Popen([*PLANNER, "--router", fleet.router.url, *FAST, "--ttft-target-s",
+    proc = subprocess.Popen([*PLANNER, "--router", fleet.router.url, "--token-file",
+                             str(fleet.token_file), *FAST, "--ttft-target-s",
                              "0.0001", "--itl-target-s", "0.00001", "--metrics-port",
                              str(port), "--duration-s", "60"], stdout=subprocess.PIPE,
                             text=True)
@@ -158,8 +166,8 @@ def test_both_pools_over_target_recommend_scaling_up(fleet: Fleet) -> None:
     (["--router", "localhost:8490"], "router must be an http:// or https:// URL"),
     (["--router", "http://x", "--relax", "1.5"], "--relax: Input should be less than 1"),
     (["--router", "http://x", "--patience", "soon"], "--patience: Input should be a valid"),
-    (["--router", "http://x", "--admin-token-file", "/nonexistent/t"],
-     "--admin-token-file: cannot read"),
+    (["--router", "http://x", "--token-file", "/nonexistent/t"],
+     "--token-file: cannot read"),
 ])
 def test_bad_settings_are_one_line_and_exit_2(args: list[str], says: str) -> None:
     out = subprocess.run([*PLANNER, *args], capture_output=True, text=True, timeout=60)

@@ -29,6 +29,7 @@ from kvstore.testing.server import ServerProc
 
 ECFG = EngineConfig(block_size=4, num_blocks=128, max_batch_tokens=64)
 TOKEN = "s3cret"
+AUTH = {"authorization": f"Bearer {TOKEN}"}  # every worker route but /health needs it
 PROMPTS = [[7 + i, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21 + i] for i in range(4)]
 MAX_TOKENS = 40
 
@@ -47,7 +48,7 @@ def want(model: Path, prompt: list[int]) -> list[int]:
 
 def worker(model: Path, store: ServerProc, role: str) -> ThreadServer:
     return ThreadServer(worker_app(Engine(model, ECFG, open_store(store.url)), role=role,
-                                   admin_token=TOKEN)).start()
+                                   token=TOKEN)).start()
 
 
 def switch(url: str, role: str, token: str | None = TOKEN) -> httpx.Response:
@@ -61,7 +62,8 @@ def test_switch_keeps_a_stream_in_flight_whole(gqa_model: Path, store: ServerPro
         body = {"prompt_ids": PROMPTS[0], "max_tokens": MAX_TOKENS, "ignore_eos": True,
                 "stream": True}
         got: list[int] = []
-        with httpx.stream("POST", f"{w.url}/generate", json=body, timeout=120) as r:
+        with httpx.stream("POST", f"{w.url}/generate", json=body, headers=AUTH,
+                          timeout=120) as r:
             for line in r.iter_lines():
                 if not line.startswith("data: ") or line == "data: [DONE]":
                     continue
@@ -76,23 +78,24 @@ def test_switch_keeps_a_stream_in_flight_whole(gqa_model: Path, store: ServerPro
                                              "switches": 1}
         assert got == want(gqa_model, PROMPTS[0])
         # new requests see the new role; the refusal names it for routers
-        r = httpx.post(f"{w.url}/generate", json={"prompt_ids": PROMPTS[1]}, timeout=60)
+        r = httpx.post(f"{w.url}/generate", json={"prompt_ids": PROMPTS[1]}, headers=AUTH,
+                       timeout=60)
         assert r.status_code == 409 and r.headers["x-kvstore-role"] == "prefill"
-        assert httpx.post(f"{w.url}/prefill", json={"prompt_ids": PROMPTS[1]},
+        assert httpx.post(f"{w.url}/prefill", json={"prompt_ids": PROMPTS[1]}, headers=AUTH,
                           timeout=60).status_code == 200
-        assert httpx.get(f"{w.url}/info").json()["role"] == "prefill"
+        assert httpx.get(f"{w.url}/info", headers=AUTH).json()["role"] == "prefill"
         assert switch(w.url, "sideways").status_code == 400
-        lat = httpx.get(f"{w.url}/latency").json()
+        lat = httpx.get(f"{w.url}/latency", headers=AUTH).json()
         assert [f["kind"] for f in lat["finished"]] == ["generate", "prefill"]
         assert lat["finished"][0]["itl_s"] > 0 and lat["finished"][0]["tokens"] == MAX_TOKENS
-        assert httpx.get(f"{w.url}/latency", params={"since": lat["cursor"]}).json()[
-            "finished"] == []
+        later = httpx.get(f"{w.url}/latency", params={"since": lat["cursor"]}, headers=AUTH)
+        assert later.json()["finished"] == []
     finally:
         w.stop()
 
 
 def test_prefill_needs_a_store(gqa_model: Path) -> None:
-    w = ThreadServer(worker_app(Engine(gqa_model, ECFG))).start()
+    w = ThreadServer(worker_app(Engine(gqa_model, ECFG), token=TOKEN)).start()
     try:
         r = switch(w.url, "prefill")
         assert r.status_code == 409 and "kvstore" in r.json()["detail"]
@@ -105,7 +108,7 @@ def test_router_learns_the_switch_and_drops_nothing(gqa_model: Path,
     a, b = worker(gqa_model, store, "decode"), worker(gqa_model, store, "decode")
     p = worker(gqa_model, store, "prefill")
     router = ThreadServer(router_app(Router([a.url, b.url], prefill_workers=[p.url],
-                                            kvstore=store.url))).start()
+                                            kvstore=store.url, worker_token=TOKEN))).start()
     wants = [want(gqa_model, q) for q in PROMPTS]
 
     async def one(client: httpx.AsyncClient, prompt: list[int]) -> list[int]:
@@ -118,7 +121,7 @@ def test_router_learns_the_switch_and_drops_nothing(gqa_model: Path,
         async with httpx.AsyncClient(timeout=120) as client:
             tasks = [asyncio.create_task(one(client, q)) for q in PROMPTS]
             # switch a decoder while some of the wave's generations run on it
-            while (await client.get(f"{a.url}/stats")).json()["inflight"] == 0:
+            while (await client.get(f"{a.url}/stats", headers=AUTH)).json()["inflight"] == 0:
                 await asyncio.sleep(0.01)
             r = await client.post(f"{a.url}/admin/role", json={"role": "prefill"},
                                   headers={"authorization": f"Bearer {TOKEN}"})
@@ -134,9 +137,9 @@ def test_router_learns_the_switch_and_drops_nothing(gqa_model: Path,
         # with the first prefill worker gone, a is the only one: the router sends it the
         # prefills, and never a generation
         p.stop()
-        before = httpx.get(f"{a.url}/stats").json()
+        before = httpx.get(f"{a.url}/stats", headers=AUTH).json()
         assert asyncio.run(wave_after(router.url)) == wants
-        after = httpx.get(f"{a.url}/stats").json()
+        after = httpx.get(f"{a.url}/stats", headers=AUTH).json()
         assert after["requests"] == before["requests"]
         assert after["prefills"] == before["prefills"] + len(PROMPTS)
     finally:
@@ -155,20 +158,19 @@ async def wave_after(url: str) -> list[list[int]]:
         return out
 
 
-def test_engine_process_takes_its_admin_token_from_a_file(gqa_model: Path,
-                                                          tmp_path: Path) -> None:
+def test_engine_process_takes_its_token_from_a_file(gqa_model: Path, tmp_path: Path) -> None:
     engine = console_script("kvstore-engine", "engines.cli")
     done = subprocess.run([*engine, "serve", "--model", str(gqa_model), "--device", "cpu",
-                           "--admin-token-file", str(tmp_path / "missing")],
+                           "--token-file", str(tmp_path / "missing")],
                           capture_output=True, text=True, timeout=300)
-    assert_one_line(done, "--admin-token-file", "missing")
+    assert_one_line(done, "--token-file", "missing")
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
     token_file.chmod(0o600)
-    w = engine_proc(gqa_model, args=("--admin-token-file", str(token_file))).start()
+    w = engine_proc(gqa_model, args=("--token-file", str(token_file))).start()
     try:
         assert switch(w.url, "decode", token=None).status_code == 401
         assert switch(w.url, "decode").json()["role"] == "decode"
-        assert httpx.get(f"{w.url}/info").json()["role"] == "decode"
+        assert httpx.get(f"{w.url}/info", headers=AUTH).json()["role"] == "decode"
     finally:
         w.stop()
