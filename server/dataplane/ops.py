@@ -175,7 +175,7 @@ class Ops:
         if self.direct_get is not None and len(req.hashes) * ns.block_bytes <= limit:
             # the reply fits whatever hits: blocks the host tier holds go out of the slab
             got = await self.direct_get.read(ns.name, req.hashes, ns.block_bytes, limit,
-                                             session.owner)
+                                             session.owner, session.tenant)
             session.after_send = got.after_send
             return GetReply(got.sizes), got.pieces
         blocks = await self.run(read_within, self.store, ns.name, req.hashes, ns.block_bytes,
