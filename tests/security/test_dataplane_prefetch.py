@@ -9,8 +9,6 @@ import os
 import socket
 import time
 
-import pytest
-
 from kvstore.client import KVStoreClient, ServerBusyError
 from tests.security import dataplane_wire
 from tests.security.dataplane_wire import (
@@ -57,46 +55,49 @@ def _prefetch(s: socket.socket, rid: int, hashes: list[bytes]) -> None:
 
 
 def test_the_queue_is_bounded_per_connection_and_overall(dp_server) -> None:
-    srv = dp_server("--max-prefetch-blocks", "6000",
-                    "--max-prefetch-blocks-per-connection", "4096")
-    hashes = [h(i) for i in range(4096)]
+    srv = dp_server("--max-prefetch-blocks", "2000",
+                    "--max-prefetch-blocks-per-connection", "1500")
+    hashes = [h(i) for i in range(8192)]
     with KVStoreClient(srv.url, use_shm=False) as c:
-        c.register_namespace(NS, 8192, {})
-        for start in range(0, 4096, 512):
-            c.put(NS, hashes[start:start + 512], [os.urandom(8192)] * 512)
+        c.register_namespace(NS, 4096, {})
+        for start in range(0, len(hashes), 1024):
+            c.put(NS, hashes[start:start + 1024], [os.urandom(4096)] * 1024)
     srv.restart()  # the blocks are on disk only now: each prefetch is real work, queued
-    first, second = connect(srv), connect(srv)
+    conns = [connect(srv) for _ in range(8)]
     try:
         with KVStoreClient(srv.url, use_shm=False) as client:
-            client.lookup(NS, hashes[:1])  # connected before the race below
-            # one connection queues ~4,000 blocks at once, then at once asks for more
-            _prefetch(first, 1, hashes)
-            _prefetch(first, 2, hashes[:8])
-            # another connection, and the official client, find the server's queue full
-            _prefetch(second, 3, hashes[::-1])
-            with pytest.raises(ServerBusyError, match="max_prefetch_blocks") as err:
-                client.prefetch(NS, hashes[1:])
-            assert err.value.code == "busy"
-            assert read_reply(first)["ok"] is True
-            again = read_reply(first)
-            assert again["ok"] is False and again["error"]["code"] == "busy", again
-            assert "max_prefetch_blocks_per_connection" in again["error"]["message"]
-            other = read_reply(second)
-            assert other["ok"] is False and other["error"]["code"] == "busy", other
-            assert "max_prefetch_blocks" in other["error"]["message"]
+            # more than a connection may have queued: refused whole, whatever is queued
+            _prefetch(conns[0], 1, hashes[:1501])
+            reply = read_reply(conns[0])
+            assert reply["ok"] is False and reply["error"]["code"] == "busy", reply
+            assert "max_prefetch_blocks_per_connection" in reply["error"]["message"]
+            # hashes the store does not hold are not queued: any number is taken
+            client.prefetch(NS, _random_hashes(1500))
+            # eight connections at once, 1,024 blocks each, against 2,000 for everyone
+            for n, s in enumerate(conns):
+                _prefetch(s, 2, hashes[n * 1024:(n + 1) * 1024])
+            replies = [read_reply(s) for s in conns]
+            refused = [r for r in replies if not r["ok"]]
+            assert refused, "eight prefetches of 1,024 blocks all queued past a 2,000 bound"
+            for r in refused:
+                assert r["error"]["code"] == "busy", r
+                assert "max_prefetch_blocks (2000)" in r["error"]["message"]
             # the connections go on, and once the queue drains prefetches are taken again
             deadline = time.monotonic() + 60
+            first = next(n for n, r in enumerate(replies) if not r["ok"])
+            want = hashes[first * 1024:first * 1024 + 64]  # not queued: still on disk
             while True:
                 try:
-                    client.prefetch(NS, hashes[:64])
+                    client.prefetch(NS, want)
                     break
-                except ServerBusyError:
+                except ServerBusyError as exc:
+                    assert exc.code == "busy"
                     assert time.monotonic() < deadline, "the prefetch queue never drained"
                     time.sleep(0.2)
-            assert call(first, {"op": "ping", "id": 4})["ok"] is True
-            while client.lookup(NS, hashes[:64])[1] != ["host"] * 64:  # and it is done
+            assert all(call(s, {"op": "ping", "id": 4})["ok"] for s in conns)
+            while client.lookup(NS, want)[1] != ["host"] * 64:  # and it is done
                 assert time.monotonic() < deadline, "the prefetch never ran"
                 time.sleep(0.2)
     finally:
-        first.close()
-        second.close()
+        for s in conns:
+            s.close()
