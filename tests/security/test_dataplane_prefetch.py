@@ -10,6 +10,7 @@ import socket
 import time
 
 from kvstore.client import KVStoreClient, ServerBusyError
+from kvstore.types import BlockHash
 from tests.security import dataplane_wire
 from tests.security.dataplane_wire import (
     MiB,
@@ -26,9 +27,9 @@ dp_server = dataplane_wire.dp_server  # the fixture, used by name
 NS = "dp-prefetch"
 
 
-def _random_hashes(n: int) -> list[bytes]:
+def _random_hashes(n: int) -> list[BlockHash]:
     pool = os.urandom(32 * n)
-    return [pool[i:i + 32] for i in range(0, 32 * n, 32)]
+    return [BlockHash(pool[i:i + 32]) for i in range(0, 32 * n, 32)]
 
 
 def test_unknown_hashes_do_not_grow_the_server(dp_server) -> None:
@@ -50,14 +51,14 @@ def test_unknown_hashes_do_not_grow_the_server(dp_server) -> None:
     assert peak < 64 * MiB, f"server RSS grew {peak / MiB:.0f} MiB for unknown hashes"
 
 
-def _prefetch(s: socket.socket, rid: int, hashes: list[bytes]) -> None:
+def _prefetch(s: socket.socket, rid: int, hashes: list[BlockHash]) -> None:
     s.sendall(frame({"op": "prefetch", "id": rid, "ns": NS, "hashes": hashes}))
 
 
 def test_the_queue_is_bounded_per_connection_and_overall(dp_server) -> None:
     srv = dp_server("--max-prefetch-blocks", "2000",
                     "--max-prefetch-blocks-per-connection", "1500")
-    hashes = [h(i) for i in range(8192)]
+    hashes = [BlockHash(h(i)) for i in range(8192)]
     with KVStoreClient(srv.url, use_shm=False) as c:
         c.register_namespace(NS, 4096, {})
         for start in range(0, len(hashes), 1024):

@@ -14,6 +14,7 @@ import pytest
 
 from kvstore.client import KVStoreClient, PinQuotaError
 from kvstore.testing.server import ServerProc
+from kvstore.types import BlockHash
 from tests.security import dataplane_wire
 from tests.security.dataplane_wire import MiB, call, frame, read_head, recv_exact
 
@@ -24,8 +25,8 @@ QUOTA_BLOCKS = 8  # of 1 MiB
 GET_BLOCKS = 8  # per get: a reply well past what the sockets' buffers take
 
 
-def _hashes(salt: str, n: int) -> list[bytes]:
-    return [hashlib.sha256(f"{salt}/{i}".encode()).digest() for i in range(n)]
+def _hashes(salt: str, n: int) -> list[BlockHash]:
+    return [BlockHash(hashlib.sha256(f"{salt}/{i}".encode()).digest()) for i in range(n)]
 
 
 def _block(i: int) -> bytes:
