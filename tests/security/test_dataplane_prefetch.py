@@ -9,6 +9,8 @@ import os
 import socket
 import time
 
+import httpx
+
 from kvstore.client import KVStoreClient, ServerBusyError
 from kvstore.types import BlockHash
 from tests.security import dataplane_wire
@@ -72,6 +74,11 @@ def test_the_queue_is_bounded_per_connection_and_overall(dp_server) -> None:
             reply = read_reply(conns[0])
             assert reply["ok"] is False and reply["error"]["code"] == "busy", reply
             assert "max_prefetch_blocks_per_connection" in reply["error"]["message"]
+            # more blocks than the whole queue holds, over REST: 503 busy, nothing queued
+            rest = httpx.post(f"{srv.url}/v1/prefetch", timeout=30, json={
+                "namespace": NS, "block_hashes": [x.hex() for x in hashes[-2001:]]})
+            assert rest.status_code == 503, rest.text
+            assert rest.json()["error"] == "busy", rest.json()
             # hashes the store does not hold are not queued: any number is taken
             client.prefetch(NS, _random_hashes(1500))
             # eight connections at once, 1,024 blocks each, against 2,000 for everyone
