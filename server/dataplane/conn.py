@@ -267,7 +267,8 @@ class Connection(asyncio.BufferedProtocol):
     # -- the trust boundary ---------------------------------------------------------------
     def _promote(self) -> bool:
         """Pending to established; False (and, outside a frame being served, an error frame
-        and a close) when every established slot is taken."""
+        and a close) when no established slot is free for it (``max_connections``, or its
+        tenant's ``max_connections_per_tenant``); ``_refused`` then says which."""
         self._stop_hello_timer()
         refused = self.plane.promote(self)
         if refused is None:
