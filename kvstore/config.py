@@ -18,6 +18,7 @@ DEFAULT_DISK_CAPACITY = 16 << 30  # bytes: 16 GiB of LMDB
 DEFAULT_SLOT_BYTES = 64 << 10  # bytes: slot size of memory slab tiers
 DEFAULT_LEASE_S = 30.0  # seconds a pin lives unless renewed
 DEFAULT_MAX_LEASE_S = 300.0  # seconds: every lease asked for longer is cut to this
+DEFAULT_MAX_PREFETCH_BLOCKS = 1 << 18  # blocks queued for prefetch: ~40 MiB of keys at most
 DEFAULT_HIGH_WATERMARK = 0.95  # fraction of capacity that triggers eviction
 DEFAULT_LOW_WATERMARK = 0.85  # fraction of capacity eviction brings usage down to
 DEFAULT_MAX_NAMESPACES = 1024  # namespaces a store holds at most, all tenants together
@@ -63,6 +64,8 @@ class StoreConfig:
     # bytes of blocks one tenant may hold pinned at once (pins taken for a tenant); None: no cap
     max_pinned_bytes_per_tenant: int | None = None
     prefetch_workers: int = 2  # threads that onboard prefetched blocks
+    # blocks queued for those threads, all callers together (past it prefetch: BusyError)
+    max_prefetch_blocks: int = DEFAULT_MAX_PREFETCH_BLOCKS
     namespaces_path: str | None = None  # JSON file that persists registered namespaces
     spill_on_close: bool = True  # close() copies memory-only blocks to the disk tier
     # settle the host tier into the persistent tier below it from a thread, off the store
@@ -90,6 +93,9 @@ class StoreConfig:
                              f"got {quota}")
         if self.prefetch_workers < 1:
             raise ValueError("prefetch_workers must be at least 1")
+        if self.max_prefetch_blocks < 1:
+            raise ValueError(f"max_prefetch_blocks must be at least 1, got "
+                             f"{self.max_prefetch_blocks}")
         if self.max_namespaces < 1 or self.max_namespaces_per_tenant < 1:
             raise ValueError("max_namespaces and max_namespaces_per_tenant must be at least 1")
         if self.ghost_entries < 0:

@@ -45,6 +45,11 @@ class PinQuotaError(KVStoreError):
     pins (or pin fewer blocks at once) and try again."""
 
 
+class BusyError(KVStoreError):
+    """The server holds as much of this kind of work as it allows (blocks queued for
+    prefetch): nothing was queued; try again later."""
+
+
 class StaleStagingError(KVStoreError):
     """A write named a staged host-slab place that its owner no longer holds (the server
     restarted or dropped the owner's leases). Nothing was written; reserve afresh."""

@@ -7,6 +7,7 @@ from typing import NamedTuple
 
 from kvstore.errors import (
     BlockSizeError,
+    BusyError,
     CapacityError,
     DiskFullError,
     InvalidHashError,
@@ -54,6 +55,7 @@ _TABLE: tuple[tuple[type[BaseException], Mapped], ...] = (
     (InvalidHashError, Mapped(400, "invalid_hash")),
     (CapacityError, Mapped(507, "capacity")),
     (PinQuotaError, Mapped(429, "pin_quota")),
+    (BusyError, Mapped(503, "busy")),
     (NamespaceLimitError, Mapped(507, "namespace_limit")),
     (DiskFullError, Mapped(507, "disk_full")),
     (TierUnavailableError, Mapped(503, "unavailable")),

@@ -5,8 +5,10 @@ global one), so that several servers in one process (tests) never collide.
 
 Series here: ``kvstore_requests_total{plane,op,status}``, ``kvstore_request_seconds{plane,op}``,
 ``kvstore_connections_open{plane}`` (``rest``, ``tcp``, ``unix``),
-``kvstore_dataplane_connections_total`` (accepted), ``kvstore_build_info{version,protocol,
-python}``, ``process_*``, ``python_*``.
+``kvstore_dataplane_connections_total`` (accepted),
+``kvstore_dataplane_connections_refused_total{reason}`` (the limit that refused one:
+``max_connections``, ``max_connections_per_tenant``, ``max_pending_connections``),
+``kvstore_build_info{version,protocol,python}``, ``process_*``, ``python_*``.
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ from kvstore import __version__
 from kvstore.protocol.frame import PROTOCOL_VERSION
 from server.store_metrics import HealthCollector, StoreCollector
 
-__all__ = ["ServerMetrics", "tenant_registry"]
+__all__ = ["REFUSAL_REASONS", "ServerMetrics", "tenant_registry"]
+
+REFUSAL_REASONS = ("max_connections", "max_connections_per_tenant", "max_pending_connections")
 
 
 class ConnectionsCollector(Collector):
@@ -66,6 +70,11 @@ class ServerMetrics:
                                  buckets=(1e-4, 5e-4, 1e-3, 5e-3, 0.01, 0.05, 0.1, 0.5, 1, 5))
         self.connections = Counter("kvstore_dataplane_connections", "data plane connections "
                                    "accepted", registry=self.registry)
+        self.refused = Counter("kvstore_dataplane_connections_refused", "data plane "
+                               "connections refused, by the limit that refused them",
+                               ["reason"], registry=self.registry)
+        for reason in REFUSAL_REASONS:  # each series from the start, at 0
+            self.refused.labels(reason)
         self._open = ConnectionsCollector()
         self.registry.register(self._open)
 

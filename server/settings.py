@@ -38,6 +38,7 @@ from kvstore.config import (
     DEFAULT_MAX_LEASE_S,
     DEFAULT_MAX_NAMESPACES,
     DEFAULT_MAX_NAMESPACES_PER_TENANT,
+    DEFAULT_MAX_PREFETCH_BLOCKS,
     StoreConfig,
     TierConfig,
 )
@@ -200,6 +201,15 @@ class ServerSettings(BaseSettings):
     grant_grace_s: float = Field(5.0, ge=0, allow_inf_nan=False,
                                  description="seconds a client's grants (shm_lookup pins) "
                                  "outlive its last connection, for workers still copying them")
+    # -- what one tenant or connection may hold of the data plane -------------------------
+    max_connections_per_tenant: int = Field(0, ge=0, description="data plane connections one "
+                                            "tenant (--tenant-tokens) may hold; past it busy. "
+                                            "0: a quarter of max_connections")
+    max_prefetch_blocks: int = Field(DEFAULT_MAX_PREFETCH_BLOCKS, ge=1, description="blocks "
+                                     "queued for prefetch, all clients together; past it busy")
+    max_prefetch_blocks_per_connection: int = Field(65536, ge=1, description="blocks one data "
+                                                    "plane connection may have queued for "
+                                                    "prefetch; past it busy")
 
     @field_validator("policy")
     @classmethod
@@ -280,6 +290,11 @@ class ServerSettings(BaseSettings):
 
     def auth_enabled(self) -> bool:
         return self.token is not None or bool(self.tenant_tokens)
+
+    def tenant_connections(self) -> int:
+        """Data plane connections one tenant may hold: ``max_connections_per_tenant``, or by
+        default a quarter of ``max_connections`` (the admin's are not counted)."""
+        return self.max_connections_per_tenant or max(1, self.max_connections // 4)
 
     def pin_quota(self, top: TierConfig) -> int:
         """See :func:`server.store_config.pin_quota_of`."""

@@ -56,4 +56,5 @@ def store_config_of(s: ServerSettings) -> StoreConfig:
         max_namespaces_per_tenant=s.max_namespaces_per_tenant,
         ghost_entries=s.ghost_entries,
         background_demotion=s.background_demotion,
+        max_prefetch_blocks=s.max_prefetch_blocks,
     )

@@ -18,6 +18,7 @@ from kvstore.client.errors import (
     PermissionDeniedError,
     PinQuotaError,
     ProtocolError,
+    ServerBusyError,
     StaleStagingError,
     StoreUnavailableError,
     UnknownNamespaceError,
@@ -30,5 +31,6 @@ __all__ = [
     "AsyncKVStoreClient", "AuthenticationError", "BadRequestError", "BlockSizeError",
     "CapacityError", "Grant", "KVStoreClient", "KVStoreClientError", "KVStoreUnavailableError",
     "NamespaceConflictError", "PermissionDeniedError", "PinQuotaError", "ProtocolError",
+    "ServerBusyError",
     "SlabMapping", "StaleStagingError", "StoreUnavailableError", "UnknownNamespaceError",
 ]

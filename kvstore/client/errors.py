@@ -62,6 +62,14 @@ class PinQuotaError(KVStoreClientError):
     (``max_pinned_bytes_per_tenant``): nothing was pinned; release pins first."""
 
 
+class ServerBusyError(KVStoreClientError):
+    """The server refused the request for now, having as much of its kind as it allows (a
+    frame past its memory budget, prefetches past its queue, a connection past its caps):
+    nothing was done; retry later."""
+
+    code = "busy"
+
+
 class StoreUnavailableError(KVStoreClientError):
     """The server answered, but a tier it needs cannot serve right now."""
 
@@ -89,6 +97,7 @@ _BY_CODE: dict[str, type[KVStoreClientError]] = {
     "block_size": BlockSizeError,
     "capacity": CapacityError,
     "pin_quota": PinQuotaError,
+    "busy": ServerBusyError,
     "stale_staging": StaleStagingError,
     "unavailable": StoreUnavailableError,
     "namespace_limit": CapacityError,

@@ -150,11 +150,18 @@ class Store:
         with self._lock:
             return self._host.deletes.delete_blocks(keys)
 
-    def prefetch(self, namespace: str, hashes: Sequence[BlockHash]) -> Future[int]:
+    def prefetch(self, namespace: str, hashes: Sequence[BlockHash], *,
+                 nowait: bool = False) -> Future[int]:
         """Start onboarding the blocks toward the top tier. The future resolves to the number
-        of requested blocks resident in the top tier when it finished."""
-        _, keys = self._book.keys(namespace, hashes)
-        return self._life.prefetch(self._reader.prefetch, keys)
+        of distinct requested blocks resident in the top tier when it finished (those there
+        already counted now). Only blocks the store holds below the top tier are queued:
+        raises :class:`~kvstore.errors.BusyError`, queueing nothing, if they would take the
+        queue past ``max_prefetch_blocks``. With ``nowait``, raises
+        :class:`~kvstore.errors.WouldBlock` rather than wait for the store lock."""
+        ns, keys = self._book.keys(namespace, hashes)
+        todo, done = self._reader.to_prefetch(keys, nowait=nowait)
+        return self._life.prefetch(self._reader.prefetch, todo, block_bytes=ns.block_bytes,
+                                   done=done)
 
     # -- pins --------------------------------------------------------------------------------
     def pin(self, namespace: str, hashes: Sequence[BlockHash], *, lease_s: float | None = None,

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 
 from kvstore.config import StoreConfig
 from kvstore.errors import KVStoreError
 from kvstore.store.demoter import Demoter
 from kvstore.store.parts import Parts
+from kvstore.store.prefetch_queue import PrefetchQueue
 from kvstore.types import BlockKey
 
 log = logging.getLogger("kvstore.store")
@@ -31,8 +32,7 @@ class Lifecycle:
         self._spill_on_close = config.spill_on_close
         self._demoter = self._start_demoter() if config.background_demotion else None
         self.closed = False
-        self._prefetcher = ThreadPoolExecutor(
-            max_workers=config.prefetch_workers, thread_name_prefix="kvstore-prefetch")
+        self._prefetcher = PrefetchQueue(config.prefetch_workers, config.max_prefetch_blocks)
 
     def _start_demoter(self) -> Demoter | None:
         """The host tier's background settler, where a persistent tier sits right below."""
@@ -50,9 +50,12 @@ class Lifecycle:
         if self.closed:
             raise KVStoreError("the store is closed")
 
-    def prefetch(self, work: Callable[[list[BlockKey]], int], keys: list[BlockKey]) -> Future[int]:
-        """Run ``work(keys)`` on a prefetch worker."""
-        return self._prefetcher.submit(work, keys)
+    def prefetch(self, work: Callable[[list[BlockKey]], int], keys: list[BlockKey], *,
+                 block_bytes: int, done: int = 0) -> Future[int]:
+        """Run ``work`` over ``keys`` on the prefetch workers (see
+        :meth:`PrefetchQueue.submit <kvstore.store.prefetch_queue.PrefetchQueue.submit>`:
+        :class:`~kvstore.errors.BusyError` past ``max_prefetch_blocks``)."""
+        return self._prefetcher.submit(work, keys, block_bytes=block_bytes, done=done)
 
     def settled(self, timeout: float | None = None) -> bool:
         """Wait until background demotion has nothing left to do; False on timeout. Returns
@@ -74,7 +77,7 @@ class Lifecycle:
             if self.closed:
                 return 0
             self.closed = True
-        self._prefetcher.shutdown(wait=True, cancel_futures=True)
+        self._prefetcher.shutdown()
         if self._demoter is not None:  # its batch in flight lands first; spill does the rest
             self._demoter.close()
         lost = 0

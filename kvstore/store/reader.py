@@ -28,6 +28,7 @@ from kvstore.tiers.base import BlockMeta
 from kvstore.types import BlockHash, BlockKey, LookupResult
 
 log = logging.getLogger("kvstore.store")
+_LOOKUP_CHUNK = 4096  # keys a prefetch looks up per hold of the store lock
 
 
 class Reader:
@@ -176,6 +177,19 @@ class Reader:
                 if self.discover(make_keys(namespace, hashes[n:]), prefix=True):
                     return self.lookup(namespace, hashes)
         return LookupResult(n, tiers)
+
+    def to_prefetch(self, keys: list[BlockKey], *, nowait: bool) -> tuple[list[BlockKey], int]:
+        """What a prefetch of ``keys`` has to do: the distinct blocks stored below the top
+        tier (unknown hashes and blocks on top are not queued), and how many are on top
+        already. With ``nowait``, raises :class:`~kvstore.errors.WouldBlock` rather than
+        wait for the lock."""
+        keys = list(dict.fromkeys(keys))
+        entries: list[Entry | None] = []
+        for start in range(0, len(keys), _LOOKUP_CHUNK):  # others' calls go on between
+            with self._lock.hold(nowait):
+                entries += self._ledger.visible_many(keys[start:start + _LOOKUP_CHUNK])
+        todo = [k for k, e in zip(keys, entries, strict=True) if e is not None and not e.holds(0)]
+        return todo, sum(e is not None and e.holds(0) for e in entries)
 
     def prefetch(self, keys: list[BlockKey]) -> int:
         """Promote blocks into the top tier; how many of ``keys`` it holds afterwards."""

@@ -63,10 +63,9 @@ async def answer(ops: Ops, session: Session, direct: DirectPut | None, header_by
                       noreply and not fatal, fatal)
 
 
-def busy_reply(rid: Any, max_connections: int) -> dict[str, Any]:
-    """The error reply of a connection refused because every established slot is taken."""
-    return error_reply(rid, "busy", f"too many connections (max_connections "
-                                    f"{max_connections}); try again later")
+def busy_reply(rid: Any, why: str) -> dict[str, Any]:
+    """The error reply of a connection refused a slot (``why``: which limit)."""
+    return error_reply(rid, "busy", why)
 
 
 def describe(exc: Exception, op: str) -> tuple[str, str, bool]:

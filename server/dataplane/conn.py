@@ -67,6 +67,7 @@ class Connection(asyncio.BufferedProtocol):
         self._held = 0  # budget bytes the frame being received or served holds
         self._waiting: asyncio.Task[None] | None = None  # waiting for budget room
         self._hello_timer: asyncio.TimerHandle | None = None
+        self._refused = ""  # why promotion failed (a busy message)
 
     @property
     def closed(self) -> bool:
@@ -236,7 +237,7 @@ class Connection(asyncio.BufferedProtocol):
                 self._close_after = True
             elif status == "ok" and not self.established and self.session.principal is not None \
                     and not self._promote():  # hello succeeded, but no slot is free
-                reply, blobs, status = busy_reply(rid, self.settings.max_connections), [], "busy"
+                reply, blobs, status = busy_reply(rid, self._refused), [], "busy"
                 self._close_after = True
         finally:
             self.plane.inflight -= 1
@@ -266,13 +267,15 @@ class Connection(asyncio.BufferedProtocol):
     # -- the trust boundary ---------------------------------------------------------------
     def _promote(self) -> bool:
         """Pending to established; False (and, outside a frame being served, an error frame
-        and a close) when every established slot is taken."""
+        and a close) when no established slot is free for it (``max_connections``, or its
+        tenant's ``max_connections_per_tenant``); ``_refused`` then says which."""
         self._stop_hello_timer()
-        if self.plane.promote(self):
+        refused = self.plane.promote(self)
+        if refused is None:
             return True
+        self._refused = refused
         if self._stage != 3:
-            busy = busy_reply(0, self.settings.max_connections)["error"]["message"]
-            self._fail(FrameError("busy", busy))
+            self._fail(FrameError("busy", refused))
         return False
 
     def _hello_expired(self) -> None:

@@ -33,6 +33,7 @@ class Session:
     send_fds: list[int] = field(default_factory=list)  # to attach to the next reply
     # the reply's payload borrows pinned memory: called once it is sent (or cannot be)
     after_send: Callable[[], Awaitable[None]] | None = None
+    prefetching: int = 0  # hashes of this connection's prefetches not yet read by the store
 
     @property
     def tenant(self) -> str | None:

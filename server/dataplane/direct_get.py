@@ -12,6 +12,12 @@ evicted, and a deleted one keeps its slots until its pins would have expired, so
 sent are always the block's. The pins' lease outlives the connection's ``frame_timeout_s``
 (after which a reply still unsent aborts the connection), and the frame budget bounds what the
 gets in flight may pin, as it bounds the copies they would otherwise make.
+
+The pins are charged to the caller's tenant like any other (``max_pinned_bytes_per_tenant``):
+a client that never reads its replies holds them until the frame timeout, and must not hold
+more of the host tier that way than by pinning. A get that would take its tenant past the
+quota is served by copy instead, within the same frame budget, so what a tenant's replies in
+flight hold is its quota pinned at most, plus copies within the budget.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import itertools
 from collections.abc import Awaitable, Callable
 from typing import Any, NamedTuple
 
+from kvstore.errors import PinQuotaError
 from kvstore.protocol import Buffer
 from kvstore.store import StoreAPI
 from kvstore.types import BlockHash
@@ -55,13 +62,18 @@ class DirectGet:
         self.lease_s = lease_s
 
     async def read(self, ns: str, hashes: list[BlockHash], block_bytes: int,
-                   limit: int, owner: str) -> GetPayload:
+                   limit: int, owner: str, tenant: str | None) -> GetPayload:
         """Each block of ``hashes``: a view of its pinned slab place where the host tier
-        holds it, else read and copied. The caller checked that the reply fits ``limit``."""
+        holds it (pins charged to ``tenant``; None: uncharged, the admin), else read and
+        copied; all copied where the pins would pass the tenant's quota. The caller checked
+        that the reply fits ``limit`` and holds its frame budget."""
         owner = f"{SEND_OWNER}{owner}/{next(_ids)}"
-        pins = await self._now(self.store.acquire_read, ns, hashes, lease_s=self.lease_s,
-                               owner=owner, promote=False)
-        extents = pins.extents  # no generation to check: the lease outlives the send
+        try:
+            pins = await self._now(self.store.acquire_read, ns, hashes, lease_s=self.lease_s,
+                                   owner=owner, promote=False, tenant=tenant)
+            extents = pins.extents  # no generation to check: the lease outlives the send
+        except PinQuotaError:  # nothing pinned: copies, within the budget the caller holds
+            extents = [None] * len(hashes)
         pinned = [h for h, ext in zip(hashes, extents, strict=True) if ext is not None]
 
         async def release() -> None:

@@ -2,8 +2,9 @@
 
 Every op validates its arguments on the event loop (cheap, and a bad frame never reaches the
 store), then runs its store call in a worker thread: one thread hop per batch, never per
-block. ``prefetch`` only queues work for the store's prefetch threads, on the event loop. The
-small ops of the shared-memory path and of routing (``shm_*``, ``lookup``, ``release``) first
+block. ``prefetch`` only queues work for the store's prefetch threads, within bounds
+(:mod:`server.dataplane.prefetch_share`). The small ops of the shared-memory path and of
+routing (``shm_*``, ``lookup``, ``release``, a small ``prefetch``) first
 try their store call on the event loop with ``nowait=True``: it either finishes in memory
 without waiting, or raises ``WouldBlock`` having changed nothing, and then goes to a worker
 thread. The hop costs more than such an op on a busy host, and a local put is two of them.
@@ -68,6 +69,7 @@ from server.dataplane.context import Answer, Handler, OpsContext, Session
 from server.dataplane.direct_get import direct_get
 from server.dataplane.direct_put import DirectPut
 from server.dataplane.get_reply import read_within, reply_bound
+from server.dataplane.prefetch_share import PrefetchShare
 from server.dataplane.shm_ops import SharedMemoryOps
 from server.errors import AuthError
 from server.settings import ServerSettings
@@ -93,6 +95,7 @@ class Ops:
         self.shm_ops = SharedMemoryOps(self.ctx, enabled=info.get("shm") is not None)
         self.direct_get = direct_get(store, self.ctx.now, run, settings.frame_timeout_s,
                                      settings.max_lease_s)
+        self.prefetches = PrefetchShare(self.ctx, settings.max_prefetch_blocks_per_connection)
         self.table: dict[type[Request], Handler] = {
             Hello: self.hello, Ping: self.ping, Register: self.register,
             Namespaces: self.namespaces, Put: self.put, Get: self.get, Lookup: self.lookup,
@@ -175,7 +178,7 @@ class Ops:
         if self.direct_get is not None and len(req.hashes) * ns.block_bytes <= limit:
             # the reply fits whatever hits: blocks the host tier holds go out of the slab
             got = await self.direct_get.read(ns.name, req.hashes, ns.block_bytes, limit,
-                                             session.owner)
+                                             session.owner, session.tenant)
             session.after_send = got.after_send
             return GetReply(got.sizes), got.pieces
         blocks = await self.run(read_within, self.store, ns.name, req.hashes, ns.block_bytes,
@@ -190,10 +193,10 @@ class Ops:
         return LookupReply(result.prefix_blocks, list(result.tiers)), []
 
     async def prefetch(self, session: Session, req: Prefetch, _: memoryview) -> Answer:
+        """Queue the blocks on the store's prefetch threads (see :mod:`server.dataplane.
+        prefetch_share`: ``busy`` past this connection's share or the store's queue)."""
         ns = self.ctx.ns(session, req.ns)
-        # Only queues the work on the store's prefetch threads: no need for a hop of our own
-        # (which would hold up the next frame on this connection, often the lookup).
-        self.store.prefetch(ns.name, req.hashes)
+        await self.prefetches.queue(session, ns.name, req.hashes)
         return PrefetchReply(len(req.hashes)), []
 
     async def pin(self, session: Session, req: Pin, _: memoryview) -> Answer:

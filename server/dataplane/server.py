@@ -6,7 +6,10 @@ backpressure and timeouts live there). Connections that have not authenticated y
 are limited apart from established ones, so that half-open connections cannot take the slots
 of real clients: past ``max_pending_connections`` the oldest pending one is closed (a real
 client says hello at once; an idle one waits for its ``hello_timeout_s``), and
-``max_connections`` counts established connections only. A vanished client's pins go when
+``max_connections`` counts established connections only, of which one tenant holds at most
+``max_connections_per_tenant`` (the admin's are not counted). A refused connection gets a
+``busy`` error frame saying which limit, then a close, and is counted in
+``kvstore_dataplane_connections_refused_total{reason}``. A vanished client's pins go when
 its last connection closes (its grants ``grant_grace_s`` later), and otherwise when their
 leases run out (a reaper expires leases every second).
 """
@@ -19,6 +22,7 @@ import logging
 import os
 import socket
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -56,6 +60,8 @@ class DataPlane:
         self.connections: set[Connection] = set()
         self.pending: dict[Connection, None] = {}  # not authenticated yet, oldest first
         self.established = 0
+        self.tenants: dict[Connection, str] = {}  # established connections of a tenant
+        self.per_tenant: Counter[str] = Counter()
         self.inflight = 0
         self._servers: list[asyncio.AbstractServer] = []
         self._reaper: asyncio.Task[None] | None = None
@@ -92,6 +98,7 @@ class DataPlane:
             del self.pending[oldest]
             log.warning("data plane: %d connections waiting to authenticate; closing the oldest",
                         len(self.pending) + 1)
+            self.metrics.refused.labels("max_pending_connections").inc()
             oldest._fail(FrameError("busy", "too many connections waiting to authenticate "
                                             "(max_pending_connections); say hello sooner"))
 
@@ -99,15 +106,28 @@ class DataPlane:
         """Connections open now over the Unix socket (``unix``) or TCP."""
         return sum(c.session.unix == unix for c in list(self.connections))
 
-    def promote(self, conn: Connection) -> bool:
-        """Count ``conn`` as established; False if ``max_connections`` are already."""
+    def promote(self, conn: Connection) -> str | None:
+        """Count ``conn`` as established; None if it is, else why not (a ``busy`` message):
+        ``max_connections`` are already, or its tenant holds ``max_connections_per_tenant``."""
         self.pending.pop(conn, None)
-        if self.established >= self.settings.max_connections:
-            log.warning("data plane: connection limit %d reached", self.settings.max_connections)
-            return False
+        s = self.settings
+        if self.established >= s.max_connections:
+            log.warning("data plane: connection limit %d reached", s.max_connections)
+            self.metrics.refused.labels("max_connections").inc()
+            return f"too many connections (max_connections {s.max_connections}); try again later"
+        tenant = conn.session.tenant
+        if tenant is not None:
+            cap = s.tenant_connections()
+            if self.per_tenant[tenant] >= cap:
+                log.warning("data plane: tenant %r holds its %d connections", tenant, cap)
+                self.metrics.refused.labels("max_connections_per_tenant").inc()
+                return (f"tenant {tenant!r} holds {cap} data plane connections "
+                        "(max_connections_per_tenant); close one or try again later")
+            self.per_tenant[tenant] += 1
+            self.tenants[conn] = tenant
         conn.established = True
         self.established += 1
-        return True
+        return None
 
     def closed(self, conn: Connection) -> None:
         self.connections.discard(conn)
@@ -115,6 +135,11 @@ class DataPlane:
         if conn.established:
             conn.established = False
             self.established -= 1
+            tenant = self.tenants.pop(conn, None)
+            if tenant is not None:  # counted under the tenant it had when established
+                self.per_tenant[tenant] -= 1
+                if not self.per_tenant[tenant]:
+                    del self.per_tenant[tenant]
         owner = conn.session.owner
         if any(c.session.owner == owner for c in self.connections):
             return

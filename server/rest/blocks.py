@@ -88,7 +88,8 @@ async def get_block(
         return Response(content=data, media_type="application/octet-stream")
     # pinned in the host slab and sent from there (server.rest.slab_body), or read from a
     # lower tier in a worker thread; the pin is taken here unless the store lock is busy
-    got = await direct.read(ns.name, [h], ns.block_bytes, ns.block_bytes, "rest")
+    got = await direct.read(ns.name, [h], ns.block_bytes, ns.block_bytes, "rest",
+                            principal.tenant)
     if got.sizes[0] < 0:
         raise BlockNotFoundError(f"block {block_hash_hex} not found in {namespace!r}")
     return SlabResponse(got.pieces, got.sizes[0], got.after_send,

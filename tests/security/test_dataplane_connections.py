@@ -1,11 +1,15 @@
 """Issue 14 item 7, data plane: connections that never authenticate are closed after a short
 ``hello`` deadline and are limited apart from authenticated ones, so that they cannot take the
-slots of real clients."""
+slots of real clients; and one tenant holds at most ``max_connections_per_tenant`` of the
+established ones."""
 
 from __future__ import annotations
 
 import socket
 import time
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from kvstore.client import KVStoreClient
 from tests.security import dataplane_wire
@@ -65,3 +69,49 @@ def test_unauthenticated_connections_have_their_own_limit(dp_server) -> None:
         for s in idle:
             s.close()
 
+
+
+TOKEN_A, TOKEN_B = "dp-tenant-a-0123", "dp-tenant-b-0123"
+
+
+def _refused(srv, token: str) -> dict:
+    with connect(srv) as s:
+        reply = call(s, {"op": "hello", "id": 1, "token": token})
+        assert closed_within(s, 3)
+    return reply
+
+
+def test_one_tenant_cannot_take_every_connection(dp_server) -> None:
+    # the report: one tenant held all 1,024 data-plane connections; 12 and 4 here
+    srv = dp_server("--token", TOKEN, "--tenant-tokens",
+                    f'{{"a": "{TOKEN_A}", "b": "{TOKEN_B}"}}', "--max-connections", "12",
+                    "--max-connections-per-tenant", "4")
+    held = [hello(srv, TOKEN_A) for _ in range(4)]
+    others: list[socket.socket] = []
+    try:
+        reply = _refused(srv, TOKEN_A)  # the fifth of tenant a: a clear error, then a close
+        assert reply["ok"] is False and reply["error"]["code"] == "busy", reply
+        assert "max_connections_per_tenant" in reply["error"]["message"]
+        # another tenant, and the admin, still connect
+        others = [hello(srv, TOKEN_B), hello(srv, TOKEN), hello(srv, TOKEN)]
+        for s in others:
+            assert call(s, {"op": "ping", "id": 2})["ok"] is True
+        # a's slot comes back when one of its connections closes
+        held.pop().close()
+        deadline = time.monotonic() + 5
+        while True:
+            with connect(srv) as s:
+                if call(s, {"op": "hello", "id": 1, "token": TOKEN_A})["ok"]:
+                    break
+            assert time.monotonic() < deadline, "a closed connection's slot never came back"
+            time.sleep(0.1)
+        metrics = httpx.get(f"{srv.url}/metrics", timeout=10,
+                            headers={"Authorization": f"Bearer {TOKEN}"}).text
+        refused = {tuple(sample.labels.items()): sample.value
+                   for family in text_string_to_metric_families(metrics)
+                   for sample in family.samples
+                   if sample.name == "kvstore_dataplane_connections_refused_total"}
+        assert refused[(("reason", "max_connections_per_tenant"),)] >= 1, refused
+    finally:
+        for s in held + others:
+            s.close()

@@ -110,3 +110,19 @@ def test_lease_cap_and_pin_quota(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     for bad in ("inf", "nan", "-1", "0"):
         with pytest.raises(ValidationError):
             load_settings(data_dir=str(tmp_path), max_lease_s=bad)
+
+
+def test_tenant_connections_and_prefetch_bounds(tmp_path: Path) -> None:
+    s = load_settings(data_dir=str(tmp_path))
+    assert s.tenant_connections() == 256  # a quarter of max_connections
+    assert s.store_config().max_prefetch_blocks == 262144
+    assert s.max_prefetch_blocks_per_connection == 65536
+    s = load_settings(data_dir=str(tmp_path), max_connections=6, max_prefetch_blocks=10)
+    assert s.tenant_connections() == 1 and s.store_config().max_prefetch_blocks == 10
+    assert load_settings(data_dir=str(tmp_path),
+                         max_connections_per_tenant=9).tenant_connections() == 9
+    for field in ("max_prefetch_blocks", "max_prefetch_blocks_per_connection"):
+        with pytest.raises(ValidationError):
+            load_settings(data_dir=str(tmp_path), **{field: 0})
+    with pytest.raises(ValidationError):
+        load_settings(data_dir=str(tmp_path), max_connections_per_tenant=-1)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import time
 
+import pytest
+
 from .conftest import BLOCK, StoreFactory, blocks
 
 
@@ -132,6 +134,25 @@ def test_expire_leases_of_an_owner(make_store: StoreFactory) -> None:
     store.pin("m", hashes[:1], lease_s=60, owner="client-2")
     assert store.expire_leases(owner="client-1") == 3
     assert store.stats()["totals"]["pinned"] == 1
+
+
+def test_prefetch_queues_only_blocks_below_the_top_and_within_its_bound(
+        make_store: StoreFactory) -> None:
+    from kvstore.errors import BusyError
+
+    store = make_store(host=4, disk=64, max_prefetch_blocks=4)
+    hashes, data = blocks(12)
+    store.put("m", hashes, data)
+    unknown = [os.urandom(32) for _ in range(1000)]  # cost the queue nothing
+    assert store.prefetch("m", unknown).result(timeout=10) == 0
+    on_top = store.lookup("m", hashes[-2:]).tiers
+    assert on_top == ["host", "host"]
+    assert store.prefetch("m", hashes[-2:] + unknown).result(timeout=10) == 2
+    with pytest.raises(BusyError, match="max_prefetch_blocks"):  # 5 below the top: refused
+        store.prefetch("m", hashes[:5])
+    assert store.lookup("m", hashes[:5]).tiers == ["disk"] * 5  # nothing was queued
+    assert store.prefetch("m", hashes[:2] * 3).result(timeout=10) == 2  # repeats once
+    assert store.lookup("m", hashes[:2]).tiers == ["host", "host"]
 
 
 def test_prefetch_onboards_to_the_top_tier(make_store: StoreFactory) -> None:
