@@ -40,7 +40,7 @@ from kvstore.protocol import (
     StageReply,
 )
 from kvstore.protocol.shm import ShmMap, ShmMapReply
-from kvstore.tiers.slots import Fenced
+from kvstore.tiers.slots import Granted
 from kvstore.types import BlockHash
 from server.dataplane.context import Answer, Handler, OpsContext, Session
 from server.errors import ForbiddenError
@@ -162,10 +162,10 @@ class SharedMemoryOps:
 
     def _lookup_acquire(self, ns: str, hashes: list[BlockHash], lease_s: float | None, owner: str,
                         tenant: str | None,
-                        nowait: bool = False) -> tuple[int, list[str], Fenced]:
+                        nowait: bool = False) -> tuple[int, list[str], Granted]:
         found = self._store.lookup(ns, hashes, nowait=nowait)
         n = found.prefix_blocks
         granted = self._store.acquire_read(
             ns, hashes[:n], lease_s=lease_s, owner=owner, nowait=nowait, promote=False,
-            tenant=tenant) if n else Fenced([], [])
+            tenant=tenant) if n else Granted([], [], [])
         return n, list(found.tiers), granted
