@@ -36,15 +36,14 @@ def checksum_parts(parts: Sequence[Buffer]) -> int:
     return h.intdigest()
 
 
-def copy_summed(dest: memoryview, src: memoryview, h: xxhash.xxh3_64 | None = None) -> int:
-    """Copy ``src`` into ``dest`` (same length, flat bytes) and return the checksum of what
-    was written, hashing each chunk of ``dest`` right after copying it. With ``h``, the bytes
-    are added to that running hash instead (a block over several extents)."""
-    own = h is None
-    run = xxhash.xxh3_64() if h is None else h
+def copy_summed(dest: memoryview, src: memoryview, h: xxhash.xxh3_64, *,
+                of_src: bool = False) -> None:
+    """Copy ``src`` into ``dest`` (same length, flat bytes), adding the bytes to the running
+    hash ``h`` a chunk at a time right after copying the chunk (still in cache): those of
+    ``dest``, or with ``of_src`` those of ``src`` (a writer hashes what it meant to write,
+    not a shared destination that another process may change)."""
     n = src.nbytes
     for lo in range(0, n, CHUNK):
         hi = min(n, lo + CHUNK)
         dest[lo:hi] = src[lo:hi]
-        run.update(dest[lo:hi])
-    return run.intdigest() if own else 0
+        h.update(src[lo:hi] if of_src else dest[lo:hi])

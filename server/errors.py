@@ -8,6 +8,7 @@ from typing import NamedTuple
 from kvstore.errors import (
     BlockSizeError,
     CapacityError,
+    ChecksumMismatchError,
     DiskFullError,
     InvalidHashError,
     KVStoreError,
@@ -51,6 +52,7 @@ _TABLE: tuple[tuple[type[BaseException], Mapped], ...] = (
     (NamespaceConflictError, Mapped(409, "namespace_conflict")),
     (StaleStagingError, Mapped(409, "stale_staging")),
     (BlockSizeError, Mapped(400, "block_size")),
+    (ChecksumMismatchError, Mapped(400, "checksum_mismatch")),
     (InvalidHashError, Mapped(400, "invalid_hash")),
     (CapacityError, Mapped(507, "capacity")),
     (PinQuotaError, Mapped(429, "pin_quota")),

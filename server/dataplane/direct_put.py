@@ -8,11 +8,12 @@ the socket into their places (neighbouring places as one run: :mod:`server.datap
 .slab_runs`); blocks the store already has are read into a scratch buffer and dropped.
 :meth:`DirectPut.commit` publishes them once the whole payload is in, and
 :meth:`DirectPut.abort` frees them if the frame never completes (the connection dropped or
-timed out), so a block is never partially visible. The places are reserved for longer than a
-frame may take (not for the default lease), so they are never freed while its bytes may still
-arrive. Anything else (an odd header, a full host tier, a busy store, a frame timeout past
-``max_lease_s``) returns None and the frame is read into a buffer and served as before; that
-path also produces every error reply.
+timed out), so a block is never partially visible. The commit hashes each block where it
+landed and refuses one whose bytes differ from the checksum the client sent with the put.
+The places are reserved for longer than a frame may take (not for the default lease), so
+they are never freed while its bytes may still arrive. Anything else (an odd header, a full
+host tier, a busy store, a frame timeout past ``max_lease_s``) returns None and the frame is
+read into a buffer and served as before; that path also produces every error reply.
 """
 
 from __future__ import annotations
@@ -37,10 +38,11 @@ class DirectPut:
 
     def __init__(self, store: StoreAPI, ns: str, hashes: list[BlockHash], owner: str,
                  targets: list[memoryview], scratch: bytearray | None,
-                 buffers: BufferPool) -> None:
+                 buffers: BufferPool, sums: list[int | None] | None = None) -> None:
         self.store = store
         self.ns = ns
         self.hashes = hashes
+        self.sums = sums
         self.owner = owner
         self._targets: Iterator[memoryview] = iter(targets)
         self._scratch = scratch
@@ -52,9 +54,10 @@ class DirectPut:
         return next(self._targets, None)
 
     def commit(self, nowait: bool = False) -> PutResult:
-        """Publish the received blocks (the store's ``commit_write``)."""
+        """Publish the received blocks (the store's ``commit_write``, which hashes them where
+        they landed and refuses those that differ from the client's ``sums``)."""
         result: PutResult = self.store.commit_write(self.ns, self.hashes, owner=self.owner,
-                                                    nowait=nowait)
+                                                    nowait=nowait, sums=self.sums)
         self.done = True
         return result
 
@@ -110,4 +113,4 @@ def begin(ops: Any, session: Any, header_bytes: bytes, payload_len: int) -> Dire
     targets = [host.view(*place) if place is not None
                else memoryview(cast(bytearray, scratch))[: ns.block_bytes]
                for place in coalesce(places)]
-    return DirectPut(store, ns.name, hashes, owner, targets, scratch, ops.buffers)
+    return DirectPut(store, ns.name, hashes, owner, targets, scratch, ops.buffers, put.sums)
