@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from kvstore.checksum import checksum
 from kvstore.client import calls, grant
 from kvstore.client.core import ClientCore
 from kvstore.client.discovery import ServerInfo
@@ -88,7 +89,9 @@ def test_put_without_the_slab_sends_batches_of_put_frames() -> None:
     blocks = [b"a" * 4] * 4
     result = run_blocking(Transfers().put(link(), "ns", H, blocks, False), server)
     assert result == {"stored": 3, "existing": 1, "refused": 0}
-    assert server.requests == [Put("ns", H[:3], [4, 4, 4]), Put("ns", H[3:], [4])]
+    csum = checksum(b"a" * 4)  # every put carries the writer's checksums
+    assert server.requests == [Put("ns", H[:3], [4, 4, 4], sums=[csum] * 3),
+                               Put("ns", H[3:], [4], sums=[csum])]
     assert list(server.sent[0].payload) == blocks[:3]
 
 
