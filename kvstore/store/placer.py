@@ -301,6 +301,9 @@ class Placer:
                 chunk = blocks[i:i + MAX_DEMOTE_BATCH]
                 datas = self._tiers[top].get_many([k for k, _ in chunk])
                 good = self._checks.matches([k for k, _ in chunk], datas)
+                self._checks.drop(top, [k for (k, _), d, ok in zip(chunk, datas, good,
+                                                                   strict=True)
+                                        if d is not None and not ok], "demote")
                 items: list[Item] = [(k, d, BlockMeta(e.layout_id, e.checksum, e.size))
                                      for (k, e), d, ok in zip(chunk, datas, good, strict=True)
                                      if ok and d is not None]
