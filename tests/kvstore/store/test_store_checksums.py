@@ -142,3 +142,16 @@ def test_flipped_host_bytes_are_a_miss_and_never_demoted(make_store: StoreFactor
     assert host["corrupt_dropped"] == 2
     assert [g.why for g in store.trace("m", hashes[:2]).ghosts if g] == ["corrupt"] * 2
     store.check_integrity()
+
+
+def test_background_demotion_never_writes_flipped_host_bytes(make_store: StoreFactory) -> None:
+    store = make_store(host=16, disk=64, host_watermarks=(0.5, 0.75), background_demotion=True)
+    hashes, data = blocks(14)
+    store.put("m", hashes[:2], data[:2])
+    _host_view(store, hashes[0])[3] ^= 0xFF
+    store.put("m", hashes[2:], data[2:])  # past the high watermark: the thread settles it
+    assert store.settled(10)
+    assert store.get("m", hashes[:2]) == [None, data[1]]
+    assert store.tier("disk").get_many([("m", hashes[0])]) == [None]
+    assert store.stats()["tiers"]["host"]["corrupt_by_cause"] == {"demote": 1}
+    store.check_integrity()
