@@ -181,6 +181,10 @@ def test_flipped_host_bytes_are_a_miss_on_every_read_path(server: ServerProc,
         assert after.get("send", 0) - before.get("send", 0) == 3
         assert after.get("client", 0) - before.get("client", 0) == 1
         assert sock.get(ns, hashes) == [None] * 4  # dropped from the store
+        metrics = httpx.get(server.url + "/metrics", timeout=10).text
+        assert any(line.startswith("kvstore_tier_corrupt_dropped_by_cause_total{")
+                   and 'tier="host"' in line and 'cause="send"' in line
+                   for line in metrics.splitlines())
 
 
 def test_flipped_host_bytes_are_never_demoted_to_disk(server: ServerProc,
