@@ -31,6 +31,10 @@ class InvalidHashError(KVStoreError, ValueError):
     """A block hash is not valid bytes/hex of an accepted length."""
 
 
+class ChecksumMismatchError(KVStoreError, ValueError):
+    """A block's bytes do not match the checksum its writer sent with it: not stored."""
+
+
 class CapacityError(KVStoreError):
     """No tier can take the block: everything evictable is pinned or the block is larger than
     every tier."""

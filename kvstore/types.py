@@ -35,6 +35,11 @@ class PutResult(NamedTuple):
     refused: int
 
 
+CorruptCause = Literal["read", "send", "client", "demote"]
+"""Where a block failed its checksum: a read by the store (a socket or REST get, a promotion),
+the check of a get reply's slab bytes before sending, a client's copy out of shared memory
+(the client tells the server), or the check of a demotion's or spill's bytes."""
+
 LeftBecause = Literal["evicted", "deleted", "corrupt", "lost"]
 """Why a block left the store: evicted from the last tier that held it to make room, deleted by
 a client, dropped because its checksum failed, or lost by its tier behind the store's back (an

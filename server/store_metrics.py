@@ -4,7 +4,8 @@ up, and the back-end counters a tier reports (the S3 tier's write-back queue and
 
 Names: ``kvstore_<key>`` for totals, ``kvstore_tier_<key>{tier}``,
 ``kvstore_namespace_<key>{namespace}``; ``kvstore_up`` and ``kvstore_tier_up{tier}`` (1 or 0);
-``kvstore_tier_backend_<key>{tier}`` for a tier's back-end counters (``BACKEND``).
+``kvstore_tier_backend_<key>{tier}`` for a tier's back-end counters (``BACKEND``);
+``kvstore_tier_corrupt_dropped_by_cause{tier,cause}``.
 """
 
 from __future__ import annotations
@@ -66,6 +67,21 @@ class StoreCollector(Collector):
                     family.add_metric([group] if label else [], float(value))
                 yield family
         yield from self._backends(doc.get("tiers", {}))
+        yield from self._corrupt(doc.get("tiers", {}))
+
+    @staticmethod
+    def _corrupt(tiers: dict[str, Any]) -> Iterator[Metric]:
+        """Blocks dropped for a failed checksum, by tier and by where it was found."""
+        rows = [(t, cause, n) for t, v in tiers.items()
+                for cause, n in (v.get("corrupt_by_cause") or {}).items()]
+        if rows:
+            family = CounterMetricFamily(
+                "kvstore_tier_corrupt_dropped_by_cause",
+                "blocks dropped for a failed checksum, by tier and cause (read, send, client, "
+                "demote)", labels=["tier", "cause"])
+            for tier, cause, n in rows:
+                family.add_metric([tier, cause], float(n))
+            yield family
 
     @staticmethod
     def _backends(tiers: dict[str, Any]) -> Iterator[Metric]:

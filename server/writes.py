@@ -18,17 +18,17 @@ from kvstore.types import BlockHash, PutResult
 
 def durable_put(
     store: StoreAPI, namespace: str, hashes: Sequence[BlockHash], blocks: Sequence[Any],
-    durable: bool, tier: str | None,
+    durable: bool, tier: str | None, sums: Sequence[int | None] | None = None,
 ) -> PutResult:
     """``store.put`` with the durability rule above. Raises TierUnavailableError for a durable
     put when no persistent tier is configured, and :class:`DiskFullError` naming the full disk
     when the persistent tier refused blocks because its file system is full."""
     if not durable:
-        result: PutResult = store.put(namespace, hashes, blocks)
+        result: PutResult = store.put(namespace, hashes, blocks, sums=sums)
         return result
     if tier is None:
         raise TierUnavailableError("durable put asked for, but no persistent tier is configured")
-    result = store.put(namespace, hashes, blocks, tier=tier)
+    result = store.put(namespace, hashes, blocks, tier=tier, sums=sums)
     if result.refused:
         health = store.tier(tier).health()
         if health.get("disk_full"):

@@ -35,6 +35,9 @@ class BlockTransfer:
     # each granted block's slab generation, checked after the copy: a moved number means the
     # grant's lease ran out and the slots hold another block now (the block is fetched again)
     gens: list[int | None] | None = None
+    # each granted block's recorded checksum: the worker hashes the slab bytes it copied
+    # and fetches again (a miss, vLLM recomputes if that fails too) a block that differs
+    sums: list[int | None] | None = None
     granted_at: float = 0.0
     granted_ns: str = ""
     # the segment (connectors.vllm.segments) the blocks belong to, and for a segment of

@@ -183,6 +183,7 @@ class SchedulerSide:
         hashes = [bytes(request.block_hashes[b]) for b in where]
         extents: list[Any] | None = None
         gens: list[int | None] | None = None
+        sums: list[int | None] | None = None
         instance = ""
         if grant is not None and grant[1].instance:
             first, g = grant
@@ -191,16 +192,19 @@ class SchedulerSide:
             if g.gens:
                 gens = [g.gens[b - first] if 0 <= b - first < len(g.gens) else None
                         for b in where]
+            if g.sums:
+                sums = [g.sums[b - first] if 0 <= b - first < len(g.sums) else None
+                        for b in where]
             if any(e is not None for e in extents):
                 instance = g.instance
             else:
-                extents, gens = None, None
+                extents, gens, sums = None, None, None
         # The grant's pins on blocks vLLM already has go with the load's: released now, they
         # would wake the store during this step's forward pass for nothing.
         self._loads.append(BlockTransfer(
             request.request_id, [ids[0][b] for b in where], hashes, notify=self.load_async,
             extents=extents, instance=instance, granted_at=st.granted_at,
-            granted_ns=seg.link.namespace, gens=gens, segment=i,
+            granted_ns=seg.link.namespace, gens=gens, sums=sums, segment=i,
             extra_ids=[[g[b] for b in where] for g in ids[1:]],
         ))
         pins.plain = [h for j, h in enumerate(hashes) if extents is None or extents[j] is None]

@@ -36,6 +36,7 @@ from connectors.vllm.pages import PagedKV
 from connectors.vllm.saver import Saver
 from connectors.vllm.stats import KVStoreConnectorStats
 from connectors.vllm.store_link import StoreLink, StoreUnavailable
+from kvstore.checksum import checksum_parts
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -178,6 +179,7 @@ class WorkerSide:
             return ok
         idx = [i for i, ext in enumerate(t.extents) if ext is not None]
         src = np.frombuffer(slab.buf, dtype=np.uint8)
+        bad = 0
         try:
             for lo in range(0, len(idx), step):
                 part = idx[lo : lo + step]
@@ -187,10 +189,20 @@ class WorkerSide:
                 )
                 for i in part:  # fenced: copied after the grant's slots were freed, refetch
                     ok[i] = t.gens is None or slab.current(t.extents[i] or [], t.gens[i])
+                    # the bytes copied must still be the block's (a late writer may have
+                    # landed on them): hashed in the slab after the copy, as the generation
+                    csum = t.sums[i] if t.sums else None
+                    if ok[i] and csum is not None and checksum_parts(
+                            [slab.buf[o : o + n] for o, n in t.extents[i] or []]) != csum:
+                        ok[i] = False
+                        bad += 1
         except ValueError as exc:  # extents that cannot be a block of ours: fetch instead
             logger.warning("request %s: unusable grant from kvstore (%s)", t.req_id, exc)
         finally:
             del src  # a live view would keep the slab mapped after the client lets it go
+        if bad:  # fetched again below: the store's own read drops a block that is bad
+            logger.warning("request %s: %d granted blocks failed their checksum after the "
+                           "copy; fetching them again", t.req_id, bad)
         return ok
 
     def _load_buffer(self, n: int) -> torch.Tensor:

@@ -42,6 +42,8 @@ class Grant:
     empty). Release the hashes that have extents with :meth:`KVStoreClient.release_grant`.
     ``gens[i]`` is block ``i``'s generation: a reader checks it after copying
     (``SlabMapping.read(ext, gen)``), and a moved number means the copy is not that block.
+    ``sums[i]`` is its recorded checksum (xxh3-64): a reader hashes what it copied and counts
+    a copy that differs as a miss (``SlabMapping.read_summed``).
     """
 
     prefix_blocks: int
@@ -49,6 +51,7 @@ class Grant:
     extents: list[Extents | None]
     instance: str
     gens: list[int | None] = field(default_factory=list)
+    sums: list[int | None] = field(default_factory=list)
 
     def granted(self, hashes: Sequence[bytes]) -> list[BlockHash]:
         """The hashes of the hit that this grant pinned (``hashes`` as looked up)."""
@@ -70,7 +73,8 @@ def lookup_acquire(link: Link, ns: str, hashes: Sequence[BlockHash],
     extents, n = list(reply.extents), int(reply.prefix_blocks)
     if len(extents) != n:
         raise ProtocolError(f"shm_lookup returned {len(extents)} extents for a hit of {n} blocks")
-    return Grant(n, list(reply.tiers), extents, link.info.instance, list(reply.gens))
+    return Grant(n, list(reply.tiers), extents, link.info.instance, list(reply.gens),
+                 list(reply.sums))
 
 
 def release_grant(_: Link, ns: str, hashes: Sequence[BlockHash], wait: bool) -> Steps[int]:

@@ -9,7 +9,12 @@ Fencing: extents come with their block's generation. :meth:`SlabMapping.write` c
 before copying in and the reads check it after copying out, against the generation words the
 server keeps in the same segment (see :mod:`kvstore.tiers.slots`); a moved number raises
 :class:`~kvstore.client.errors.StaleExtentsError`: the copy was late, its slots belong to
-another block now."""
+another block now.
+
+Checksums: a write returns the checksum of the block it copied in (the commit sends it, and
+the server refuses a block whose bytes in the slab differ); a checked read hashes its copy
+and compares with the block's recorded checksum, so that bytes changed in the slab after the
+commit (a late writer that passed its generation check before stalling) are a miss."""
 
 from __future__ import annotations
 
@@ -21,7 +26,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import xxhash
 
+from kvstore.checksum import checksum, copy_summed
 from kvstore.client.errors import BlockSizeError, KVStoreClientError, StaleExtentsError
 from kvstore.protocol.frame import Buffer
 
@@ -75,20 +82,24 @@ class SlabMapping:
                 f"extents at {extents[0][0]} were freed since generation {gen} was handed out "
                 "(the lease ran out)", "stale_extents")
 
-    def write(self, extents: Extents, block: Buffer, gen: int | None = None) -> None:
-        """Copy ``block`` into the slab at ``extents`` (which must add up to its size). With
-        ``gen``, first check the slots are still that generation (:class:`StaleExtentsError`
-        if not, nothing written)."""
+    def write(self, extents: Extents, block: Buffer, gen: int | None = None) -> int:
+        """Copy ``block`` into the slab at ``extents`` (which must add up to its size) and
+        return the checksum of ``block`` (hashed a chunk at a time as it is copied, from the
+        source: what lands in the slab may be overwritten by a late writer, the commit
+        compares). With ``gen``, first check the slots are still that generation
+        (:class:`StaleExtentsError` if not, nothing written)."""
         self.verify(extents, gen)
         src = memoryview(block).cast("B")
         want = sum(length for _, length in extents)
         if want != src.nbytes:
             raise BlockSizeError(f"block of {src.nbytes} bytes does not match its namespace, "
                                  f"whose blocks are {want} bytes", "block_size")
+        h = xxhash.xxh3_64()
         pos = 0
         for off, length in extents:
-            self.buf[off:off + length] = src[pos:pos + length]
+            copy_summed(self.buf[off:off + length], src[pos:pos + length], h, of_src=True)
             pos += length
+        return h.intdigest()
 
     def read(self, extents: Extents, gen: int | None = None) -> bytes:
         """The block's bytes as a new ``bytes`` (one copy); with ``gen``, checked after the
@@ -100,6 +111,25 @@ class SlabMapping:
             out = b"".join(self.buf[off:off + length] for off, length in extents)
         self.verify(extents, gen)
         return out
+
+    def read_summed(self, extents: Extents, gen: int | None = None) -> tuple[bytes, int]:
+        """:meth:`read` and the checksum of the bytes copied (of the copy, which no other
+        process can change)."""
+        out = self.read(extents, gen)
+        return out, checksum(out)
+
+    def read_into_summed(self, extents: Extents, dest: Buffer,
+                         gen: int | None = None) -> tuple[int, int]:
+        """:meth:`read_into` and the checksum of the bytes copied, each chunk hashed in
+        ``dest`` right after it is copied (still in cache)."""
+        out = memoryview(dest).cast("B")
+        h = xxhash.xxh3_64()
+        pos = 0
+        for off, length in extents:
+            copy_summed(out[pos:pos + length], self.buf[off:off + length], h)
+            pos += length
+        self.verify(extents, gen)
+        return pos, h.intdigest()
 
     def read_into(self, extents: Extents, dest: Buffer, gen: int | None = None) -> int:
         """Copy the block into ``dest`` (writable, large enough); returns bytes copied. With
@@ -128,13 +158,10 @@ class SlabMapping:
             self._shm.close()
 
 
-def write_fenced(slab: SlabMapping, extents: Extents, block: Buffer, gen: int | None) -> None:
+def write_fenced(slab: SlabMapping, extents: Extents, block: Buffer, gen: int | None) -> int:
     """``slab.write``, fenced by ``gen`` when the server gave one (an older server gives
-    none: a plain copy, as before generations)."""
-    if gen is None:
-        slab.write(extents, block)
-    else:
-        slab.write(extents, block, gen)
+    none: a plain copy, as before generations); the block's checksum."""
+    return slab.write(extents, block) if gen is None else slab.write(extents, block, gen)
 
 
 def read_fenced(slab: SlabMapping, extents: Extents, gen: int | None) -> bytes:
@@ -145,6 +172,25 @@ def read_fenced(slab: SlabMapping, extents: Extents, gen: int | None) -> bytes:
 def read_into_fenced(slab: SlabMapping, extents: Extents, dest: Buffer, gen: int | None) -> int:
     """``slab.read_into``, checked against ``gen`` when the server gave one."""
     return slab.read_into(extents, dest) if gen is None else slab.read_into(extents, dest, gen)
+
+
+def read_checked(slab: SlabMapping, extents: Extents, gen: int | None,
+                 csum: int | None) -> tuple[bytes, bool]:
+    """``read_fenced``, and whether the copy hashes to ``csum`` (the block's recorded
+    checksum; None from a server that sends none: not checked, True)."""
+    if csum is None:
+        return read_fenced(slab, extents, gen), True
+    out, got = slab.read_summed(extents, gen)
+    return out, got == csum
+
+
+def read_into_checked(slab: SlabMapping, extents: Extents, dest: Buffer, gen: int | None,
+                      csum: int | None) -> tuple[bool, bool]:
+    """``read_into_fenced`` (whether it copied), and whether the copy hashes to ``csum``."""
+    if csum is None:
+        return read_into_fenced(slab, extents, dest, gen) > 0, True
+    n, got = slab.read_into_summed(extents, dest, gen)
+    return n > 0, got == csum
 
 
 def try_map(name: str, size: int, instance: str = "", slot_bytes: int = 0,

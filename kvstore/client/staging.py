@@ -61,12 +61,12 @@ class StagedPlaces:
         return None
 
     def fill(self, slab: SlabMapping, instance: str, ns: str, places: list[Place],
-             blocks: Sequence[Buffer]) -> None:
-        """Copy ``blocks`` into ``places``; on failure the places go back to the pool (the
-        server has not seen them) and the error is raised."""
+             blocks: Sequence[Buffer]) -> list[int | None]:
+        """Copy ``blocks`` into ``places``; their checksums (for the commit). On failure the
+        places go back to the pool (the server has not seen them) and the error is raised."""
         try:
-            for ext, block in zip(places, blocks, strict=True):
-                write_fenced(slab, ext, block, self.gen(ext))
+            return [write_fenced(slab, ext, block, self.gen(ext))
+                    for ext, block in zip(places, blocks, strict=True)]
         except BaseException:
             self.give_back(instance, ns, places)
             raise

@@ -14,6 +14,7 @@ import contextlib
 from collections.abc import Sequence
 from typing import Any
 
+from kvstore.checksum import checksum, checksums
 from kvstore.client.errors import (
     BadRequestError,
     CapacityError,
@@ -22,16 +23,18 @@ from kvstore.client.errors import (
 )
 from kvstore.client.exchange import Call, Link, Steps
 from kvstore.client.plan import batches, frame_batch, get_batch, merge_put, slab_room
-from kvstore.client.shm import SlabMapping, read_fenced, read_into_fenced, write_fenced
+from kvstore.client.shm import SlabMapping, read_checked, read_into_checked, write_fenced
 from kvstore.client.staging import StagedPlaces
 from kvstore.protocol import (
     Buffer,
     ExtentsReply,
     Get,
+    GetReply,
     Put,
     PutReply,
     ShmAbort,
     ShmAcquire,
+    ShmCheck,
     ShmCommit,
     ShmPut,
     ShmPutReply,
@@ -56,6 +59,26 @@ def fencing(gens: list[int | None]) -> list[int | None] | None:
     return gens if any(g is not None for g in gens) else None
 
 
+def checked_reply(reply: GetReply, part: list[Any],
+                  dest: Sequence[Buffer] | None) -> list[Any]:
+    """A get reply's blocks, each one the server sent straight from its slab checked against
+    the checksum the reply gives for it: one that differs (its slab bytes changed while they
+    were sent) is a miss. The server checks its copy before every such send, so the next
+    read finds it dropped."""
+    if not reply.sums:
+        return part
+    out = list(part)
+    for i, (csum, size) in enumerate(zip(reply.sums, reply.sizes, strict=True)):
+        if csum is None or size < 0:
+            continue
+        if dest is None:
+            if out[i] is not None and checksum(out[i]) != csum:
+                out[i] = None
+        elif out[i] and checksum(memoryview(dest[i]).cast("B")[:size]) != csum:
+            out[i] = False
+    return out
+
+
 class Transfers:
     """Plans puts and gets. Owns the staged places of this client and the block size it has
     seen per namespace (which sizes shared-memory get batches)."""
@@ -75,8 +98,9 @@ class Transfers:
         room = slab_room(link.info) if slab is not None else None
         for lo, hi in batches(sizes, link.info, max_bytes=room):
             hs, bs = hashes[lo:hi], blocks[lo:hi]
-            if slab is None:
-                header, _ = yield Call(Put(ns, hs, sizes[lo:hi], durable), bs)
+            if slab is None:  # the server refuses a block whose bytes arrive otherwise
+                sums: list[int | None] = [*checksums(bs)]
+                header, _ = yield Call(Put(ns, hs, sizes[lo:hi], durable, sums), bs)
                 results.append(PutReply.from_header(header))
                 continue
             done: PutReply | ShmPutReply | None
@@ -106,13 +130,13 @@ class Transfers:
         if places is None:
             return None
         try:
-            self.staged.fill(slab, instance, ns, places, bs)
+            sums = self.staged.fill(slab, instance, ns, places, bs)
         except StaleExtentsError:  # the server dropped our places (and maybe reused them)
             self.staged.forget(ns)
             return None
         gens = fencing([self.staged.gen(p) for p in places])
         try:
-            header, _ = yield Call(ShmPut(ns, hs, first_offsets(places), gens))
+            header, _ = yield Call(ShmPut(ns, hs, first_offsets(places), gens, sums))
         except StaleStagingError:  # the server dropped them: nothing was stored
             self.staged.forget(ns)
             return None
@@ -126,15 +150,17 @@ class Transfers:
                       bs: Sequence[Buffer]) -> Steps[PutReply]:
         header, _ = yield Call(ShmReserve(ns, hs))
         reserved = ExtentsReply.from_header(header)
+        sums: list[int | None] = [None] * len(hs)
         try:
-            for ext, gen, block in zip(reserved.extents, reserved.gens, bs, strict=False):
+            for i, (ext, gen, block) in enumerate(zip(reserved.extents, reserved.gens, bs,
+                                                      strict=False)):
                 if ext is not None:  # None: stored already
                     with contextlib.suppress(StaleExtentsError):  # late: the commit refuses it
-                        write_fenced(slab, ext, block, gen)
+                        sums[i] = write_fenced(slab, ext, block, gen)
         except BaseException:
             yield Call(ShmAbort(ns, hs))
             raise
-        header, _ = yield Call(ShmCommit(ns, hs, fencing(reserved.gens)))
+        header, _ = yield Call(ShmCommit(ns, hs, fencing(reserved.gens), sums))
         return PutReply.from_header(header)
 
     # -- gets -----------------------------------------------------------------------------
@@ -157,12 +183,13 @@ class Transfers:
                 part = yield from self._get_mapped(link.slab, ns, hs, dest)
             if part is None:  # no slab, or the host tier is full of pinned blocks
                 try:
-                    _, part = yield Call(Get(ns, hs), into=dest)
+                    header, part = yield Call(Get(ns, hs), into=dest)
                 except BadRequestError as exc:  # blocks larger than guessed
                     if exc.code != "too_large" or len(hs) == 1:
                         raise
                     cap = len(hs) // 2
                     continue
+                part = checked_reply(GetReply.from_header(header), part, dest)
                 for block in part:  # learn the block size: later batches fit the frame
                     if isinstance(block, bytes | bytearray | memoryview):
                         self.block_bytes[ns] = memoryview(block).nbytes
@@ -180,17 +207,25 @@ class Transfers:
             return None
         out: list[Any] = []
         acquired = ExtentsReply.from_header(header)
+        bad: list[BlockHash] = []
         try:
-            for i, (ext, gen) in enumerate(zip(acquired.extents, acquired.gens, strict=True)):
+            for i, (ext, gen, csum) in enumerate(zip(acquired.extents, acquired.gens,
+                                                     acquired.sums, strict=True)):
                 if ext is None:
                     out.append(None if dest is None else False)
                     continue
                 self.block_bytes[ns] = sum(n for _, n in ext)
                 try:
-                    out.append(read_fenced(slab, ext, gen) if dest is None
-                               else read_into_fenced(slab, ext, dest[i], gen) > 0)
+                    got, ok = read_checked(slab, ext, gen, csum) if dest is None \
+                        else read_into_checked(slab, ext, dest[i], gen, csum)
                 except StaleExtentsError:  # copied too late: another block's bytes, a miss
-                    out.append(None if dest is None else False)
+                    got, ok = None, True
+                if not ok:  # the slab's bytes are not the block's: a miss, and say so
+                    got = None
+                    bad.append(hs[i])
+                out.append(got if got is not None else (None if dest is None else False))
         finally:  # no reply needed: the pins go with the lease if this frame is lost
             yield Call(ShmRelease(ns, hs), noreply=True)
+        if bad:  # our copy failed its checksum: the server hashes its own and drops it
+            yield Call(ShmCheck(ns, bad), noreply=True)
         return out

@@ -42,10 +42,12 @@ from kvstore.protocol.session import (
 )
 from kvstore.protocol.shm import (
     AbortReply,
+    CheckReply,
     Extents,
     ExtentsReply,
     ShmAbort,
     ShmAcquire,
+    ShmCheck,
     ShmCommit,
     ShmLookup,
     ShmLookupReply,
@@ -59,13 +61,13 @@ from kvstore.protocol.shm import (
 )
 
 __all__ = [
-    "PROTOCOL_VERSION", "REQUESTS", "AbortReply", "Ack", "Buffer", "Delete",
+    "PROTOCOL_VERSION", "REQUESTS", "AbortReply", "Ack", "Buffer", "CheckReply", "Delete",
     "DeleteNamespace", "DeleteNamespaceReply", "DeleteReply",
     "Extents", "ExtentsReply", "Flush", "FrameError", "Get", "GetReply", "Header", "Health",
     "HealthReply", "Hello", "HelloReply", "Limits", "Lookup", "LookupReply", "Namespaces",
     "NamespacesReply", "Pin", "PinReply", "Ping", "Prefetch", "PrefetchReply", "Put",
     "PutReply", "Register", "RegisterReply", "Release", "ReleaseReply", "Reply", "Request",
-    "ShmAbort", "ShmAcquire", "ShmCommit", "ShmLookup", "ShmLookupReply", "ShmPut",
+    "ShmAbort", "ShmAcquire", "ShmCheck", "ShmCommit", "ShmLookup", "ShmLookupReply", "ShmPut",
     "ShmPutReply", "ShmRelease", "ShmReserve", "ShmStage", "StageReply", "Stats", "StatsReply",
     "decode_request", "first_offsets", "request_type",
 ]

@@ -10,24 +10,30 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
-from kvstore.protocol.fields import arg_bool, arg_float, arg_sizes
+from kvstore.protocol.fields import arg_bool, arg_float, arg_sizes, arg_sums, without_none
 from kvstore.protocol.message import Header, Limits, NsRequest, Reply, read_ns_hashes
 
 
 @dataclass(slots=True)
 class Put(NsRequest):
-    """Store the payload's blocks; with ``durable`` the reply waits until they are on disk."""
+    """Store the payload's blocks; with ``durable`` the reply waits until they are on disk.
+    ``sums``: the writer's checksum of each block (xxh3-64); a block whose bytes arrive
+    otherwise is refused."""
 
     op: ClassVar[str] = "put"
     takes_payload: ClassVar[bool] = True
     sizes: list[int]
     durable: bool = False
+    sums: list[int | None] | None = None
+
+    def to_header(self) -> Header:
+        return without_none(NsRequest.to_header(self), "sums")
 
     @classmethod
     def from_header(cls, header: Header, limits: Limits) -> Self:
         ns, hashes = read_ns_hashes(header, limits)
         sizes = arg_sizes(header, len(hashes), limits.payload_len)
-        return cls(ns, hashes, sizes, arg_bool(header, "durable"))
+        return cls(ns, hashes, sizes, arg_bool(header, "durable"), arg_sums(header, len(hashes)))
 
 
 @dataclass(slots=True)
@@ -46,9 +52,19 @@ class Get(NsRequest):
 
 @dataclass(slots=True)
 class GetReply(Reply):
-    """Each block's size in the payload, -1 for a miss."""
+    """Each block's size in the payload, -1 for a miss; ``sums``, where the server sent a
+    block straight from shared memory, its recorded checksum (None elsewhere): the bytes
+    were verified before sending, the client verifies what arrived."""
 
     sizes: list[int]
+    sums: list[int | None] | None = None
+
+    def to_header(self) -> Header:
+        return without_none(Reply.to_header(self), "sums")
+
+    @classmethod
+    def from_header(cls, header: Header) -> Self:
+        return cls(header["sizes"], header.get("sums"))
 
 
 @dataclass(slots=True)

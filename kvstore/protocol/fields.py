@@ -84,3 +84,29 @@ def arg_sizes(header: dict[str, Any], count: int, payload_len: int) -> list[int]
             "bad_request", f"'sizes' add up to {sum(sizes)} but the payload has {payload_len} bytes"
         )
     return sizes
+
+
+MAX_SUM = 2**64 - 1
+
+
+def arg_sums(header: dict[str, Any], count: int) -> list[int | None] | None:
+    """An optional list ``sums`` of ``count`` block checksums (xxh3-64 as unsigned ints, or
+    nil for a block the writer did not hash); None when absent."""
+    value = header.get("sums")
+    if value is None:
+        return None
+    if not isinstance(value, list) or len(value) != count or not all(
+            v is None or (isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_SUM)
+            for v in value):
+        raise FrameError("bad_request", f"field 'sums' must list {count} checksums "
+                                        "(unsigned 64-bit integers or nil)")
+    return list(value)
+
+
+def without_none(header: dict[str, Any], *keys: str) -> dict[str, Any]:
+    """``header`` without those of ``keys`` that are None: a frame without the optional field
+    is byte for byte what peers sent before it existed."""
+    for key in keys:
+        if key in header and header[key] is None:
+            del header[key]
+    return header

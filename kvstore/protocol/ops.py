@@ -21,6 +21,7 @@ from kvstore.protocol.session import (
 from kvstore.protocol.shm import (
     ShmAbort,
     ShmAcquire,
+    ShmCheck,
     ShmCommit,
     ShmLookup,
     ShmMap,
@@ -35,7 +36,7 @@ REQUESTS: dict[str, type[Request]] = {kind.op: kind for kind in (
     Stats, Health, Flush,
     ShmReserve, ShmCommit, ShmAbort, ShmAcquire, ShmRelease, ShmStage, ShmPut, ShmLookup,
     DeleteNamespace,
-    ShmMap,
+    ShmMap, ShmCheck,
 )}
 
 

@@ -15,20 +15,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Self, cast
 
-from kvstore.protocol.fields import arg_bool, arg_float, arg_int, arg_ints, arg_str
+from kvstore.protocol.fields import (
+    arg_bool,
+    arg_float,
+    arg_int,
+    arg_ints,
+    arg_str,
+    arg_sums,
+    without_none,
+)
 from kvstore.protocol.frame import FrameError
 from kvstore.protocol.message import Header, Limits, NsRequest, Reply, Request, read_ns_hashes
 
 Extents = list[list[int]]  # [[offset, length], ...] of one block
 Gens = list[int | None]  # one generation per block (None where it has no extents)
-
-
-def _without_none(header: Header, key: str) -> Header:
-    """``header`` without ``key`` when it is None: a header without fencing is byte for byte
-    what clients sent before generations existed."""
-    if header.get(key, 0) is None:
-        del header[key]
-    return header
+Sums = list[int | None]  # one checksum per block (xxh3-64; None where unknown)
 
 
 class FencedReply(Reply):
@@ -40,11 +41,13 @@ class FencedReply(Reply):
 
     @classmethod
     def from_header(cls, header: Header) -> Self:
-        fields = {name: header[name] for name in cls.__match_args__ if name != "gens"}
-        gens = header.get("gens")
-        if gens is None:
-            gens = [None] * len(fields[cls._places])
-        made: Self = cast(Any, cls)(**fields, gens=gens)  # every subclass has a gens field
+        optional = ("gens", "sums")
+        fields = {name: header[name] for name in cls.__match_args__ if name not in optional}
+        count = len(fields[cls._places])
+        for name in optional:
+            if name in cls.__match_args__:
+                fields[name] = header.get(name) or [None] * count
+        made: Self = cast(Any, cls)(**fields)
         return made
 
 
@@ -102,29 +105,34 @@ class ShmReserve(LeasedRequest):
 @dataclass(slots=True)
 class ExtentsReply(FencedReply):
     """Per block its extents, or None, and its generation (reply of ``shm_reserve`` and
-    ``shm_acquire``)."""
+    ``shm_acquire``); for a read, its recorded checksum (``sums``), which the client checks
+    its copy against."""
 
     extents: list[Extents | None]
     gens: Gens = field(default_factory=list)
+    sums: Sums = field(default_factory=list)
     _places: ClassVar[str] = "extents"
 
 
 @dataclass(slots=True)
 class ShmCommit(ShmRequest):
     """Publish reserved blocks once their bytes are in the slab (replies a ``PutReply``);
-    with ``gens`` (as ``shm_reserve`` gave them) a block whose slots moved is refused."""
+    with ``gens`` (as ``shm_reserve`` gave them) a block whose slots moved is refused, and
+    with ``sums`` (the writer's checksums) one whose bytes in the slab differ."""
 
     op: ClassVar[str] = "shm_commit"
     gens: Gens | None = None
+    sums: Sums | None = None
 
     def to_header(self) -> Header:
-        return _without_none(Request.to_header(self), "gens")
+        return without_none(Request.to_header(self), "gens", "sums")
 
     @classmethod
     def from_header(cls, header: Header, limits: Limits) -> Self:
         refuse_durable(header)
         ns, hashes = read_ns_hashes(header, limits)
-        return cls(ns, hashes, arg_gens(header, "gens", len(hashes)))
+        return cls(ns, hashes, arg_gens(header, "gens", len(hashes)),
+                   arg_sums(header, len(hashes)))
 
 
 @dataclass(slots=True)
@@ -191,16 +199,17 @@ class ShmPut(ShmRequest):
     op: ClassVar[str] = "shm_put"
     places: list[int]
     gens: Gens | None = None  # of the places, as staged
+    sums: Sums | None = None  # the writer's checksums, as for shm_commit
 
     def to_header(self) -> Header:
-        return _without_none(Request.to_header(self), "gens")
+        return without_none(Request.to_header(self), "gens", "sums")
 
     @classmethod
     def from_header(cls, header: Header, limits: Limits) -> Self:
         refuse_durable(header)
         ns, hashes = read_ns_hashes(header, limits)
         return cls(ns, hashes, arg_ints(header, "places", len(hashes)),
-                   arg_gens(header, "gens", len(hashes)))
+                   arg_gens(header, "gens", len(hashes)), arg_sums(header, len(hashes)))
 
 
 @dataclass(slots=True)
@@ -230,7 +239,21 @@ class ShmLookupReply(FencedReply):
     tiers: list[str]
     extents: list[Extents | None]
     gens: Gens = field(default_factory=list)
+    sums: Sums = field(default_factory=list)
     _places: ClassVar[str] = "extents"
+
+
+@dataclass(slots=True)
+class ShmCheck(ShmRequest):
+    """A reader's copy of these blocks out of the slab failed its checksum: the server hashes
+    its copies where they lie and drops those that fail (replies a ``CheckReply``)."""
+
+    op: ClassVar[str] = "shm_check"
+
+
+@dataclass(slots=True)
+class CheckReply(Reply):
+    dropped: int
 
 
 def first_offsets(places: list[Any]) -> list[int]:

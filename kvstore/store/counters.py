@@ -64,6 +64,8 @@ class Tally:
         self.totals = Counters()
         # every block of a namespace has its size: bytes are counted from these
         self.block_bytes: dict[str, int] = {}
+        # (tier, cause) -> blocks dropped there for a failed checksum (kvstore.store.verify)
+        self.corrupt_causes: Counter[tuple[int, str]] = Counter()
 
     def ns(self, name: str) -> Counters:
         return self.namespaces.setdefault(name, Counters())
@@ -127,7 +129,10 @@ class Tally:
         for name, n in Counter(namespaces).items():
             self.ns(name).promotions += n
 
-    def corrupt(self, pos: int, namespace: str) -> None:
+    def corrupt(self, pos: int, namespace: str, cause: str = "read") -> None:
+        """A block of ``namespace`` failed its checksum in tier ``pos`` (``cause``: a
+        :data:`~kvstore.types.CorruptCause`) and was dropped."""
+        self.corrupt_causes[(pos, cause)] += 1
         self.tiers[pos].corrupt_dropped += 1
         self.ns(namespace).corrupt_dropped += 1
         self.totals.corrupt_dropped += 1

@@ -1,8 +1,9 @@
 """Demotion off the request path: a thread settles the host tier from its high watermark down
 to its low one by moving its coldest blocks to the persistent tier below, a batch at a time,
 holding the store lock only to pick a batch (and copy its bytes out of the slab) and to record
-the result. The write below (one LMDB transaction, and its fsync, per batch) runs without it,
-so reads and puts beside a demoting put no longer wait for the disk.
+the result. Each block's bytes are checked against its recorded checksum before they go down
+(:mod:`kvstore.store.verify`). The write below (one LMDB transaction, and its fsync, per
+batch) runs without it, so reads and puts beside a demoting put no longer wait for the disk.
 
 The request path still makes room itself when a write would not fit at all
 (:meth:`~kvstore.store.placer.Placer.make_room`); only the settling that followed every write
@@ -18,16 +19,17 @@ import logging
 import math
 import threading
 
-from kvstore.checksum import checksum
+from kvstore.checksum import checksum, checksums
 from kvstore.errors import CapacityError, TierUnavailableError
 from kvstore.store.counters import Tally
 from kvstore.store.exits import Exits
 from kvstore.store.index import Entry
 from kvstore.store.leases import LeaseTable
-from kvstore.store.ledger import GONE, Ledger
+from kvstore.store.ledger import GONE, KEPT, Ledger
 from kvstore.store.lock import StoreLock
 from kvstore.store.placer import MAX_DEMOTE_BATCH, Item, Placer
 from kvstore.store.stack import TierStack
+from kvstore.store.verify import Checks
 from kvstore.tiers.base import BlockMeta
 from kvstore.types import BlockKey
 
@@ -40,10 +42,11 @@ class Demoter:
     lock itself (the caller of :meth:`signal` may hold it)."""
 
     def __init__(self, stack: TierStack, ledger: Ledger, placer: Placer, exits: Exits,
-                 tally: Tally, leases: LeaseTable, lock: StoreLock, pos: int) -> None:
+                 tally: Tally, leases: LeaseTable, lock: StoreLock, pos: int,
+                 checks: Checks) -> None:
         self._stack, self._tiers = stack, stack.tiers
         self._ledger, self._placer, self._exits, self._tally = ledger, placer, exits, tally
-        self._leases, self._lock = leases, lock
+        self._leases, self._lock, self._checks = leases, lock, checks
         self.pos, self.low = pos, pos + 1
         self._wake = threading.Event()
         self._idle = threading.Condition()
@@ -95,6 +98,9 @@ class Demoter:
         batch = self._pick()
         if not batch:
             return batch is not None  # [] : blocks left without a copy to write; go on
+        batch = self._verified(batch)
+        if not batch:
+            return True
         items = self._sealed(batch)
         try:
             self._tiers[self.low].put_many(items)
@@ -183,6 +189,23 @@ class Demoter:
             self._placer.settle(low)
 
     # -- without the lock ---------------------------------------------------------------------
+    def _verified(self, batch: Batch) -> Batch:
+        """The blocks of ``batch`` whose bytes (copied out of the slab when picked) match
+        their recorded checksum, one batched hash call; the others never go down: they are
+        dropped from the store, counted with cause ``demote``."""
+        todo = [i for i, ((_, _, meta), _) in enumerate(batch) if meta.checksum is not None]
+        sums = checksums([batch[i][0][1] for i in todo])
+        bad = {batch[i][0][0] for i, csum in zip(todo, sums, strict=True)
+               if csum != batch[i][0][2].checksum}
+        if not bad:
+            return batch
+        picked = {key: entry for (key, _, _), entry in batch if key in bad}
+        with self._lock:  # only the block that was read: not one deleted and put again since
+            fate = self._ledger.unwatch(bad)
+            self._checks.drop(self.pos, [k for k in bad if fate[k] == KEPT
+                                         and self._ledger.get(k) is picked[k]], "demote")
+        return [b for b in batch if b[0][0] not in bad]
+
     @staticmethod
     def _sealed(batch: Batch) -> list[Item]:
         """The batch's items, each with its checksum (computed here for memory-only blocks)."""

@@ -4,7 +4,7 @@
 Invariants (checked by :meth:`Store.check_integrity`): a key is in tier ``t``'s policy
 exactly when its index entry has bit ``t`` set; every tier's ``used_bytes() <=
 capacity_bytes``; pinned blocks and blocks being read are never evicted; a block is returned
-only if its bytes match the checksum recorded when it first left memory. One lock
+only if its bytes match the checksum recorded when it was acknowledged. One lock
 (:class:`~kvstore.store.lock.StoreLock`) guards every part's records and the memory tiers'
 copies; the facade takes it, except where a part must leave it while a persistent tier
 answers (reads, the host path), which then takes it itself.
@@ -26,8 +26,8 @@ from kvstore.store.parts import Parts
 from kvstore.tiers import Tier
 from kvstore.tiers.base import Buffer
 from kvstore.tiers.slab import SlabInfo, SlabShare
-from kvstore.tiers.slots import Fenced, FencedPlaces
-from kvstore.types import BlockHash, LookupResult, PutResult, Trace
+from kvstore.tiers.slots import Fenced, FencedPlaces, Granted
+from kvstore.types import BlockHash, CorruptCause, LookupResult, PutResult, Trace
 
 
 class Store:
@@ -40,6 +40,7 @@ class Store:
         self._ledger, self._tally, self._leases = parts.ledger, parts.tally, parts.leases
         self._exits, self._placer, self._reader = parts.exits, parts.placer, parts.reader
         self._writer, self._host, self._report = parts.writer, parts.host, parts.report
+        self._checks = parts.checks
         self._life = Lifecycle(config, parts)
         for ns in self._book.load():
             self._count_namespace(ns)
@@ -94,20 +95,21 @@ class Store:
 
     # -- data path ---------------------------------------------------------------------------
     def put(self, namespace: str, hashes: Sequence[BlockHash], blocks: Sequence[Buffer], *,
-            tier: str | None = None) -> PutResult:
+            tier: str | None = None, sums: Sequence[int | None] | None = None) -> PutResult:
         """Store blocks (each exactly the namespace's ``block_bytes``) in the top tier, or in
         ``tier``. Blocks already stored are left as they are (``existing``). Blocks that no tier
-        can take, because everything evictable is pinned, are ``refused``. Raises on a bad
+        can take, because everything evictable is pinned, are ``refused``, and so are those
+        whose bytes do not match the writer's checksum in ``sums``. Raises on a bad
         namespace, size or hash before storing anything."""
         ns = self.namespace(namespace)
-        start, items = self._writer.new_items(ns, hashes, blocks, tier)  # outside the lock
+        start, items, bad = self._writer.new_items(ns, hashes, blocks, tier, sums)  # unlocked
         with self._lock:
             self._life.check_open()
             if self._book.layout_id(namespace) != ns.layout_id:  # deleted meanwhile
                 raise UnknownNamespaceError(f"unknown namespace {namespace!r}")
             result = self._placer.put(items, start, named_tier=tier is not None)
             self._tally.stored(namespace, result.stored)
-            return result
+            return result._replace(refused=result.refused + bad) if bad else result
 
     def get(self, namespace: str, hashes: Sequence[BlockHash], *,
             promote: bool | None = None) -> list[bytes | None]:
@@ -205,7 +207,7 @@ class Store:
 
     def acquire_read(self, namespace: str, hashes: Sequence[BlockHash], *,
                      lease_s: float | None = None, owner: str = "", nowait: bool = False,
-                     promote: bool = True, tenant: str | None = None) -> Fenced:
+                     promote: bool = True, tenant: str | None = None) -> Granted:
         """Pinned host-slab extents of each block (None: a miss) and their generations,
         charged to ``tenant`` as :meth:`pin`; see HostPath."""
         self._stack.slab()
@@ -228,12 +230,14 @@ class Store:
                                         receiving=receiving)
 
     def commit_write(self, namespace: str, hashes: Sequence[BlockHash], *, owner: str = "",
-                     nowait: bool = False, gens: Sequence[int | None] | None = None) -> PutResult:
+                     nowait: bool = False, gens: Sequence[int | None] | None = None,
+                     sums: Sequence[int | None] | None = None) -> PutResult:
         """Publish blocks this owner reserved and wrote; with ``gens`` (as
-        :meth:`reserve_write` gave them), refuse those whose slots moved; see HostPath."""
+        :meth:`reserve_write` gave them), refuse those whose slots moved, and with ``sums``
+        those whose bytes differ from the writer's checksums; see HostPath."""
         self._stack.slab()
         return self._host.commit_write(make_keys(namespace, hashes), owner=owner, nowait=nowait,
-                                       gens=gens)
+                                       gens=gens, sums=sums)
 
     def abort_write(self, namespace: str, hashes: Sequence[BlockHash], *,
                     owner: str = "") -> int:
@@ -252,13 +256,23 @@ class Store:
 
     def commit_staged(self, namespace: str, hashes: Sequence[BlockHash], places: Sequence[int],
                       *, owner: str = "", nowait: bool = False,
-                      gens: Sequence[int | None] | None = None) -> tuple[PutResult, list[int]]:
+                      gens: Sequence[int | None] | None = None,
+                      sums: Sequence[int | None] | None = None) -> tuple[PutResult, list[int]]:
         """Publish ``hashes[i]``, written at the staged place ``places[i]`` (whose generation
-        must still be ``gens[i]`` when given); see HostPath."""
+        must still be ``gens[i]``, whose bytes must hash to ``sums[i]``, when given); see
+        HostPath."""
         self._stack.slab()
         ns, keys = self._book.keys(namespace, hashes)
         return self._host.commit_staged(ns, keys, places, owner=owner, nowait=nowait,
-                                        gens=gens)
+                                        gens=gens, sums=sums)
+
+    def check_host(self, namespace: str, hashes: Sequence[BlockHash],
+                   cause: CorruptCause = "client") -> int:
+        """Hash the host copies of ``hashes`` where they lie and drop the blocks that no longer
+        match their checksum (a reader's copy failed); how many were dropped."""
+        _, keys = self._book.keys(namespace, hashes)
+        with self._lock:
+            return self._checks.check_host(keys, cause)
 
     def host_share(self) -> SlabShare | None:
         """The host slab's fd and layout (for ``SCM_RIGHTS``); None without one to share."""

@@ -23,8 +23,11 @@ since (its lease ran out, its owner's places were dropped): the bytes such a lat
 copied never become a block. Honest clients also check the number before copying in and after
 copying out, so a late copy is a miss, never another block's bytes.
 
-Commit does not checksum (a block is hashed when it first goes to disk or S3). Local clients
-are trusted with the host tier's memory; only authenticated, trusted principals get it.
+Checksums (:mod:`kvstore.store.verify`): a commit hashes each block's bytes where they lie
+and records that; a commit that sends the client's checksums refuses a block whose bytes
+differ (a late writer copied over them), so a late copy never becomes a block; a block it
+lands on after the commit fails its next verified read and is dropped. Reads hand out each
+block's checksum with its extents.
 """
 
 from __future__ import annotations
@@ -46,9 +49,10 @@ from kvstore.store.reader import Reader
 from kvstore.store.reservations import Held, Reservations
 from kvstore.store.stack import TierStack
 from kvstore.store.staging import Staging
+from kvstore.store.verify import Checks
 from kvstore.tiers.base import BlockMeta
 from kvstore.tiers.slab import SlabTier
-from kvstore.tiers.slots import Fenced, FencedPlaces
+from kvstore.tiers.slots import Fenced, FencedPlaces, Granted
 from kvstore.types import BlockKey, PutResult
 
 
@@ -57,7 +61,8 @@ class HostPath:
     places and retired slots of the host tier, and the operations over them."""
 
     def __init__(self, stack: TierStack, ledger: Ledger, placer: Placer, exits: Exits,
-                 reader: Reader, tally: Tally, leases: LeaseTable, lock: StoreLock) -> None:
+                 reader: Reader, tally: Tally, leases: LeaseTable, lock: StoreLock,
+                 checks: Checks) -> None:
         self._stack = stack
         self._ledger = ledger
         self._placer = placer
@@ -66,6 +71,7 @@ class HostPath:
         self._tally = tally
         self._leases = leases
         self._lock = lock
+        self._checks = checks
         self._seq = 0  # numbers placeholder keys (staged places, retired and doomed slots)
         self._reservations = Reservations(stack, ledger, self._next_ids)  # writes in flight
         self.staging = Staging(stack, placer, self._next_ids)
@@ -73,7 +79,7 @@ class HostPath:
 
     # -- reads -------------------------------------------------------------------------------
     def acquire_read(self, keys: list[BlockKey], *, lease: float, owner: str, nowait: bool,
-                     promote: bool, size: int = 0, tenant: str | None = None) -> Fenced:
+                     promote: bool, size: int = 0, tenant: str | None = None) -> Granted:
         """Extents in the host slab of each block (None for a miss), each pinned for ``lease``
         seconds under ``owner``, with their generations: the client copies the bytes, checks
         the generation, then releases them. Blocks in lower tiers are promoted first. Counts
@@ -110,10 +116,12 @@ class HostPath:
             out = [slab.extents(k) if pos >= 0 else None for k, pos in zip(keys, served,
                                                                              strict=True)]
             gens = slab.generations(out)  # while the pins hold: a short one may run out after
+            sums = [e.checksum if pos >= 0 and e is not None else None
+                    for e, pos in zip(entries, served, strict=True)]
             if not promote:  # only what was served was read
                 keys, served = hits, [host] * len(hits)
             self._tally.reads([k[0] for k in keys], served, [pos >= 0 for pos in served])
-        return Fenced(out, gens)
+        return Granted(out, gens, sums)
 
     # -- writes ------------------------------------------------------------------------------
     def reserve_write(self, ns: Namespace, keys: list[BlockKey], *, expiry: float, owner: str,
@@ -144,17 +152,22 @@ class HostPath:
             return Fenced(out, slab.generations(out))  # before the reservation can run out
 
     def commit_write(self, keys: list[BlockKey], *, owner: str, nowait: bool,
-                     gens: Sequence[int | None] | None = None) -> PutResult:
+                     gens: Sequence[int | None] | None = None,
+                     sums: Sequence[int | None] | None = None) -> PutResult:
         """Publish blocks ``owner`` reserved and wrote. Keys it did not reserve, or (with
         ``gens``) whose reservation is not the generation the writer was given, count as
         ``existing`` if stored, else ``refused``; so do keys whose receiving reservation was
-        doomed (their places are freed now). With ``nowait``, raises
+        doomed (their places are freed now), and (its places freed) a block whose bytes do
+        not match its checksum in ``sums``. With ``nowait``, raises
         :class:`~kvstore.errors.WouldBlock` (publishing nothing) rather than wait for the lock,
         copy to a write-through tier or evict past the high watermark."""
         host, slab = self._host()
         if gens is not None and len(gens) != len(keys):
             raise ValueError(f"{len(keys)} hashes but {len(gens)} generations")
+        if sums is not None and len(sums) != len(keys):
+            raise ValueError(f"{len(keys)} hashes but {len(sums)} checksums")
         wanted = dict(zip(keys, gens, strict=True)) if gens is not None else None
+        sent = dict(zip(keys, sums, strict=True)) if sums is not None else None
         existing = refused = 0
         with self._lock.hold(nowait):
             self._check_commit(host, nowait)
@@ -172,6 +185,9 @@ class HostPath:
                 else:
                     refused += 1
             existing += len(keys) - len(set(keys))  # the same block twice: written once
+            written = len(mine)
+            mine = self._seal(mine, None if sent is None else [sent[k] for k in mine])
+            refused += written - len(mine)
             self._publish(host, mine)
             if mine:
                 self._tally.stored(mine[0][0], len(mine))
@@ -201,12 +217,14 @@ class HostPath:
 
     def commit_staged(self, ns: Namespace, keys: list[BlockKey], places: Sequence[int], *,
                       owner: str, nowait: bool,
-                      gens: Sequence[int | None] | None = None) -> tuple[PutResult, list[int]]:
-        """Publish ``keys[i]``, written into the staged place that starts at ``places[i]``.
-        Returns the result and the places used; the places of blocks the store already had
-        stay staged. Raises :class:`~kvstore.errors.StaleStagingError`, changing nothing, if a
-        place is not one of this owner's for this namespace (or, with ``gens``, not of that
-        generation: it was dropped and staged again since); with ``nowait``,
+                      gens: Sequence[int | None] | None = None,
+                      sums: Sequence[int | None] | None = None) -> tuple[PutResult, list[int]]:
+        """Publish ``keys[i]``, written into the staged place that starts at ``places[i]``
+        (refused, its place used, if its bytes do not match ``sums[i]``). Returns the result
+        and the places used; the places of blocks the store already had stay staged. Raises
+        :class:`~kvstore.errors.StaleStagingError`, changing nothing, if a place is not one of
+        this owner's for this namespace (or, with ``gens``, not of that generation: it was
+        dropped and staged again since); with ``nowait``,
         :class:`~kvstore.errors.WouldBlock` rather than wait, copy down or evict."""
         host, _ = self._host()
         staging = self.staging
@@ -216,6 +234,9 @@ class HostPath:
             raise ValueError("a staged place is named twice")
         if gens is not None and len(gens) != len(places):
             raise ValueError(f"{len(places)} staged places but {len(gens)} generations")
+        if sums is not None and len(sums) != len(places):
+            raise ValueError(f"{len(places)} staged places but {len(sums)} checksums")
+        sent = dict(zip(places, sums, strict=True)) if sums is not None else None
         with self._lock.hold(nowait):
             self._check_commit(host, nowait)
             staging.check(ns.name, places, owner=owner, gens=gens)
@@ -234,9 +255,29 @@ class HostPath:
             for (key, _), ext in zip(fresh, staging.claim(ns, fresh, owner=owner), strict=True):
                 self._ledger.reserve(key, Entry(ns.block_bytes, None, ns.layout_id))
                 self._reservations.add(key, Held(owner, math.inf, ext))
-            self._publish(host, [k for k, _ in fresh])
-            self._tally.stored(ns.name, len(fresh))
-        return PutResult(len(fresh), existing, refused), [p for _, p in fresh]
+            mine = self._seal([k for k, _ in fresh],
+                              None if sent is None else [sent[p] for _, p in fresh])
+            self._publish(host, mine)
+            self._tally.stored(ns.name, len(mine))
+        refused += len(fresh) - len(mine)
+        return PutResult(len(mine), existing, refused), [p for _, p in fresh]
+
+    def _seal(self, keys: list[BlockKey], sent: list[int | None] | None) -> list[BlockKey]:
+        """Record the checksum of each reserved block's bytes as they lie; those whose bytes
+        differ from the writer's checksum in ``sent`` are unreserved (lock held)."""
+        sums = self._checks.sealed(
+            self._stack.slab().sums([self._held(k).extents for k in keys]), sent)
+        for key, csum, entry in zip(keys, sums, self._ledger.get_many(keys), strict=True):
+            if csum is None:
+                self._reservations.free(key)
+            elif entry is not None:
+                entry.checksum = csum
+        return [k for k, csum in zip(keys, sums, strict=True) if csum is not None]
+
+    def _held(self, key: BlockKey) -> Held:
+        held = self._reservations.get(key)
+        assert held is not None, key  # callers pass only keys reserved in this lock hold
+        return held
 
     def _check_commit(self, host: int, nowait: bool) -> None:
         """With ``nowait``, refuse a commit that would copy to a write-through tier or evict

@@ -41,7 +41,8 @@ class Lifecycle:
         tiers = p.stack.tiers
         if host is None or host + 1 >= len(tiers) or not tiers[host + 1].persistent:
             return None
-        demoter = Demoter(p.stack, p.ledger, p.placer, p.exits, p.tally, p.leases, p.lock, host)
+        demoter = Demoter(p.stack, p.ledger, p.placer, p.exits, p.tally, p.leases, p.lock, host,
+                          p.checks)
         p.placer.settlers[host] = demoter.signal
         return demoter
 

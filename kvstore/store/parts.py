@@ -28,6 +28,7 @@ from kvstore.store.report import Report
 from kvstore.store.shared import SharedChanges
 from kvstore.store.stack import TierStack
 from kvstore.store.tier_writer import TierWriter
+from kvstore.store.verify import Checks
 from kvstore.tiers import Tier
 
 
@@ -48,6 +49,7 @@ class Parts:
     reader: Reader
     host: HostPath
     report: Report
+    checks: Checks
 
     @classmethod
     def build(cls, config: StoreConfig, tiers: Sequence[Tier] | None = None) -> Parts:
@@ -69,9 +71,11 @@ class Parts:
         exits = Exits(stack, ledger, leases, ghosts)
         writer = TierWriter(stack, ledger)
         changes = SharedChanges(stack, ledger, exits, tally)
-        placer = Placer(stack, ledger, tally, leases, exits, writer, changes)
-        reader = Reader(stack, ledger, placer, exits, tally, leases, lock, book, changes)
-        host = HostPath(stack, ledger, placer, exits, reader, tally, leases, lock)
+        checks = Checks(stack, ledger, exits, tally)
+        placer = Placer(stack, ledger, tally, leases, exits, writer, changes, checks)
+        reader = Reader(stack, ledger, placer, exits, tally, leases, lock, book, changes, checks)
+        host = HostPath(stack, ledger, placer, exits, reader, tally, leases, lock, checks)
+        checks.deletes = host.deletes  # a pinned host copy that fails is retired, not freed
         report = Report(stack, ledger, tally, leases, host, ghosts, lock)
         return cls(stack, lock, book, ledger, tally, leases, ghosts, exits, writer, placer, reader,
-                   host, report)
+                   host, report, checks)

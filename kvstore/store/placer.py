@@ -2,10 +2,10 @@
 down the stack a batch at a time: one read from the tier they leave and one write, one LMDB
 transaction, into the tier below), write-through copies, and the spill to disk on close.
 
-Every method expects the store lock to be held. Checksums are computed lazily: a block that
-only memory tiers hold has none (they never verify), and :meth:`Placer.write` computes it (in
-:mod:`kvstore.store.tier_writer`) the first time the block goes to a tier that keeps one (disk,
-S3), recording it in the index entry too. Blocks leave through :mod:`kvstore.store.exits`.
+Every method expects the store lock to be held. Every block has its checksum from the moment
+it is acknowledged; a demotion or a spill checks the bytes it copies down against it
+(:mod:`kvstore.store.verify`) and passes it on, never computing a new one over bytes that may
+have changed in memory. Blocks leave through :mod:`kvstore.store.exits`.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from kvstore.store.ledger import Ledger
 from kvstore.store.shared import SharedChanges
 from kvstore.store.stack import TierStack
 from kvstore.store.tier_writer import Item, TierWriter
+from kvstore.store.verify import Checks
 from kvstore.tiers.base import BlockMeta, Buffer
 from kvstore.types import BlockKey, PutResult
 
@@ -37,9 +38,11 @@ class Placer:
     the :class:`~kvstore.store.tier_writer.TierWriter`, takes blocks out through the exits."""
 
     def __init__(self, stack: TierStack, ledger: Ledger, tally: Tally, leases: LeaseTable,
-                 exits: Exits, writer: TierWriter, changes: SharedChanges) -> None:
+                 exits: Exits, writer: TierWriter, changes: SharedChanges,
+                 checks: Checks) -> None:
         self._stack, self._tiers, self._ledger, self._tally = stack, stack.tiers, ledger, tally
         self._leases, self._exits, self._writer, self._changes = leases, exits, writer, changes
+        self._checks = checks
         # tier -> what settles it in the background (kvstore.store.demoter) instead of here
         self.settlers: dict[int, Callable[[], None]] = {}
 
@@ -250,11 +253,16 @@ class Placer:
         oks = [self._stack.admissions[low].admit_many(kept) for low in lows]
         alone = [i for i, (_, e) in enumerate(entries)
                  if not e.tiers >> (pos + 1) and any(ok[i] for ok in oks)]
+        bad: set[BlockKey] = set()
         if alone:
             datas = self._tiers[pos].get_many([kept[i] for i in alone])
+            # the recorded checksum goes down with the bytes: they must still match it
+            good = self._checks.matches([kept[i] for i in alone], datas)
+            bad = {kept[i] for i, d, ok in zip(alone, datas, good, strict=True)
+                   if d is not None and not ok}
             todo: list[tuple[int, Item]] = [
                 (i, (k, d, BlockMeta(e.layout_id, e.checksum, e.size)))
-                for i, d in zip(alone, datas, strict=True) if d is not None
+                for i, d, ok in zip(alone, datas, good, strict=True) if ok and d is not None
                 for k, e in (entries[i],)]
             for low, ok in zip(lows, oks, strict=True):
                 batch = [it for i, it in todo if ok[i]]
@@ -265,6 +273,10 @@ class Placer:
                 todo = [(i, it) for i, it in todo if it[0] in refused or not ok[i]]
                 if not todo:
                     break
+        if bad:  # never copied down: the block leaves the store
+            self._checks.drop(pos, list(bad), "demote")
+            entries = [(k, e) for k, e in entries if k not in bad]
+            kept = [k for k, _ in entries]
         self._exits.remove(pos, kept)
         gone = [key for key, entry in entries if not entry.tiers]
         for key in gone:
@@ -288,9 +300,13 @@ class Placer:
             for i in range(0, len(blocks), MAX_DEMOTE_BATCH):
                 chunk = blocks[i:i + MAX_DEMOTE_BATCH]
                 datas = self._tiers[top].get_many([k for k, _ in chunk])
+                good = self._checks.matches([k for k, _ in chunk], datas)
+                self._checks.drop(top, [k for (k, _), d, ok in zip(chunk, datas, good,
+                                                                   strict=True)
+                                        if d is not None and not ok], "demote")
                 items: list[Item] = [(k, d, BlockMeta(e.layout_id, e.checksum, e.size))
-                                     for (k, e), d in zip(chunk, datas, strict=True)
-                                     if d is not None]
+                                     for (k, e), d, ok in zip(chunk, datas, good, strict=True)
+                                     if ok and d is not None]
                 lost += len(chunk) - len(items)
                 lost += len(self.copy_batch(target, items, settle=False))
         try:

@@ -1,5 +1,5 @@
-"""Reads: serve blocks from their top tier, verify checksums, promote hits, count them,
-prefetch, and index what persistent tiers hold (at start) and shared tiers (S3) know.
+"""Reads: serve blocks from their top tier, verify checksums (every tier's), promote hits,
+count them, prefetch, and index what persistent tiers hold (at start) and shared tiers (S3) know.
 
 Persistent tiers are read outside the store lock, one batched call per tier, with the blocks
 marked as being read in the lease table so that they are not evicted meanwhile; their
@@ -24,6 +24,7 @@ from kvstore.store.placer import Placer
 from kvstore.store.shared import SharedChanges
 from kvstore.store.stack import TierStack
 from kvstore.store.tier_writer import Item
+from kvstore.store.verify import Checks
 from kvstore.tiers.base import BlockMeta
 from kvstore.types import BlockHash, BlockKey, LookupResult
 
@@ -37,7 +38,7 @@ class Reader:
 
     def __init__(self, stack: TierStack, ledger: Ledger, placer: Placer, exits: Exits,
                  tally: Tally, leases: LeaseTable, lock: StoreLock,
-                 namespaces: NamespaceBook, changes: SharedChanges) -> None:
+                 namespaces: NamespaceBook, changes: SharedChanges, checks: Checks) -> None:
         self._stack = stack
         self._tiers = stack.tiers
         self._ledger = ledger
@@ -48,6 +49,7 @@ class Reader:
         self._lock = lock
         self._namespaces = namespaces
         self._changes = changes
+        self._checks = checks
 
     def read(
         self, keys: list[BlockKey], *, promote: bool, count: bool, promote_to: int = 0
@@ -106,8 +108,8 @@ class Reader:
                  out: list[bytes | None]) -> list[Entry | None]:
         """:meth:`_check` of each block served (None for the others), the entries read and
         the checksums of the tiers that verify computed as one batch each."""
-        verify = [pos >= 0 and data is not None and self._tiers[pos].verify_reads
-                  for pos, data in zip(served_by, out, strict=True)]
+        # every tier: memory tiers too (the host slab is shared memory a client may write)
+        verify = [pos >= 0 and data is not None for pos, data in zip(served_by, out, strict=True)]
         sums = iter(checksums([d for d, v in zip(out, verify, strict=True) if v and d is not None]))
         return [self._check(key, pos, data, entry, next(sums) if v else None) if pos >= 0
                 else None for key, pos, data, entry, v in zip(
@@ -129,12 +131,15 @@ class Reader:
         # reads ran under the lock and are valid as read)
         if entry is None or data is None or (tier.persistent and not entry.holds(pos)):
             return None
+        if not tier.verify_reads and entry.checksum is not None and csum != entry.checksum:
+            self._checks.drop(pos, [key], "read")  # a memory copy: the block goes
+            return None
         if tier.verify_reads and csum != entry.checksum:
             log.error("checksum mismatch for %s in the %s tier: dropped", fmt_key(key), tier.name)
             self._exits.remove(pos, [key])
             if not entry.tiers:
                 self._exits.drop(key, entry, left=pos, why="corrupt")
-            self._tally.corrupt(pos, key[0])
+            self._tally.corrupt(pos, key[0], "read")
             return None
         return entry
 

@@ -51,6 +51,8 @@ class Report:
                     capacity_bytes=tier.capacity_bytes,
                     occupancy=tier.used_bytes() / tier.capacity_bytes,
                     policy=self._stack.configs[pos].policy,
+                    corrupt_by_cause={cause: n for (p, cause), n in
+                                      self._tally.corrupt_causes.items() if p == pos},
                 )
                 # tier-specific counters (S3: pending uploads, drops, errors) under "backend"
                 backend = getattr(tier, "stats", None)

@@ -44,13 +44,6 @@ class TierStack:
         self.shared: list[tuple[int, Any]] = [
             (pos, t) for pos, t in enumerate(self.tiers) if getattr(t, "discover", None) is not None
         ]
-        # per start tier: does a put write a tier that keeps checksums (itself or write-through)
-        self.eager_sums: list[bool] = [
-            self.tiers[p].needs_checksum or any(
-                self.configs[low].write_through and self.tiers[low].needs_checksum
-                for low in range(p + 1, len(self.tiers)))
-            for p in range(len(self.tiers))
-        ]
         self.host: int | None = self.names.index("host") if "host" in self.names else None
         # the first persistent tier we list at start (not shared): where close() spills
         self.spill_target: int | None = next(

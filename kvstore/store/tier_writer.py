@@ -12,7 +12,7 @@ import logging
 import time
 from collections.abc import Sequence
 
-from kvstore.checksum import checksum, checksums
+from kvstore.checksum import checksums
 from kvstore.errors import CapacityError, TierUnavailableError
 from kvstore.namespace import Namespace
 from kvstore.store.index import make_keys
@@ -37,23 +37,30 @@ class TierWriter:
         self._failing: dict[int, float] = {}  # tier -> monotonic time of its last failure
 
     def new_items(self, ns: Namespace, hashes: Sequence[BlockHash], blocks: Sequence[Buffer],
-                  tier: str | None) -> tuple[int, list[Item]]:
-        """The tier a put of ``blocks`` lands in (``tier``, else the top one) and its items.
-        Raises, before anything is stored, ``ValueError`` unless there are as many hashes as
-        blocks, then ``InvalidHashError``, ``BlockSizeError`` (each block must be the
-        namespace's ``block_bytes``) and ``ValueError`` for an unknown ``tier``, in that
-        order. Called without the store lock: checksums are computed here only where a tier
-        written now keeps them, and a block that lands in memory gets its checksum when it
-        first goes lower (:meth:`put`)."""
+                  tier: str | None, sums: Sequence[int | None] | None = None
+                  ) -> tuple[int, list[Item], int]:
+        """The tier a put of ``blocks`` lands in (``tier``, else the top one), its items, and
+        how many blocks were left out because their bytes do not match the writer's checksum
+        in ``sums``. Raises, before anything is stored, ``ValueError`` unless there are as many
+        hashes (and sums) as blocks, then ``InvalidHashError``, ``BlockSizeError`` (each block
+        must be the namespace's ``block_bytes``) and ``ValueError`` for an unknown ``tier``, in
+        that order. Called without the store lock: every block's checksum is computed here,
+        one batched call, so that it has one from the moment the put acknowledges it."""
         if len(hashes) != len(blocks):
             raise ValueError(f"{len(hashes)} hashes but {len(blocks)} blocks")
+        if sums is not None and len(sums) != len(blocks):
+            raise ValueError(f"{len(blocks)} blocks but {len(sums)} checksums")
         keys = make_keys(ns.name, hashes)
         ns.check_sizes([memoryview(block).nbytes for block in blocks])
         start = self._stack.pos(tier) if tier is not None else 0
-        eager = self._stack.eager_sums[start]
-        return start, [(key, block, BlockMeta(ns.layout_id, checksum(block) if eager else None,
-                                              ns.block_bytes))
-                       for key, block in zip(keys, blocks, strict=True)]
+        got = checksums(blocks)
+        items = [(key, block, BlockMeta(ns.layout_id, csum, ns.block_bytes))
+                 for key, block, csum in zip(keys, blocks, got, strict=True)]
+        if sums is None:
+            return start, items, 0
+        kept = [it for it, want in zip(items, sums, strict=True)
+                if want is None or want == it[2].checksum]
+        return start, kept, len(items) - len(kept)
 
     def put(self, pos: int, items: list[Item]) -> bool:
         """Write ``items`` into tier ``pos``, which has room for them; False if it refuses.

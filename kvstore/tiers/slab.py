@@ -25,6 +25,7 @@ from abc import abstractmethod
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from kvstore.checksum import checksums
 from kvstore.config import DEFAULT_SLOT_BYTES
 from kvstore.tiers.base import BlockMeta, Buffer, Tier
 from kvstore.tiers.slots import Entry, Extents, SlotAllocator
@@ -212,6 +213,11 @@ class SlabTier(Tier):
         with self._lock:
             entry = self._index[key]
         return list(entry[1])
+
+    def sums(self, extents: Sequence[Extents]) -> list[int]:
+        """xxh3-64 of the bytes at each block's extents, as they lie now (reserved, staged
+        or stored places alike)."""
+        return checksums([self._copy_out(ext, sum(n for _, n in ext)) for ext in extents])
 
     def read(self, key: BlockKey) -> bytes:
         """The bytes of a stored key (one copy). Raises ``KeyError`` if absent."""

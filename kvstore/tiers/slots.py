@@ -50,6 +50,16 @@ class Fenced(NamedTuple):
     gens: list[int | None]
 
 
+class Granted(NamedTuple):
+    """Extents pinned for reading, with their generations (as :class:`Fenced`) and each
+    block's recorded checksum (None where it has no extents): the reader checks its copy
+    against it."""
+
+    extents: list[Extents | None]
+    gens: list[int | None]
+    sums: list[int | None]
+
+
 class FencedPlaces(NamedTuple):
     """Staged places (:mod:`kvstore.store.staging`) and their generations, read as they were
     staged (see :class:`Fenced`)."""

@@ -9,7 +9,10 @@ Blocks the host tier does not hold are read the usual way
 (:func:`~server.dataplane.get_reply.read_within`: from a lower tier, verified and promoted as
 the store's ``get`` does), so a reply may mix views and copies. A pinned block is never
 evicted, and a deleted one keeps its slots until its pins would have expired, so the bytes
-sent are always the block's. The pins' lease outlives the connection's ``frame_timeout_s``
+sent are always the block's. Before sending, each pinned block is hashed where it lies and
+compared with its recorded checksum (a block a late shared-memory writer overwrote is a miss
+and is dropped), and the reply carries the checksums so that the client verifies what it
+received. The pins' lease outlives the connection's ``frame_timeout_s``
 (after which a reply still unsent aborts the connection), and the frame budget bounds what the
 gets in flight may pin, as it bounds the copies they would otherwise make.
 
@@ -38,16 +41,19 @@ from server.dataplane.slab_runs import Extent, coalesce, transfer_lease_s
 # the pins of another connection's reply still being sent from the slab (its release, or its
 # last connection closing), so the slots went to another tenant's blocks mid-send.
 SEND_OWNER = "\x00send/"
+INLINE_HASH_BYTES = 4 << 20  # a reply's slab bytes hashed in the event loop; more: a thread
 _ids = itertools.count()
 
 
 class GetPayload(NamedTuple):
-    """A get reply's blocks: each one's size (-1: a miss), the payload's pieces in order, and
-    what to call once they are sent (None when nothing is pinned)."""
+    """A get reply's blocks: each one's size (-1: a miss), the payload's pieces in order,
+    what to call once they are sent (None when nothing is pinned), and the recorded checksum
+    of each block sent out of the slab (None for the others: copies verified when read)."""
 
     sizes: list[int]
     pieces: list[Buffer]
     after_send: Callable[[], Awaitable[None]] | None
+    sums: list[int | None] | None = None
 
 
 class DirectGet:
@@ -79,8 +85,9 @@ class DirectGet:
         async def release() -> None:
             await self._now(self.store.release, ns, pinned, owner=owner)
 
-        rest = [h for h, ext in zip(hashes, extents, strict=True) if ext is None]
         try:
+            extents = await self._verified(ns, hashes, extents, pins.sums)
+            rest = [h for h, ext in zip(hashes, extents, strict=True) if ext is None]
             copies = iter(await self._run(read_within, self.store, ns, rest, block_bytes,
                                           limit) if rest else ())
         except BaseException:
@@ -102,7 +109,32 @@ class DirectGet:
             else memoryview(b"")
         pieces: list[Buffer] = [slab[p[0]:p[0] + p[1]] if isinstance(p, tuple) else p
                                 for p in coalesce(parts)]  # neighbours: one iovec
-        return GetPayload(sizes, pieces, release if pinned else None)
+        sums = [s if ext is not None else None
+                for s, ext in zip(pins.sums, extents, strict=True)]
+        return GetPayload(sizes, pieces, release if pinned else None,
+                          sums if any(s is not None for s in sums) else None)
+
+    async def _verified(self, ns: str, hashes: list[BlockHash], extents: list[Any],
+                        sums: list[int | None]) -> list[Any]:
+        """``extents`` with None for each pinned block whose slab bytes no longer match its
+        checksum (dropped from the store, counted with cause ``send``): a miss, never sent.
+        The client checks the bytes it receives against the same checksums."""
+        todo = [i for i, (ext, s) in enumerate(zip(extents, sums, strict=True))
+                if ext is not None and s is not None]
+        if not todo:
+            return extents
+        todo_ext = [extents[i] for i in todo]
+        size = sum(n for ext in todo_ext for _, n in ext)
+        got = self.host.sums(todo_ext) if size <= INLINE_HASH_BYTES \
+            else await self._run(self.host.sums, todo_ext)
+        bad = [i for i, s in zip(todo, got, strict=True) if s != sums[i]]
+        if not bad:
+            return extents
+        await self._run(self.store.check_host, ns, [hashes[i] for i in bad], "send")
+        out = list(extents)
+        for i in bad:
+            out[i] = None
+        return out
 
 
 def direct_get(store: StoreAPI, now: Callable[..., Awaitable[Any]],

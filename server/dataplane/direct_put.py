@@ -10,12 +10,13 @@ the socket into their places (neighbouring places as one run: :mod:`server.datap
 :meth:`DirectPut.abort` frees them if the frame never completes (the connection dropped or
 timed out, or the commit failed), so a block is never partially visible.
 
-The places are never freed while its bytes may still arrive: they are reserved as
-*receiving* (:mod:`kvstore.store.reservations`), so a namespace delete, the reservation's
-lease running out or its owner's leases being dropped meanwhile only dooms them (the commit
-is then refused, the block never visible) and they go back to the free list at this put's
-own commit or abort. Every frame ends in one of the two (the connection aborts on loss,
-timeout and shutdown). The lease is still longer than a frame may take (not the default
+The places are never freed while its bytes may still arrive: they are reserved as *receiving*
+(:mod:`kvstore.store.reservations`), so a namespace delete, the reservation's lease running out
+or its owner's leases being dropped meanwhile only dooms them (the commit is then refused, the
+block never visible) and they go back to the free list at this put's own commit or abort. The
+commit hashes each block where it landed and refuses one whose bytes differ from the checksum
+the client sent with the put. Every frame ends in one of the two (the connection aborts on
+loss, timeout and shutdown). The lease is still longer than a frame may take (not the default
 lease). Anything else (an odd header, a full host tier, a busy store, a frame timeout past
 ``max_lease_s``) returns None and the frame is read into a buffer and served as before; that
 path also produces every error reply.
@@ -48,10 +49,11 @@ class DirectPut:
 
     def __init__(self, store: StoreAPI, ns: str, hashes: list[BlockHash], owner: str,
                  targets: list[memoryview], scratch: bytearray | None,
-                 buffers: BufferPool) -> None:
+                 buffers: BufferPool, sums: list[int | None] | None = None) -> None:
         self.store = store
         self.ns = ns
         self.hashes = hashes
+        self.sums = sums
         self.owner = owner
         self._targets: Iterator[memoryview] = iter(targets)
         self._scratch = scratch
@@ -63,12 +65,13 @@ class DirectPut:
         return next(self._targets, None)
 
     def commit(self, nowait: bool = False) -> PutResult:
-        """Publish the received blocks (the store's ``commit_write``); if that fails (other
+        """Publish the received blocks (the store's ``commit_write``, which hashes them where
+        they landed and refuses those that differ from the client's ``sums``); if that fails (other
         than :class:`~kvstore.errors.WouldBlock`, which changes nothing and is retried), the
         places are freed: only this put's commit or abort ever frees them."""
         try:
             result: PutResult = self.store.commit_write(self.ns, self.hashes, owner=self.owner,
-                                                        nowait=nowait)
+                                                        nowait=nowait, sums=self.sums)
         except WouldBlock:
             raise
         except Exception:
@@ -130,4 +133,4 @@ def begin(ops: Any, session: Any, header_bytes: bytes, payload_len: int) -> Dire
     targets = [host.view(*place) if place is not None
                else memoryview(cast(bytearray, scratch))[: ns.block_bytes]
                for place in coalesce(places)]
-    return DirectPut(store, ns.name, hashes, owner, targets, scratch, ops.buffers)
+    return DirectPut(store, ns.name, hashes, owner, targets, scratch, ops.buffers, put.sums)

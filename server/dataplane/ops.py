@@ -162,7 +162,7 @@ class Ops:
         for block in blocks:  # refuse before storing anything: no block partially visible
             ns.check_size(block.nbytes)
         result = await self.run(durable_put, self.store, ns.name, req.hashes, blocks,
-                                req.durable, self.durable_tier)
+                                req.durable, self.durable_tier, req.sums)
         return PutReply(*result), []
 
     async def get(self, session: Session, req: Get, _: memoryview) -> Answer:
@@ -180,7 +180,7 @@ class Ops:
             got = await self.direct_get.read(ns.name, req.hashes, ns.block_bytes, limit,
                                              session.owner, session.tenant)
             session.after_send = got.after_send
-            return GetReply(got.sizes), got.pieces
+            return GetReply(got.sizes, got.sums), got.pieces
         blocks = await self.run(read_within, self.store, ns.name, req.hashes, ns.block_bytes,
                                 limit)
         sizes = [-1 if b is None else len(b) for b in blocks]

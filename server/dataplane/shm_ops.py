@@ -22,6 +22,7 @@ from typing import Any
 
 from kvstore.protocol import (
     AbortReply,
+    CheckReply,
     ExtentsReply,
     FrameError,
     PutReply,
@@ -29,6 +30,7 @@ from kvstore.protocol import (
     Request,
     ShmAbort,
     ShmAcquire,
+    ShmCheck,
     ShmCommit,
     ShmLookup,
     ShmLookupReply,
@@ -40,7 +42,7 @@ from kvstore.protocol import (
     StageReply,
 )
 from kvstore.protocol.shm import ShmMap, ShmMapReply
-from kvstore.tiers.slots import Fenced
+from kvstore.tiers.slots import Granted
 from kvstore.types import BlockHash
 from server.dataplane.context import Answer, Handler, OpsContext, Session
 from server.errors import ForbiddenError
@@ -67,7 +69,7 @@ class SharedMemoryOps:
             ShmReserve: self.shm_reserve, ShmCommit: self.shm_commit,
             ShmAbort: self.shm_abort, ShmAcquire: self.shm_acquire,
             ShmRelease: self.shm_release, ShmStage: self.shm_stage, ShmPut: self.shm_put,
-            ShmLookup: self.shm_lookup, ShmMap: self.shm_map,
+            ShmLookup: self.shm_lookup, ShmMap: self.shm_map, ShmCheck: self.shm_check,
         }
 
     def require(self, session: Session | None = None) -> None:
@@ -107,7 +109,7 @@ class SharedMemoryOps:
     async def shm_commit(self, session: Session, req: ShmCommit, _: memoryview) -> Answer:
         ns = self._ctx.ns(session, req.ns)
         result = await self._ctx.now(self._store.commit_write, ns.name, req.hashes,
-                                     owner=session.owner, gens=req.gens)
+                                     owner=session.owner, gens=req.gens, sums=req.sums)
         return PutReply(*result), []
 
     async def shm_abort(self, session: Session, req: ShmAbort, _: memoryview) -> Answer:
@@ -131,7 +133,8 @@ class SharedMemoryOps:
         (one round trip per local put)."""
         ns = self._ctx.ns(session, req.ns)
         result, used = await self._ctx.now(self._store.commit_staged, ns.name, req.hashes,
-                                           req.places, owner=session.owner, gens=req.gens)
+                                           req.places, owner=session.owner, gens=req.gens,
+                                           sums=req.sums)
         places, gens = await self._stage(ns.name, len(used), session.owner) if used else ([], [])
         return ShmPutReply(result.stored, result.existing, result.refused, used, places, gens), []
 
@@ -141,7 +144,7 @@ class SharedMemoryOps:
         acquired = await self._ctx.now(
             self._store.acquire_read, ns.name, req.hashes, lease_s=req.lease_s,
             owner=session.owner + READ_SUFFIX, tenant=session.tenant)
-        return ExtentsReply(acquired.extents, acquired.gens), []
+        return ExtentsReply(acquired.extents, acquired.gens, acquired.sums), []
 
     async def shm_release(self, session: Session, req: ShmRelease, _: memoryview) -> Answer:
         ns = self._ctx.ns(session, req.ns)
@@ -149,6 +152,13 @@ class SharedMemoryOps:
         n = await self._ctx.now(self._store.release, ns.name, req.hashes,
                                 owner=session.owner + suffix)
         return ReleaseReply(n), []
+
+    async def shm_check(self, session: Session, req: ShmCheck, _: memoryview) -> Answer:
+        """A reader's copy failed its checksum: hash the host copies where they lie and drop
+        the blocks that fail (cause ``client``). The client has counted its copy a miss."""
+        ns = self._ctx.ns(session, req.ns)
+        dropped = await self._ctx.run(lambda: self._store.check_host(ns.name, req.hashes))
+        return CheckReply(dropped), []
 
     async def shm_lookup(self, session: Session, req: ShmLookup, _: memoryview) -> Answer:
         """``lookup``, plus the extents of each block of the hit that the host tier holds,
@@ -158,14 +168,14 @@ class SharedMemoryOps:
         n, tiers, granted = await self._ctx.now(self._lookup_acquire, ns.name, req.hashes,
                                                 req.lease_s, session.owner + GRANT_SUFFIX,
                                                 session.tenant)
-        return ShmLookupReply(n, tiers, granted.extents, granted.gens), []
+        return ShmLookupReply(n, tiers, granted.extents, granted.gens, granted.sums), []
 
     def _lookup_acquire(self, ns: str, hashes: list[BlockHash], lease_s: float | None, owner: str,
                         tenant: str | None,
-                        nowait: bool = False) -> tuple[int, list[str], Fenced]:
+                        nowait: bool = False) -> tuple[int, list[str], Granted]:
         found = self._store.lookup(ns, hashes, nowait=nowait)
         n = found.prefix_blocks
         granted = self._store.acquire_read(
             ns, hashes[:n], lease_s=lease_s, owner=owner, nowait=nowait, promote=False,
-            tenant=tenant) if n else Fenced([], [])
+            tenant=tenant) if n else Granted([], [], [])
         return n, list(found.tiers), granted

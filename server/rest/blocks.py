@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query, Request, Response
+from fastapi import APIRouter, Header, Path, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
-from kvstore.errors import CapacityError
+from kvstore.checksum import checksum, checksum_parts
+from kvstore.errors import CapacityError, ChecksumMismatchError
 from kvstore.namespace import Namespace
 from kvstore.store import StoreAPI
 from kvstore.types import BlockHash
@@ -27,6 +28,10 @@ NsPath = Annotated[str, Path(pattern=REF_PATTERN, description="namespace name (t
                                                               "names a tenant's tenant~name)")]
 HashPath = Annotated[str, Path(pattern=HEX_PATTERN, description="block hash as hex")]
 _OCTETS = {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}
+CHECKSUM_HEADER = "X-KVStore-Checksum"  # xxh3-64 of the block's bytes, 16 hex digits
+SumHeader = Annotated[str | None, Header(
+    alias=CHECKSUM_HEADER, pattern="^[0-9a-fA-F]{16}$",
+    description="xxh3-64 of the body as 16 hex digits: a body that differs is refused (400)")]
 
 
 def _resolve(store: StoreAPI, principal: Principal, namespace: str,
@@ -51,13 +56,20 @@ async def put_block(
     principal: PrincipalDep,
     store: StoreDep,
     durable: Annotated[bool, Query(description="acknowledge only once on disk")] = False,
+    sent_sum: SumHeader = None,
 ) -> PutOut:
-    """Store one block (its bytes are the body; the size must match the namespace)."""
+    """Store one block (its bytes are the body; the size must match the namespace; with an
+    ``X-KVStore-Checksum`` header, the body must hash to it)."""
     ns, h = _resolve(store, principal, namespace, block_hash_hex)  # 404 before the body
     body = await request.body()
     ns.check_size(len(body))
     tier = request.app.state.durable_tier if durable else None
-    result = await run_in_threadpool(durable_put, store, ns.name, [h], [body], durable, tier)
+    sums = None if sent_sum is None else [int(sent_sum, 16)]
+    result = await run_in_threadpool(durable_put, store, ns.name, [h], [body], durable, tier,
+                                     sums)
+    if result.refused and sums is not None and checksum(body) != sums[0]:
+        raise ChecksumMismatchError(f"the body's xxh3-64 is {checksum(body):016x}, not the "
+                                    f"{sent_sum} of the {CHECKSUM_HEADER} header: not stored")
     if result.refused:
         raise CapacityError("no room for the block: every evictable block is pinned")
     if not result.stored:
@@ -78,22 +90,29 @@ async def get_block(
     principal: PrincipalDep,
     store: StoreDep,
 ) -> Response:
-    """The block's bytes, or 404 if the store does not hold it (or it failed its checksum)."""
+    """The block's bytes, or 404 if the store does not hold it (or it failed its checksum);
+    ``X-KVStore-Checksum`` gives their xxh3-64."""
     ns, h = _resolve(store, principal, namespace, block_hash_hex)
     direct: DirectGet | None = request.app.state.direct_get
     if direct is None:  # no host slab: one worker-thread hop, its bytes are the body
         data = (await run_in_threadpool(store.get, ns.name, [h]))[0]
         if data is None:
             raise BlockNotFoundError(f"block {block_hash_hex} not found in {namespace!r}")
-        return Response(content=data, media_type="application/octet-stream")
+        return Response(content=data, media_type="application/octet-stream",
+                        headers={CHECKSUM_HEADER: f"{checksum(data):016x}"})
     # pinned in the host slab and sent from there (server.rest.slab_body), or read from a
     # lower tier in a worker thread; the pin is taken here unless the store lock is busy
     got = await direct.read(ns.name, [h], ns.block_bytes, ns.block_bytes, "rest",
                             principal.tenant)
     if got.sizes[0] < 0:
         raise BlockNotFoundError(f"block {block_hash_hex} not found in {namespace!r}")
-    return SlabResponse(got.pieces, got.sizes[0], got.after_send,
-                        request.app.state.settings.frame_timeout_s)
+    # verified before sending (slab bytes) or when read (a copy): the header lets the
+    # client check what it received
+    csum = got.sums[0] if got.sums and got.sums[0] is not None else checksum_parts(got.pieces)
+    reply = SlabResponse(got.pieces, got.sizes[0], got.after_send,
+                         request.app.state.settings.frame_timeout_s)
+    reply.headers[CHECKSUM_HEADER] = f"{csum:016x}"
+    return reply
 
 
 @router.delete(

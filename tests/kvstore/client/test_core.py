@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from kvstore.checksum import checksum
 from kvstore.client import calls, grant
 from kvstore.client.core import ClientCore
 from kvstore.client.discovery import ServerInfo
@@ -46,11 +47,12 @@ class FakeSlab:
         self.buf = bytearray(1024)
         self.fail_writes = fail_writes
 
-    def write(self, extents: Any, block: Any) -> None:
+    def write(self, extents: Any, block: Any) -> int:
         if self.fail_writes:
             raise BlockSizeError("wrong size", "block_size")
         (off, n), = extents
         self.buf[off:off + n] = block
+        return checksum(block)
 
     def read(self, extents: Any) -> bytes:
         (off, n), = extents
@@ -88,7 +90,9 @@ def test_put_without_the_slab_sends_batches_of_put_frames() -> None:
     blocks = [b"a" * 4] * 4
     result = run_blocking(Transfers().put(link(), "ns", H, blocks, False), server)
     assert result == {"stored": 3, "existing": 1, "refused": 0}
-    assert server.requests == [Put("ns", H[:3], [4, 4, 4]), Put("ns", H[3:], [4])]
+    csum = checksum(b"a" * 4)  # every put carries the writer's checksums
+    assert server.requests == [Put("ns", H[:3], [4, 4, 4], sums=[csum] * 3),
+                               Put("ns", H[3:], [4], sums=[csum])]
     assert list(server.sent[0].payload) == blocks[:3]
 
 
@@ -96,7 +100,7 @@ def test_a_durable_put_never_uses_the_slab() -> None:
     server = Script(({"stored": 1, "existing": 0, "refused": 0}, []))
     run_blocking(Transfers().put(link(FakeSlab()), "ns", H[:1], [b"x"], True),
                  server)
-    assert server.requests == [Put("ns", H[:1], [1], durable=True)]
+    assert server.requests == [Put("ns", H[:1], [1], durable=True, sums=[checksum(b"x")])]
 
 
 def test_local_put_stages_then_puts_in_one_round_trip_after() -> None:
@@ -110,10 +114,11 @@ def test_local_put_stages_then_puts_in_one_round_trip_after() -> None:
                       "staged": []}, []))
     assert run_blocking(transfers.put(to, "ns", H[:2], [b"aaaa", b"bbbb"], False),
                         server)["stored"] == 2
-    assert server.requests == [ShmStage("ns", 2), ShmPut("ns", H[:2], [0, 4])]
+    sums = [checksum(b) for b in (b"aaaa", b"bbbb", b"cccc", b"dddd")]
+    assert server.requests == [ShmStage("ns", 2), ShmPut("ns", H[:2], [0, 4], sums=sums[:2])]
     assert bytes(slab.buf[:8]) == b"aaaabbbb"
     run_blocking(transfers.put(to, "ns", H[2:], [b"cccc", b"dddd"], False), server)
-    assert server.requests[2] == ShmPut("ns", H[2:], [8, 12])  # pooled places: no stage
+    assert server.requests[2] == ShmPut("ns", H[2:], [8, 12], sums=sums[2:])  # pooled
     assert bytes(slab.buf[8:16]) == b"ccccdddd"
 
 
@@ -125,8 +130,9 @@ def test_stale_staged_places_fall_back_to_reserve_and_commit() -> None:
     result = run_blocking(transfers.put(link(slab), "ns", H[:1], [b"zzzz"], False),
                           server)
     assert result == {"stored": 1, "existing": 0, "refused": 0}
-    assert server.requests[1:] == [ShmPut("ns", H[:1], [0]), ShmReserve("ns", H[:1]),
-                                   ShmCommit("ns", H[:1])]
+    csum = [checksum(b"zzzz")]
+    assert server.requests[1:] == [ShmPut("ns", H[:1], [0], sums=csum),
+                                   ShmReserve("ns", H[:1]), ShmCommit("ns", H[:1], sums=csum)]
     assert transfers.staged.held("ns") == 0 and bytes(slab.buf[16:20]) == b"zzzz"
 
 

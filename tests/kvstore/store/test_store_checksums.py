@@ -1,6 +1,6 @@
-"""Lazy checksums: blocks that only memory tiers hold carry none; the checksum is computed when
-a block first goes to disk (demotion, spill, write-through, a put naming the tier) and must be
-the checksum of the bytes that were put."""
+"""Checksums: every block has one from the moment it is acknowledged (memory tiers too), it is
+the checksum of the bytes that were put, it goes down with the block (demotion, spill,
+write-through, a put naming the tier), and bytes that no longer match are never handed out."""
 
 from __future__ import annotations
 
@@ -90,4 +90,68 @@ def test_write_through_hashes_on_the_put_path(make_store: StoreFactory) -> None:
     _shm_put(store, hashes, data)
     store.put("m", *blocks(2))
     assert _disk_sums(store, hashes) == [checksum(d) for d in data]
+    store.check_integrity()
+
+
+def _host_view(store: Store, key: bytes) -> memoryview:
+    (off, n), = store.acquire_read("m", [key], owner="peek").extents[0] or []
+    store.release("m", [key], owner="peek")
+    return store.tier("host").view(off, n)
+
+
+def test_every_acknowledged_block_has_its_checksum_in_memory(make_store: StoreFactory) -> None:
+    store = make_store(host=8, disk=64)
+    hashes, data = blocks(4)
+    store.put("m", hashes[:2], data[:2])
+    _shm_put(store, hashes[2:], data[2:])
+    got = store.acquire_read("m", hashes, owner="r")
+    assert got.sums == [checksum(d) for d in data]
+
+
+def test_a_commit_whose_bytes_differ_from_the_writers_checksum_is_refused(
+        make_store: StoreFactory) -> None:
+    store = make_store(host=8, disk=64)
+    hashes, data = blocks(2)
+    reserved = store.reserve_write("m", hashes, owner="w")
+    view = store.tier("host").view(0, store.host_slab().size)  # type: ignore[union-attr]
+    for ext, d in zip(reserved.extents, data, strict=True):
+        (off, n), = ext or []
+        view[off:off + n] = d
+    del view
+    result = store.commit_write("m", hashes, owner="w",
+                                sums=[checksum(data[0]), checksum(data[1]) ^ 1])
+    assert (result.stored, result.refused) == (1, 1)
+    assert store.get("m", hashes) == [data[0], None]
+    assert store.put("m", hashes[1:], data[1:], sums=[checksum(data[0])]).refused == 1
+    assert store.put("m", hashes[1:], data[1:], sums=[checksum(data[1])]).stored == 1
+    store.check_integrity()
+
+
+def test_flipped_host_bytes_are_a_miss_and_never_demoted(make_store: StoreFactory) -> None:
+    store = make_store(host=8, disk=64)
+    hashes, data = blocks(12)
+    store.put("m", hashes[:2], data[:2])
+    for key in hashes[:2]:
+        _host_view(store, key)[7] ^= 0xFF
+    assert store.get("m", hashes[:1]) == [None]  # a read: dropped, counted
+    store.put("m", hashes[2:], data[2:])  # the other is evicted to disk: checked first
+    assert store.get("m", hashes[:2]) == [None, None]
+    assert store.tier("disk").get_many([("m", hashes[1])]) == [None]
+    host = store.stats()["tiers"]["host"]
+    assert host["corrupt_by_cause"] == {"read": 1, "demote": 1}
+    assert host["corrupt_dropped"] == 2
+    assert [g.why for g in store.trace("m", hashes[:2]).ghosts if g] == ["corrupt"] * 2
+    store.check_integrity()
+
+
+def test_background_demotion_never_writes_flipped_host_bytes(make_store: StoreFactory) -> None:
+    store = make_store(host=16, disk=64, host_watermarks=(0.5, 0.75), background_demotion=True)
+    hashes, data = blocks(14)
+    store.put("m", hashes[:2], data[:2])
+    _host_view(store, hashes[0])[3] ^= 0xFF
+    store.put("m", hashes[2:], data[2:])  # past the high watermark: the thread settles it
+    assert store.settled(10)
+    assert store.get("m", hashes[:2]) == [None, data[1]]
+    assert store.tier("disk").get_many([("m", hashes[0])]) == [None]
+    assert store.stats()["tiers"]["host"]["corrupt_by_cause"] == {"demote": 1}
     store.check_integrity()

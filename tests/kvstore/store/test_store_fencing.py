@@ -31,7 +31,7 @@ def test_generations_move_when_slots_are_freed_and_reused(make_store: StoreFacto
     store = make_store(host=4, disk=0)
     hashes, data = blocks(4)
     store.put(NS.name, hashes, data)
-    ext, gens = store.acquire_read(NS.name, hashes, lease_s=0.05, owner="r")
+    ext, gens, _ = store.acquire_read(NS.name, hashes, lease_s=0.05, owner="r")
     time.sleep(0.1)
     store.expire_leases()
     store.delete(NS.name, hashes)

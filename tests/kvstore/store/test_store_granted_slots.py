@@ -90,7 +90,7 @@ def test_a_second_promotion_of_a_granted_block_leaves_its_slots_alone(
     late.start()
     assert entered.wait(10)  # it found hashes[1:] on disk only, and read them
 
-    granted, at_grant = store.acquire_read(NS.name, hashes[:4], owner="reader")  # pinned
+    granted, at_grant, _ = store.acquire_read(NS.name, hashes[:4], owner="reader")  # pinned
     assert store.delete(NS.name, low) == 1
     go.set()
     late.join(10)
@@ -115,7 +115,7 @@ def test_a_copy_of_a_granted_block_is_never_written_over_its_slots(
     the reader's generation is the grant's or one read after the copy landed."""
     store = make_store(host=8, disk=64)
     hashes, data, low = _disk_only(store, 4)
-    granted, at_grant = store.acquire_read(NS.name, hashes[:3], owner="reader")
+    granted, at_grant, _ = store.acquire_read(NS.name, hashes[:3], owner="reader")
     gens = at_grant if generation_read == "before" else None
     assert store.delete(NS.name, low) == 1
 
