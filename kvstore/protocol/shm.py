@@ -46,7 +46,8 @@ class FencedReply(Reply):
         count = len(fields[cls._places])
         for name in optional:
             if name in cls.__match_args__:
-                fields[name] = header.get(name) or [None] * count
+                got = header.get(name)  # absent (an older server): unknown for every block
+                fields[name] = [None] * count if got is None else got
         made: Self = cast(Any, cls)(**fields)
         return made
 

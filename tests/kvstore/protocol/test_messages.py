@@ -42,6 +42,7 @@ from kvstore.protocol import (
     Request,
     ShmAbort,
     ShmAcquire,
+    ShmCheck,
     ShmCommit,
     ShmLookup,
     ShmLookupReply,
@@ -72,7 +73,7 @@ SAMPLES: list[Request] = [
     ShmAcquire("ns", H, 3.0), ShmRelease("ns", H, grant=True), ShmRelease("ns", H),
     ShmStage("ns", 10), ShmPut("ns", H, [0, 4096]), ShmLookup("ns", H, 6.0), ShmLookup("ns", []),
     DeleteNamespace("ns"),
-    ShmMap(), ShmCommit("ns", H, [3, None]), ShmPut("ns", H, [0, 4096], [1, 2]),
+    ShmMap(), ShmCheck("ns", H), ShmCommit("ns", H, [3, None]), ShmPut("ns", H, [0, 4096], [1, 2]),
 ]
 
 REPLIES: list[Reply] = [
