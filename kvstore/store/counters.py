@@ -62,6 +62,9 @@ class Tally:
         self.tiers = [Counters() for _ in range(tiers)]
         self.namespaces: dict[str, Counters] = {}
         self.totals = Counters()
+        # per tier, its corrupt_dropped by cause: "checksum" (verified on read), or what the
+        # tier found itself ("disk_page", "disk_header")
+        self.corrupt_causes: list[Counter[str]] = [Counter() for _ in range(tiers)]
         # every block of a namespace has its size: bytes are counted from these
         self.block_bytes: dict[str, int] = {}
 
@@ -127,7 +130,9 @@ class Tally:
         for name, n in Counter(namespaces).items():
             self.ns(name).promotions += n
 
-    def corrupt(self, pos: int, namespace: str) -> None:
+    def corrupt(self, pos: int, namespace: str, cause: str = "checksum") -> None:
+        """A block of ``namespace`` was dropped from tier ``pos`` as corrupt, for ``cause``."""
+        self.corrupt_causes[pos][cause] += 1
         self.tiers[pos].corrupt_dropped += 1
         self.ns(namespace).corrupt_dropped += 1
         self.totals.corrupt_dropped += 1

@@ -155,6 +155,10 @@ class Counters(BaseModel):
 class TierCounters(Counters):
     logical_bytes: Count = Field(description="payload bytes of the blocks the tier holds")
     occupancy: float = Field(0.0, ge=0, description="bytes / capacity_bytes")
+    corrupt_causes: dict[str, Count] = Field(
+        default_factory=dict, description="corrupt_dropped by cause: checksum (failed on "
+        "read), disk_page (on a damaged page of the disk tier's file), disk_header (a value "
+        "whose header is not valid)")
 
 
 class StatsOut(BaseModel):
