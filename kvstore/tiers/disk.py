@@ -131,8 +131,14 @@ class DiskTier(Tier):
             try:
                 self._env.write(body, batch, *args)
             except PageDamage as hit:
-                new = self._damage.note(hit.raw, self._why_unwritable(hit.raw), str(hit.error))
-                if new and stored:
+                cause = self._why_unwritable(hit.raw)
+                if cause == "disk_write" and not stored:
+                    # a key that reads fine but cannot be put: the damage is on a page any
+                    # put may need (LMDB's free list), not this key's: a clear error
+                    self._damage.note_unkeyed("put", str(hit.error))
+                    raise DiskPageError(f"disk tier: write failed on a damaged page: "
+                                        f"{hit.error}") from hit
+                if self._damage.note(hit.raw, cause, str(hit.error)) and stored:
                     self._counts.hide(hit.raw)
                 batch = _less(batch, {hit.raw})
                 continue
