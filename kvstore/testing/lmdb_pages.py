@@ -42,34 +42,44 @@ def _psize_and_root(raw: bytes | bytearray) -> tuple[int, int]:
     return psize, root
 
 
-def _nodes(raw: bytes | bytearray, base: int) -> list[tuple[int, int, int, int, int]]:
-    """(offset, lo, hi, flags, ksize) of each node of the page at byte ``base``."""
+def _nodes(raw: bytes | bytearray, base: int,
+           psize: int) -> list[tuple[int, int, int, int, int]]:
+    """(offset, lo, hi, flags, ksize) of each node of the page at byte ``base`` (a damaged
+    page's nodes may point anywhere: those outside the page are left out)."""
     lower = struct.unpack_from("<H", raw, base + 12)[0]
     out = []
-    for i in range((lower - 16) // 2):
+    for i in range(max(0, min(lower, psize) - 16) // 2):
         off = base + struct.unpack_from("<H", raw, base + 16 + 2 * i)[0]
-        out.append((off, *struct.unpack_from("<HHHH", raw, off)))
+        if off + 8 <= base + psize:
+            out.append((off, *struct.unpack_from("<HHHH", raw, off)))
     return out
 
 
 def leaves(raw: bytes | bytearray) -> list[Leaf]:
-    """Every leaf page of the main database, in key order."""
+    """Every leaf page of the main database, in key order (of a damaged file, those its
+    branch pages still lead to)."""
     psize, root = _psize_and_root(raw)
+    pages = len(raw) // psize
     out: list[Leaf] = []
-    todo = [root]
+    todo, seen = [root], set()
     while todo:
         pgno = todo.pop()
+        if not 2 <= pgno < pages or pgno in seen:
+            continue  # no tree (an empty file), or a damaged page number
+        seen.add(pgno)
         base = pgno * psize
         flags = struct.unpack_from("<H", raw, base + _FLAGS_AT)[0]
         if flags & _BRANCH:  # a child's page number is split over lo, hi and flags
             todo.extend(reversed([lo | hi << 16 | fl << 32 for _, lo, hi, fl, _ in
-                                  _nodes(raw, base)]))
+                                  _nodes(raw, base, psize)]))
         elif flags & _LEAF:
             keys: list[tuple[bytes, int | None]] = []
-            for off, _lo, _hi, fl, ks in _nodes(raw, base):
+            for off, _lo, _hi, fl, ks in _nodes(raw, base, psize):
+                if off + 8 + ks + 8 > base + psize:
+                    continue
                 key = bytes(raw[off + 8: off + 8 + ks])
                 big = struct.unpack_from("<Q", raw, off + 8 + ks)[0] if fl & _BIGDATA else None
-                keys.append((key, big))
+                keys.append((key, big if big is None or 2 <= big < pages else None))
             out.append(Leaf(pgno, keys))
     return out
 
