@@ -42,6 +42,8 @@ from kvstore.tiers.disk_damage import (
     DamageReport,
     DiskPageError,
     PageDamage,
+    aligned,
+    less,
     without,
 )
 from kvstore.tiers.disk_env import MAP_SLACK, DiskEnv, open_env
@@ -126,7 +128,7 @@ class DiskTier(Tier):
         lock."""
         damaged = self._damage.known()
         if damaged and any(raw in damaged for raw in batch):
-            batch = _less(batch, damaged)
+            batch = less(batch, damaged)
         while batch:
             try:
                 self._env.write(body, batch, *args)
@@ -140,7 +142,7 @@ class DiskTier(Tier):
                                         f"{hit.error}") from hit
                 if self._damage.note(hit.raw, cause, str(hit.error)) and stored:
                     self._counts.hide(hit.raw)
-                batch = _less(batch, {hit.raw})
+                batch = less(batch, {hit.raw})
                 continue
             except DiskPageError as exc:  # a page no key can be blamed for (the commit's)
                 self._damage.note_unkeyed("write", str(exc))
@@ -184,7 +186,7 @@ class DiskTier(Tier):
         todo, (out, bad) = self._read_around(disk_writes.read_payloads, raws)
         for i in bad:
             self._damage.note(todo[i], "disk_header", _BAD_HEADER)
-        return out if todo is raws else _aligned(raws, todo, out)
+        return out if todo is raws else aligned(raws, todo, out)
 
     def contains(self, key: BlockKey) -> bool:
         return self.metas([key])[0] is not None
@@ -198,7 +200,7 @@ class DiskTier(Tier):
         todo, (out, bad) = self._read_around(disk_index.metas, raws)
         for i in bad:
             self._damage.note(todo[i], "disk_header", _BAD_HEADER)
-        return out if todo is raws else _aligned(raws, todo, out)
+        return out if todo is raws else aligned(raws, todo, out)
 
     def leading(self, namespace: str, hashes: Sequence[bytes]) -> int:
         """How many of a chain's ``hashes``, from the first, this tier holds (a key on a
@@ -291,16 +293,3 @@ class DiskTier(Tier):
     def close(self) -> None:
         self._env.close()
 
-
-def _aligned(raws: list[bytes], todo: list[bytes], got: Sequence[T | None]) -> list[T | None]:
-    """``got`` (one per key of ``todo``) spread over ``raws``: None for the keys left out."""
-    found = dict(zip(todo, got, strict=True))
-    return [found.get(raw) for raw in raws]
-
-
-def _less(batch: dict[bytes, T] | list[bytes],
-          bad: frozenset[bytes] | set[bytes]) -> dict[bytes, T] | list[bytes]:
-    """``batch`` (blocks by encoded key, or encoded keys) less the keys ``bad``."""
-    if isinstance(batch, dict):
-        return {raw: v for raw, v in batch.items() if raw not in bad}
-    return without(batch, bad)

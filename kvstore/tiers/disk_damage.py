@@ -23,10 +23,10 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter, OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, TypeVar
 
 import lmdb
 
@@ -34,6 +34,8 @@ from kvstore.errors import TierUnavailableError
 from kvstore.tiers.base import Buffer
 
 log = logging.getLogger("kvstore.tiers.disk")
+
+T = TypeVar("T")
 
 # What LMDB raises when a page it reads is not what the tree says it is: the file is damaged
 # there (not full, not closed, not a bug of ours).
@@ -171,3 +173,17 @@ def values(txn: lmdb.Transaction, raws: Iterable[bytes]) -> list[Buffer | None]:
 def without(raws: Iterable[bytes], bad: AbstractSet[bytes]) -> list[bytes]:
     """``raws`` less the damaged keys ``bad``."""
     return [raw for raw in raws if raw not in bad]
+
+
+def aligned(raws: list[bytes], todo: list[bytes], got: Sequence[T | None]) -> list[T | None]:
+    """``got`` (one per key of ``todo``) spread over ``raws``: None for the keys left out."""
+    found = dict(zip(todo, got, strict=True))
+    return [found.get(raw) for raw in raws]
+
+
+def less(batch: dict[bytes, T] | list[bytes],
+          bad: frozenset[bytes] | set[bytes]) -> dict[bytes, T] | list[bytes]:
+    """``batch`` (blocks by encoded key, or encoded keys) less the keys ``bad``."""
+    if isinstance(batch, dict):
+        return {raw: v for raw, v in batch.items() if raw not in bad}
+    return without(batch, bad)
