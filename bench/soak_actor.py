@@ -24,6 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import contextlib
 
 from kvstore.client import KVStoreClient
+from kvstore.client.exchange import Call, Link, Steps
+from kvstore.protocol import ExtentsReply, PutReply, ShmCommit, ShmReserve
 from kvstore.types import BlockHash
 
 KEYS = 2000  # distinct hashes per namespace
@@ -39,6 +41,16 @@ def expected(ns: str, h: bytes, size: int) -> bytes:
     """The only bytes block ``h`` of namespace ``ns`` may ever hold."""
     seed = hashlib.sha256(ns.encode() + b"\x00" + h).digest()
     return (seed * (size // len(seed) + 1))[:size]
+
+
+def _reserve(link: Link, ns: str, hashes: list[bytes], lease_s: float) -> Steps[ExtentsReply]:
+    header, _ = yield Call(ShmReserve(ns, hashes, lease_s))
+    return ExtentsReply.from_header(header)
+
+
+def _commit(link: Link, ns: str, hashes: list[bytes], gens: list[int | None]) -> Steps[PutReply]:
+    header, _ = yield Call(ShmCommit(ns, hashes, gens))
+    return PutReply.from_header(header)
 
 
 class Actor:
@@ -97,7 +109,9 @@ class Actor:
         ids = [(start + j) % KEYS for j in range(n)]
         hashes = [block_hash(i) for i in ids]
         roll = self.rng.random()
-        if role == "deleter" and roll < 0.05:
+        if role == "late_shm":
+            self.late_write(c, hashes[:4])
+        elif role == "deleter" and roll < 0.05:
             c.delete_namespace(self.ns)
             self.counts["namespace_deletes"] += 1
             c.register_namespace(self.ns, self.size, {"model_id": "soak"})
@@ -120,6 +134,28 @@ class Actor:
                         self.wrong.append(f"{self.ns}/{h.hex()[:16]}")
                 else:
                     self.counts["hits"] += 1
+
+    def late_write(self, c: KVStoreClient, hashes: list[BlockHash]) -> None:
+        """A shared-memory writer stalled after its generation check (a GC pause, the OS):
+        it reserves places with a short lease, checks them, stalls past the lease, then
+        copies its bytes in without checking again, and commits. The server cannot stop the
+        copy; what it must ensure is that the bytes never reach another block."""
+        reserved = c._run(_reserve, self.ns, hashes, 0.5)
+        slab = c._core.slab
+        if slab is None or any(e is None for e in reserved.extents):
+            return
+        if not all(slab.current(e, g) for e, g in zip(reserved.extents, reserved.gens,
+                                                      strict=True)):
+            return
+        time.sleep(self.rng.uniform(1.5, 3.0))
+        for h, ext in zip(hashes, reserved.extents, strict=True):
+            data, at = expected(self.ns, h, self.size), 0
+            for off, n in ext or []:
+                slab.buf[off:off + n] = data[at:at + n]
+                at += n
+        r = c._run(_commit, self.ns, hashes, reserved.gens)
+        self.counts["late_copies"] += len(hashes)
+        self.counts["late_commits_stored"] += r.stored
 
     def save(self, force: bool = False) -> None:
         now = time.time()

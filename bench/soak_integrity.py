@@ -5,10 +5,12 @@ One ``kvstore serve`` on loopback with an admin token, tenant tokens, tiny lease
 (``--lease-s 1``) and a small host tier (blocks go to disk and back). Client processes
 (:mod:`soak_actor`): per tenant a writer over TCP, a writer over the Unix socket and a
 reader; tenant 0 also has a deleter that drops and registers its namespace again; the admin
-a writer and a reader through shared memory. Every block's bytes derive from its namespace
-and hash, so every get is checked byte for byte. Meanwhile the soak SIGSTOPs random writers
-for 1-3 s (past their leases, often mid-put), and ``kill -9``s the server, flips random bytes
-in its LMDB file (and damages one value page), then starts it again.
+a writer and a reader through shared memory, and a late writer that stalls between its
+generation check and its copy, past its 0.5 s lease, then copies anyway. Every block's bytes
+derive from its namespace and hash, so every get is checked byte for byte. Meanwhile the
+soak SIGSTOPs random writers for 1-3 s (past their leases, often mid-put), and ``kill -9``s
+the server, flips random bytes in its LMDB file (and damages one value page), then starts
+it again.
 
 It counts blocks acknowledged, reads, misses (and the server's corrupt drops by cause),
 errors by kind, and **wrong bytes returned, which must be 0** (exit code 1 otherwise).
@@ -81,6 +83,8 @@ class Soak:
         for role in ("writer", "reader"):
             out.append({**base, "token": ADMIN, "ns": "admin-shm", "role": role,
                         "transport": "shm"})
+        out.append({**base, "token": ADMIN, "ns": "admin-late", "role": "late_shm",
+                    "transport": "shm"})
         for n, spec in enumerate(out):
             spec.update(seed=self.args.seed * 1000 + n, out=str(self.tmp / f"actor-{n}.json"))
         return out
@@ -231,6 +235,8 @@ def rows_of(result: dict[str, Any]) -> list[dict[str, Any]]:
         ("  server: dropped for good (evicted, lost)", srv.get("dropped", 0)),
         ("namespace deletes", c.get("namespace_deletes", 0)),
         ("writer SIGSTOPs (1-3 s, leases 1 s)", ev.get("writer_stops", 0)),
+        ("late shared-memory copies (after a 0.5 s lease)", c.get("late_copies", 0)),
+        ("  of them committed", c.get("late_commits_stored", 0)),
         ("server kill -9 and restarts", ev.get("server_kills", 0)),
         ("LMDB bytes flipped", ev.get("bytes_flipped", 0)),
         ("LMDB value pages damaged", ev.get("value_pages_damaged", 0)),
