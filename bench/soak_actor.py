@@ -37,18 +37,23 @@ def block_hash(i: int) -> BlockHash:
     return BlockHash(hashlib.sha256(b"soak-integrity:%d" % i).digest())
 
 
+def seed_of(ns: str, h: bytes) -> bytes:
+    return hashlib.sha256(ns.encode() + b"\x00" + h).digest()
+
+
 def expected(ns: str, h: bytes, size: int) -> bytes:
     """The only bytes block ``h`` of namespace ``ns`` may ever hold."""
-    seed = hashlib.sha256(ns.encode() + b"\x00" + h).digest()
+    seed = seed_of(ns, h)
     return (seed * (size // len(seed) + 1))[:size]
 
 
-def _reserve(link: Link, ns: str, hashes: list[bytes], lease_s: float) -> Steps[ExtentsReply]:
+def _reserve(link: Link, ns: str, hashes: list[BlockHash], lease_s: float) -> Steps[ExtentsReply]:
     header, _ = yield Call(ShmReserve(ns, hashes, lease_s))
     return ExtentsReply.from_header(header)
 
 
-def _commit(link: Link, ns: str, hashes: list[bytes], gens: list[int | None]) -> Steps[PutReply]:
+def _commit(link: Link, ns: str, hashes: list[BlockHash],
+            gens: list[int | None]) -> Steps[PutReply]:
     header, _ = yield Call(ShmCommit(ns, hashes, gens))
     return PutReply.from_header(header)
 
@@ -130,8 +135,8 @@ class Actor:
                     self.counts["misses"] += 1
                 elif data != expected(self.ns, h, self.size):
                     self.counts["wrong"] += 1
-                    if len(self.wrong) < 5:
-                        self.wrong.append(f"{self.ns}/{h.hex()[:16]}")
+                    if len(self.wrong) < 20:  # what it got: the seed its first bytes hold
+                        self.wrong.append(f"{self.ns}/{h.hex()[:16]} got {data[:32].hex()}")
                 else:
                     self.counts["hits"] += 1
 
@@ -142,15 +147,15 @@ class Actor:
         copy; what it must ensure is that the bytes never reach another block."""
         reserved = c._run(_reserve, self.ns, hashes, 0.5)
         slab = c._core.slab
-        if slab is None or any(e is None for e in reserved.extents):
+        extents = [e for e in reserved.extents if e is not None]
+        if slab is None or len(extents) != len(hashes):
             return
-        if not all(slab.current(e, g) for e, g in zip(reserved.extents, reserved.gens,
-                                                      strict=True)):
+        if not all(slab.current(e, g) for e, g in zip(extents, reserved.gens, strict=True)):
             return
         time.sleep(self.rng.uniform(1.5, 3.0))
-        for h, ext in zip(hashes, reserved.extents, strict=True):
+        for h, ext in zip(hashes, extents, strict=True):
             data, at = expected(self.ns, h, self.size), 0
-            for off, n in ext or []:
+            for off, n in ext:
                 slab.buf[off:off + n] = data[at:at + n]
                 at += n
         r = c._run(_commit, self.ns, hashes, reserved.gens)

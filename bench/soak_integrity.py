@@ -39,6 +39,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import report
+from bench.soak_actor import KEYS, block_hash, seed_of
 from kvstore.testing.lmdb_pages import damage_value, leaves
 from kvstore.testing.server import ServerProc
 
@@ -65,6 +66,7 @@ class Soak:
                               "--enable-unix-socket", host_capacity=args.host_capacity,
                               disk_capacity=args.disk_capacity)
         self.actors: list[tuple[dict[str, Any], subprocess.Popen[bytes]]] = []
+        self._seeds: dict[str, tuple[str, int]] | None = None
 
     # -- the clients ---------------------------------------------------------------------------
     def specs(self) -> list[dict[str, Any]]:
@@ -215,9 +217,26 @@ class Soak:
             errors.update(doc["errors"])
             wrong += doc["wrong"]
         return {"seconds": round(elapsed, 1), "actors": len(self.actors),
+                "wrong_origins": dict(Counter(self.origin(w) for w in wrong)),
                 "counts": dict(counts), "errors": dict(errors), "events": dict(self.events),
-                "server": dict(self.server_counts), "wrong_samples": wrong[:10],
+                "server": dict(self.server_counts), "wrong_samples": wrong[:20],
                 "server_exit": exit_code}
+
+
+    def origin(self, sample: str) -> str:
+        """Whose bytes a wrong read returned: ``namespace`` of the block they belong to
+        (``namespace (same hash)``, ``(unknown)``), from the seed they start with."""
+        if self._seeds is None:
+            names = {spec["ns"] for spec, _ in self.actors}
+            self._seeds = {seed_of(ns, block_hash(i)).hex(): (ns, i) for ns in names
+                           for i in range(KEYS)}
+        wanted, _, got = sample.partition(" got ")
+        found = self._seeds.get(got)
+        if found is None:
+            return "(unknown bytes)"
+        ns, i = found
+        same = block_hash(i).hex().startswith(wanted.split("/")[1])
+        return f"{ns}" + (" (same hash)" if same else "")
 
 
 def rows_of(result: dict[str, Any]) -> list[dict[str, Any]]:
@@ -280,8 +299,8 @@ def main() -> int:
     report("soak_integrity", rows, args.json)
     if result["errors"]:
         print("client errors by kind:", json.dumps(result["errors"]))
-    for sample in result["wrong_samples"]:
-        print("  wrong bytes:", sample)
+    for origin, n in result["wrong_origins"].items():
+        print(f"  wrong bytes: {n} of the samples hold a block of {origin}")
     if args.json:
         doc = json.loads(Path(args.json).read_text())
         doc["result"] = result
