@@ -35,10 +35,14 @@ class PutResult(NamedTuple):
     refused: int
 
 
-CorruptCause = Literal["read", "send", "client", "demote"]
-"""Where a block failed its checksum: a read by the store (a socket or REST get, a promotion),
-the check of a get reply's slab bytes before sending, a client's copy out of shared memory
-(the client tells the server), or the check of a demotion's or spill's bytes."""
+CorruptCause = Literal["read", "send", "client", "demote", "disk_page", "disk_header",
+                       "disk_write"]
+"""Why a block was dropped as corrupt: it failed its checksum in a read by the store (a socket
+or REST get, a promotion), in the check of a get reply's slab bytes before sending, in a
+client's copy out of shared memory (the client tells the server), or in the check of a
+demotion's or spill's bytes; or the disk tier found it on a damaged LMDB page (``disk_page``),
+with an invalid header (``disk_header``), or unwritable for a damaged neighbour page
+(``disk_write``)."""
 
 LeftBecause = Literal["evicted", "deleted", "corrupt", "lost"]
 """Why a block left the store: evicted from the last tier that held it to make room, deleted by

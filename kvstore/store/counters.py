@@ -11,6 +11,8 @@ from collections import Counter
 from dataclasses import dataclass, fields
 from typing import Any
 
+from kvstore.types import CorruptCause
+
 COUNTERS = (
     "queries",
     "hits",
@@ -64,7 +66,8 @@ class Tally:
         self.totals = Counters()
         # every block of a namespace has its size: bytes are counted from these
         self.block_bytes: dict[str, int] = {}
-        # (tier, cause) -> blocks dropped there for a failed checksum (kvstore.store.verify)
+        # (tier, cause) -> blocks dropped there: a failed checksum (kvstore.store.verify), or
+        # what the tier found itself (a damaged disk page or header: kvstore.store.damage)
         self.corrupt_causes: Counter[tuple[int, str]] = Counter()
 
     def ns(self, name: str) -> Counters:
@@ -129,9 +132,9 @@ class Tally:
         for name, n in Counter(namespaces).items():
             self.ns(name).promotions += n
 
-    def corrupt(self, pos: int, namespace: str, cause: str = "read") -> None:
-        """A block of ``namespace`` failed its checksum in tier ``pos`` (``cause``: a
-        :data:`~kvstore.types.CorruptCause`) and was dropped."""
+    def corrupt(self, pos: int, namespace: str, cause: CorruptCause = "read") -> None:
+        """A block of ``namespace`` failed its checksum in tier ``pos``, or was found corrupt
+        by the tier itself (``cause``: a :data:`~kvstore.types.CorruptCause`) and was dropped."""
         self.corrupt_causes[(pos, cause)] += 1
         self.tiers[pos].corrupt_dropped += 1
         self.ns(namespace).corrupt_dropped += 1

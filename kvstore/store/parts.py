@@ -15,6 +15,7 @@ from kvstore.config import StoreConfig
 from kvstore.policy import make_tier_policy
 from kvstore.store.cold import ColdIndex
 from kvstore.store.counters import Tally
+from kvstore.store.damage import DamageSweep
 from kvstore.store.exits import Exits
 from kvstore.store.ghosts import Ghosts
 from kvstore.store.host_path import HostPath
@@ -73,9 +74,11 @@ class Parts:
         changes = SharedChanges(stack, ledger, exits, tally)
         checks = Checks(stack, ledger, exits, tally)
         placer = Placer(stack, ledger, tally, leases, exits, writer, changes, checks)
-        reader = Reader(stack, ledger, placer, exits, tally, leases, lock, book, changes, checks)
+        damage = DamageSweep(stack, ledger, exits, tally)
+        reader = Reader(stack, ledger, placer, exits, tally, leases, lock, book, changes, checks,
+                        damage)
         host = HostPath(stack, ledger, placer, exits, reader, tally, leases, lock, checks)
         checks.deletes = host.deletes  # a pinned host copy that fails is retired, not freed
-        report = Report(stack, ledger, tally, leases, host, ghosts, lock)
+        report = Report(stack, ledger, tally, leases, host, ghosts, lock, damage)
         return cls(stack, lock, book, ledger, tally, leases, ghosts, exits, writer, placer, reader,
                    host, report, checks)

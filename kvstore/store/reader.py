@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from kvstore.checksum import checksums
 from kvstore.errors import WouldBlock
 from kvstore.store.counters import Tally
+from kvstore.store.damage import DamageSweep
 from kvstore.store.exits import Exits
 from kvstore.store.index import Entry, check_hashes, fmt_key, make_keys, tops
 from kvstore.store.leases import LeaseTable
@@ -38,7 +39,8 @@ class Reader:
 
     def __init__(self, stack: TierStack, ledger: Ledger, placer: Placer, exits: Exits,
                  tally: Tally, leases: LeaseTable, lock: StoreLock,
-                 namespaces: NamespaceBook, changes: SharedChanges, checks: Checks) -> None:
+                 namespaces: NamespaceBook, changes: SharedChanges, checks: Checks,
+                 damage: DamageSweep) -> None:
         self._stack = stack
         self._tiers = stack.tiers
         self._ledger = ledger
@@ -50,6 +52,7 @@ class Reader:
         self._namespaces = namespaces
         self._changes = changes
         self._checks = checks
+        self._damage = damage
 
     def read(
         self, keys: list[BlockKey], *, promote: bool, count: bool, promote_to: int = 0
@@ -85,6 +88,7 @@ class Reader:
             for pos in self._changes.positions.intersection(slow):
                 self._changes.take(pos)  # before the checks: a copy S3 lost is dropped once
             self._leases.end_reads(reading)
+            self._damage.sweep()  # before the checks: a block on a damaged page is corrupt
             entries = self._checked(keys, served_by, out)
             hits: dict[int, list[int]] = {}  # tier -> the blocks it served
             for i, entry in enumerate(entries):

@@ -8,6 +8,7 @@ from typing import Any
 
 from kvstore.errors import KVStoreError
 from kvstore.store.counters import Tally
+from kvstore.store.damage import DamageSweep
 from kvstore.store.ghosts import Ghosts
 from kvstore.store.host_path import HostPath
 from kvstore.store.index import fmt_key
@@ -28,7 +29,8 @@ class Report:
     """``stats``, ``health``, ``trace`` and ``check_integrity`` over the store's parts."""
 
     def __init__(self, stack: TierStack, ledger: Ledger, tally: Tally, leases: LeaseTable,
-                 host_path: HostPath, ghosts: Ghosts, lock: StoreLock) -> None:
+                 host_path: HostPath, ghosts: Ghosts, lock: StoreLock,
+                 damage: DamageSweep) -> None:
         self._stack = stack
         self._ledger = ledger
         self._tally = tally
@@ -36,9 +38,11 @@ class Report:
         self._host_path = host_path
         self._ghosts = ghosts
         self._lock = lock
+        self._damage = damage
 
     def stats(self) -> dict[str, Any]:
         with self._lock:
+            self._damage.sweep()  # what a lookup or a delete found counts from now, not later
             tiers = {}
             for pos, tier in enumerate(self._stack.tiers):
                 doc = self._tally.tiers[pos].as_dict()

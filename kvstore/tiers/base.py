@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
-from kvstore.types import BlockKey
+from kvstore.types import BlockKey, CorruptCause
 
 Buffer = bytes | bytearray | memoryview
 
@@ -108,3 +108,15 @@ class Tier(ABC):
     @abstractmethod
     def close(self) -> None:
         """Release resources. Persistent tiers flush first. Idempotent."""
+
+
+@runtime_checkable
+class FindsDamage(Protocol):
+    """A tier that finds damaged blocks on its own, outside what the store verifies (the disk
+    tier: keys on damaged LMDB pages, values with a bad header). It serves them as misses;
+    the store takes them to drop the blocks and count them as corrupt."""
+
+    def take_damaged(self) -> list[tuple[BlockKey, CorruptCause]]:
+        """The keys found damaged since the last call, each with its cause (``disk_page``,
+        ``disk_header``, ``disk_write``); each is returned once."""
+        ...

@@ -32,12 +32,18 @@ class DiskCounts:
     def __init__(self, counts: dict[str, list[int]]) -> None:
         self._counts = counts
         self._delta: dict[str, list[int]] = {}
+        self._hidden: dict[str, list[int]] = {}  # see hide()
         self.used = sum(c[1] for c in counts.values())
         self.blocks = sum(c[0] for c in counts.values())
         self._view = self._snapshot()
 
     def _snapshot(self) -> dict[str, tuple[int, int]]:
-        return {ns: (c[0], c[1]) for ns, c in self._counts.items() if c[0]}
+        out = {}
+        for ns, c in self._counts.items():
+            hidden = self._hidden.get(ns, (0, 0))
+            if c[0] > hidden[0]:
+                out[ns] = (c[0] - hidden[0], c[1] - hidden[1])
+        return out
 
     @classmethod
     def read(cls, env: lmdb.Environment, path: str) -> DiskCounts:
@@ -98,6 +104,24 @@ class DiskCounts:
         if self._delta:
             self._view = self._snapshot()
         self._delta = {}
+
+    def hide(self, raw: bytes) -> None:
+        """The stored block with encoded key ``raw`` is out of reach (on a damaged page, which
+        LMDB cannot delete): count it out of ``used``, ``blocks`` and :meth:`usage` from now
+        on, as one block of its namespace's mean size (every block of a namespace has one
+        size). In this process only: the records in the file go on counting it, since it is
+        still in the file and each open finds it again. Caller holds the write lock."""
+        ns = raw[: raw.index(0)].decode()
+        have = self._counts.get(ns, [0, 0])
+        hidden = self._hidden.setdefault(ns, [0, 0])
+        if have[0] <= hidden[0]:
+            return  # not a block these counts know (never counted, or all hidden)
+        size = (have[1] - hidden[1]) // (have[0] - hidden[0])
+        hidden[0] += 1
+        hidden[1] += size
+        self.blocks -= 1
+        self.used -= size
+        self._view = self._snapshot()
 
     # -- reading -----------------------------------------------------------------------------
     def usage(self) -> dict[str, tuple[int, int]]:

@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 import lmdb
 
 from kvstore.errors import DiskFullError, TierUnavailableError
+from kvstore.tiers.disk_damage import DAMAGE_ERRORS, DiskPageError
 from kvstore.tiers.remap_gate import RemapGate
 
 log = logging.getLogger(__name__)
@@ -87,7 +88,9 @@ class DiskEnv:
     def read(self, body: Callable[..., T], *args: Any) -> T:
         """``body(txn, *args)`` in one read transaction (``buffers=True``: values are
         memoryviews into the map, valid until ``body`` returns), under the remap gate. Raises
-        ``RuntimeError`` once closed, :class:`TierUnavailableError` if LMDB fails. ``body`` is
+        ``RuntimeError`` once closed, :class:`DiskPageError` if LMDB fails on a damaged page,
+        :class:`TierUnavailableError` if it fails otherwise; what ``body`` raises that is
+        not an LMDB error (:class:`~kvstore.tiers.disk_damage.PageDamage`) passes. ``body`` is
         a function of the modules below the tier (:mod:`~kvstore.tiers.disk_index`,
         :mod:`~kvstore.tiers.disk_writes`), so no call comes back into the tier."""
         # A method taking a callable rather than a context manager: a generator-based one
@@ -99,6 +102,8 @@ class DiskEnv:
                 raise RuntimeError("disk tier is closed")
             with self._env.begin(buffers=True) as txn:
                 return body(txn, *args)
+        except DAMAGE_ERRORS as exc:
+            raise DiskPageError(f"disk tier: read failed on a damaged page: {exc}") from exc
         except lmdb.Error as exc:
             raise TierUnavailableError(f"disk tier: read failed: {exc}") from exc
         finally:
@@ -108,7 +113,9 @@ class DiskEnv:
         """Run ``body(txn, *args)`` in one committed write txn (again after growing the map
         when it is full; :mod:`~kvstore.tiers.disk_writes` has the bodies).
         Caller holds :attr:`lock`. Raises :class:`DiskFullError` when the file system is full
-        (and remembers it in :attr:`full`), :class:`TierUnavailableError` on other failures."""
+        (and remembers it in :attr:`full`), :class:`DiskPageError` when LMDB fails on a
+        damaged page, :class:`TierUnavailableError` on other failures; what ``body`` raises
+        that is not an LMDB error passes (the transaction is aborted)."""
         if self.closed:
             raise RuntimeError("disk tier is closed")
         for _ in range(_MAX_GROW):
@@ -120,6 +127,8 @@ class DiskEnv:
                 return
             except lmdb.MapFullError:
                 self._grow()
+            except DAMAGE_ERRORS as exc:
+                raise DiskPageError(f"disk tier: write failed on a damaged page: {exc}") from exc
             except lmdb.Error as exc:
                 if any(text in str(exc) for text in _FULL):
                     self.full = f"disk full at {self.path} ({self._free()} bytes free): {exc}"

@@ -3,7 +3,9 @@ keys deleted, each with the namespace counts changed in the same transaction.
 
 They are functions of the transaction that :meth:`kvstore.tiers.disk_env.DiskEnv.write` runs
 (again, after growing the map, if it was full), so the environment calls into this module
-and never back into the tier.
+and never back into the tier. When LMDB fails on one key's damaged pages they raise
+:class:`~kvstore.tiers.disk_damage.PageDamage` naming it: the tier then remembers the key as
+damaged and runs the transaction again without it.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import lmdb
 from kvstore.errors import CapacityError
 from kvstore.tiers.base import BlockMeta
 from kvstore.tiers.disk_counts import DiskCounts
+from kvstore.tiers.disk_damage import DAMAGE_ERRORS, PageDamage, values
 from kvstore.tiers.disk_records import HEADER, MAGIC, VERSION, payload_sizes, payloads
 
 
@@ -25,7 +28,7 @@ def put_all(txn: lmdb.Transaction, blocks: dict[bytes, tuple[memoryview, BlockMe
     allocation, zeroing and page faults of a fresh value per block (py-lmdb has no
     MDB_RESERVE to write into LMDB's pages directly)."""
     counts.begin()
-    olds = payload_sizes(map(txn.get, blocks))
+    olds = payload_sizes(values(txn, blocks))
     counts.note_many(blocks, [old is None for old in olds],
                      [view.nbytes - (old or 0) for (view, _), old in
                       zip(blocks.values(), olds, strict=True)])
@@ -36,28 +39,34 @@ def put_all(txn: lmdb.Transaction, blocks: dict[bytes, tuple[memoryview, BlockMe
         end = HEADER.size + view.nbytes
         HEADER.pack_into(scratch, 0, MAGIC, VERSION, meta.layout_id, meta.checksum, view.nbytes)
         scratch[HEADER.size : end] = view
-        txn.put(raw, scratch[:end])
+        try:
+            txn.put(raw, scratch[:end])
+        except DAMAGE_ERRORS as exc:  # the page the key goes into (or replaces) is damaged
+            raise PageDamage(raw, exc) from exc
     counts.stage(txn)
 
 
 def delete_all(txn: lmdb.Transaction, raws: list[bytes], counts: DiskCounts) -> None:
     """Delete the values of ``raws`` that are ours, and count them gone."""
     counts.begin()
-    found = [(raw, old) for raw, old in zip(raws, payload_sizes(map(txn.get, raws)), strict=True)
+    found = [(raw, old) for raw, old in zip(raws, payload_sizes(values(txn, raws)), strict=True)
              if old is not None]  # else absent, or not ours: nothing counted
     for raw, _ in found:
-        txn.delete(raw)
+        try:
+            txn.delete(raw)
+        except DAMAGE_ERRORS as exc:
+            raise PageDamage(raw, exc) from exc
     counts.note_many([raw for raw, _ in found], [-1] * len(found), [-old for _, old in found])
     counts.stage(txn)
 
 
 def stored(txn: lmdb.Transaction, raws: list[bytes]) -> list[bytes]:
     """Those of ``raws`` whose values are ours."""
-    return [raw for raw, old in zip(raws, payload_sizes(map(txn.get, raws)), strict=True)
+    return [raw for raw, old in zip(raws, payload_sizes(values(txn, raws)), strict=True)
             if old is not None]
 
 
 def read_payloads(txn: lmdb.Transaction, raws: list[bytes]) -> tuple[list[bytes | None],
                                                                     list[int]]:
     """:func:`~kvstore.tiers.disk_records.payloads` of the values of ``raws``."""
-    return payloads(list(map(txn.get, raws)))
+    return payloads(values(txn, raws))

@@ -157,6 +157,12 @@ class Counters(BaseModel):
 class TierCounters(Counters):
     logical_bytes: Count = Field(description="payload bytes of the blocks the tier holds")
     occupancy: float = Field(0.0, ge=0, description="bytes / capacity_bytes")
+    corrupt_by_cause: dict[str, Count] = Field(
+        default_factory=dict, description="corrupt_dropped by cause: a failed checksum in a "
+        "store read (read), before a reply is sent from the slab (send), in a client's "
+        "shared-memory copy (client), in a demotion or spill (demote); or found by the disk "
+        "tier: on a damaged page of its file (disk_page), a value whose header is not valid "
+        "(disk_header), unwritable for a damaged neighbour page (disk_write)")
 
 
 class StatsOut(BaseModel):
