@@ -32,7 +32,7 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import httpx
 
@@ -42,6 +42,7 @@ from bench.common import report
 from bench.soak_actor import KEYS, block_hash, seed_of
 from kvstore.testing.lmdb_pages import damage_value, leaves
 from kvstore.testing.server import ServerProc
+from kvstore.types import CorruptCause
 
 ACTOR = Path(__file__).with_name("soak_actor.py")
 ADMIN = "soak-admin-token"
@@ -250,7 +251,7 @@ def rows_of(result: dict[str, Any]) -> list[dict[str, Any]]:
         ("  hits (byte-identical)", c.get("hits", 0)),
         ("  misses", c.get("misses", 0)),
         *[(f"  server: corrupt dropped, {cause}", srv.get(f"corrupt_{cause}", 0))
-          for cause in ("checksum", "disk_page", "disk_header")],
+          for cause in get_args(CorruptCause)],
         ("  server: dropped for good (evicted, lost)", srv.get("dropped", 0)),
         ("namespace deletes", c.get("namespace_deletes", 0)),
         ("writer SIGSTOPs (1-3 s, leases 1 s)", ev.get("writer_stops", 0)),
