@@ -94,6 +94,17 @@ def visible_stats(store: StoreAPI, principal: Principal) -> dict[str, Any]:
     return {"totals": totals, "tiers": {}, "namespaces": namespaces}
 
 
+def visible_health(health: dict[str, Any], principal: Principal) -> dict[str, Any]:
+    """The store's health document as ``principal`` may see it: the admin all of it; a tenant
+    whether the store and each tier are ok, nothing of the tiers' block counts, free slots,
+    paths or damage (they hold every tenant's blocks)."""
+    if principal.admin:
+        return health
+    tiers = health.get("tiers") or {}
+    return {"ok": bool(health.get("ok")),
+            "tiers": {name: {"ok": bool(t.get("ok"))} for name, t in tiers.items()}}
+
+
 def _registered(store: StoreAPI, name: str) -> Namespace | None:
     try:
         return store.namespace(name)

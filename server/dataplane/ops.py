@@ -73,7 +73,7 @@ from server.dataplane.prefetch_share import PrefetchShare
 from server.dataplane.shm_ops import SharedMemoryOps
 from server.errors import AuthError
 from server.settings import ServerSettings
-from server.tenant_view import as_seen, to_register, visible, visible_stats
+from server.tenant_view import as_seen, to_register, visible, visible_health, visible_stats
 from server.writes import durable_put
 
 
@@ -223,7 +223,9 @@ class Ops:
         return StatsReply(await self.run(visible_stats, self.store, session.principal)), []
 
     async def health(self, session: Session, req: Health, _: memoryview) -> Answer:
-        return HealthReply(await self.run(self.store.health)), []
+        assert session.principal is not None  # the same view as REST's /healthz with a token
+        doc = await self.run(self.store.health)
+        return HealthReply(visible_health(doc, session.principal)), []
 
     async def flush(self, session: Session, req: Flush, _: memoryview) -> Answer:
         await self.run(self.store.flush)

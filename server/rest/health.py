@@ -19,8 +19,8 @@ from server.auth import Authenticator, Principal
 from server.metrics import tenant_registry
 from server.rest.deps import PrincipalDep, StoreDep, errors
 from server.rest.gate import bearer_token
-from server.rest.schemas import HealthOut, HealthStatusOut, TierHealthOut
-from server.tenant_view import visible_stats
+from server.rest.schemas import HealthOut, HealthStatusOut
+from server.tenant_view import visible_health, visible_stats
 
 router = APIRouter(tags=["health"])
 
@@ -57,8 +57,8 @@ def healthz(request: Request, store: StoreDep) -> Any:
     if caller is None:
         shown: HealthStatusOut = HealthStatusOut(ok=health.ok, closing=health.closing)
     elif not caller.admin:
-        shown = HealthOut(ok=health.ok, closing=health.closing, error=None,
-                          tiers={n: TierHealthOut(ok=t.ok) for n, t in health.tiers.items()})
+        shown = HealthOut.model_validate({**visible_health(doc, caller),
+                                          "closing": health.closing})
     else:
         shown = health
     body = shown.model_dump()

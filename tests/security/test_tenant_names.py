@@ -200,6 +200,19 @@ def test_data_plane_stats_is_the_tenants_own_view(server: ServerProc) -> None:
     assert {"a~chat", "b~b-only"} <= set(doc["namespaces"]) and doc["tiers"]
 
 
+def test_data_plane_health_is_the_tenants_own_view(server: ServerProc) -> None:
+    """A tenant's data-plane ``health`` says whether the store and each tier are ok, as REST's
+    ``/healthz`` does with its token: not the tiers' block counts, free slots or paths."""
+    with KVStoreClient(server.url, TOK_A, use_shm=False) as client:
+        doc = client.health()
+    rest = httpx.get(server.url + "/healthz", headers=bearer(TOK_A), timeout=30).json()
+    assert doc["ok"] is True and doc["tiers"] and set(doc["tiers"]) == set(rest["tiers"])
+    assert all(t == {"ok": True} for t in doc["tiers"].values()), doc
+    with KVStoreClient(server.url, ADMIN, use_shm=False) as client:
+        full = client.health()
+    assert any(len(t) > 1 for t in full["tiers"].values()), full  # the admin sees the detail
+
+
 def test_restart_keeps_both_tenants_blocks(server: ServerProc) -> None:
     b_chat(server)
     server.restart()
