@@ -31,6 +31,8 @@ class DamageSweep:
         the store if that was its last copy) and count it corrupt, by cause. The tier has
         logged it (once)."""
         for pos, tier in self._sources:
+            if not tier.damage_pending:  # the common case, tested without a call
+                continue
             for key, cause in tier.take_damaged():
                 self._tally.corrupt(pos, key[0], cause)
                 if cause != "disk_page":

@@ -257,7 +257,7 @@ class Placer:
         if alone:
             datas = self._tiers[pos].get_many([kept[i] for i in alone])
             # the recorded checksum goes down with the bytes: they must still match it
-            good = self._checks.matches([kept[i] for i in alone], datas)
+            good = self._checks.matches([entries[i][1].checksum for i in alone], datas)
             bad = {kept[i] for i, d, ok in zip(alone, datas, good, strict=True)
                    if d is not None and not ok}
             todo: list[tuple[int, Item]] = [
@@ -300,7 +300,7 @@ class Placer:
             for i in range(0, len(blocks), MAX_DEMOTE_BATCH):
                 chunk = blocks[i:i + MAX_DEMOTE_BATCH]
                 datas = self._tiers[top].get_many([k for k, _ in chunk])
-                good = self._checks.matches([k for k, _ in chunk], datas)
+                good = self._checks.matches([e.checksum for _, e in chunk], datas)
                 self._checks.drop(top, [k for (k, _), d, ok in zip(chunk, datas, good,
                                                                    strict=True)
                                         if d is not None and not ok], "demote")

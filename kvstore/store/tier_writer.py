@@ -35,6 +35,8 @@ class TierWriter:
         self._tiers = stack.tiers
         self._ledger = ledger
         self._failing: dict[int, float] = {}  # tier -> monotonic time of its last failure
+        # read once: a tier's kind does not change, and a put asks for every batch
+        self._sealed = [tier.needs_checksum for tier in self._tiers]
 
     def new_items(self, ns: Namespace, hashes: Sequence[BlockHash], blocks: Sequence[Buffer],
                   tier: str | None, sums: Sequence[int | None] | None = None
@@ -67,7 +69,7 @@ class TierWriter:
         For a tier that keeps checksums, items without one get it computed, in ``items``
         (callers read their metas back) and in the index entry if the block has one."""
         tier = self._tiers[pos]
-        if tier.needs_checksum:
+        if self._sealed[pos]:
             self._seal(items)
         try:
             tier.put_many(items)

@@ -47,18 +47,18 @@ class Checks:
         self.deletes: Deletes | None = None
         self._logged: dict[tuple[int, str], tuple[float, int]] = {}  # -> (when, unlogged)
 
-    def matches(self, keys: Sequence[BlockKey], datas: Sequence[Buffer | None]) -> list[bool]:
-        """Whether each block's bytes match its entry's checksum (one batched hash call).
-        False for a None buffer; True for a block with no entry or no checksum recorded (a
-        block stored before checksums were kept: nothing to compare with)."""
-        entries = self._ledger.get_many(list(keys))
-        todo = [i for i, (e, d) in enumerate(zip(entries, datas, strict=True))
-                if d is not None and e is not None and e.checksum is not None]
+    @staticmethod
+    def matches(sums: Sequence[int | None], datas: Sequence[Buffer | None]) -> list[bool]:
+        """Whether each block's bytes match its recorded checksum in ``sums`` (the callers
+        have the entries; one batched hash call). False for a None buffer; True for a block
+        with no checksum recorded (stored before checksums were kept: nothing to compare
+        with)."""
+        todo = [i for i, (s, d) in enumerate(zip(sums, datas, strict=True))
+                if d is not None and s is not None]
         ok = [d is not None for d in datas]
         got = [d for d in (datas[i] for i in todo) if d is not None]
         for i, csum in zip(todo, checksums(got), strict=True):
-            entry = entries[i]
-            ok[i] = entry is not None and csum == entry.checksum
+            ok[i] = csum == sums[i]
         return ok
 
     @staticmethod

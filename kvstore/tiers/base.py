@@ -13,7 +13,7 @@ structures (free lists, open transactions).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from kvstore.types import BlockKey, CorruptCause
@@ -115,6 +115,10 @@ class FindsDamage(Protocol):
     """A tier that finds damaged blocks on its own, outside what the store verifies (the disk
     tier: keys on damaged LMDB pages, values with a bad header). It serves them as misses;
     the store takes them to drop the blocks and count them as corrupt."""
+
+    # keys found damaged and not taken yet: the store tests it (a plain attribute, not a call)
+    # before each read, and calls take_damaged only when it is not empty
+    damage_pending: Mapping[bytes, str]
 
     def take_damaged(self) -> list[tuple[BlockKey, CorruptCause]]:
         """The keys found damaged since the last call, each with its cause (``disk_page``,

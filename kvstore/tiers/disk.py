@@ -77,6 +77,7 @@ class DiskTier(Tier):
         self._scratch = memoryview(bytearray(0))
         self._prefixes = KeyPrefixes()
         self._damage = DamagedKeys(self.path)
+        self.damage_pending = self._damage.new  # FindsDamage: the same dict, read unlocked
         if self._counts.used > self.capacity_bytes:
             log.warning(
                 "disk tier %s holds %d bytes, over its capacity of %d; the store will evict",
@@ -106,7 +107,8 @@ class DiskTier(Tier):
                 self._scratch = memoryview(bytearray(end))
             self._write_around(False, disk_writes.put_all, blocks, self._counts,
                                self.capacity_bytes, self._scratch)
-        self._damage.repaired(blocks)
+        if self._damage.bad:  # a plain test: a put pays nothing while no key is damaged
+            self._damage.repaired(blocks)
 
     def delete(self, keys: Sequence[BlockKey]) -> None:
         """Delete ``keys``; a key on a damaged page cannot be (LMDB must read the page to
@@ -126,7 +128,7 @@ class DiskTier(Tier):
         ``stored``: the keys are stored blocks (a delete's), so one that fails is counted out
         (a put's may be new, and a failed put counted nothing). Caller holds the write
         lock."""
-        damaged = self._damage.known()
+        damaged = self._damage.pages
         if damaged and any(raw in damaged for raw in batch):
             batch = less(batch, damaged)
         while batch:
@@ -169,7 +171,7 @@ class DiskTier(Tier):
         """``body(txn, todo, *args)`` in one read transaction and ``todo``: ``raws`` less the
         keys LMDB fails on for damage (those remembered, and each found now: noted, then the
         transaction run again without it)."""
-        damaged = self._damage.known()
+        damaged = self._damage.pages
         todo = without(raws, damaged) if damaged else raws
         while True:
             try:
@@ -208,7 +210,7 @@ class DiskTier(Tier):
         prefix = self._prefixes[namespace]
         while True:
             try:
-                return self._env.read(disk_index.leading, prefix, hashes, self._damage.known())
+                return self._env.read(disk_index.leading, prefix, hashes, self._damage.pages)
             except PageDamage as hit:
                 self._lost(hit)
 

@@ -94,41 +94,38 @@ class DamagedKeys:
     def __init__(self, path: str) -> None:
         self.path = path
         self._lock = threading.Lock()
-        self._bad: OrderedDict[bytes, DamageCause] = OrderedDict()
-        self._pages: frozenset[bytes] = frozenset()  # those of _bad LMDB fails on
-        self._new: OrderedDict[bytes, DamageCause] = OrderedDict()  # not taken by the store
+        self.bad: OrderedDict[bytes, DamageCause] = OrderedDict()
+        # the keys of ``bad`` LMDB fails on: reads, puts and deletes step over them (plain
+        # attributes, not calls: a batch tests them for nothing while no key is damaged)
+        self.pages: frozenset[bytes] = frozenset()
+        self.new: OrderedDict[bytes, DamageCause] = OrderedDict()  # not taken by the store yet
         self._causes: Counter[str] = Counter()
         self._unkeyed = 0
         self._last: str | None = None
 
-    def known(self) -> frozenset[bytes]:
-        """The keys LMDB fails on that are remembered now: reads, puts and deletes step over
-        them (empty in the common case, which costs callers one test)."""
-        return self._pages
-
     def repaired(self, raws: Iterable[bytes]) -> None:
         """``raws`` were written again: a bad header among them is gone (LMDB can overwrite
         a value whose header alone is damaged; one whose pages are damaged stays)."""
-        if not self._bad:
+        if not self.bad:
             return
         with self._lock:
             for raw in raws:
-                if self._bad.get(raw) == "disk_header":
-                    del self._bad[raw]
+                if self.bad.get(raw) == "disk_header":
+                    del self.bad[raw]
 
     def note(self, raw: bytes, cause: DamageCause, error: str) -> bool:
         """``raw`` is damaged: remember it, count it and log it, once while remembered. True
         if it was not known."""
         with self._lock:
-            if raw in self._bad:
+            if raw in self.bad:
                 return False
-            self._bad[raw] = cause
+            self.bad[raw] = cause
             if cause in _FOR_STORE:
-                self._new[raw] = cause
-            for book in (self._bad, self._new):
+                self.new[raw] = cause
+            for book in (self.bad, self.new):
                 while len(book) > self.MAX:
                     book.popitem(last=False)
-            self._pages = frozenset(k for k, c in self._bad.items() if c != "disk_header")
+            self.pages = frozenset(k for k, c in self.bad.items() if c != "disk_header")
             self._causes[cause] += 1
             self._last = f"{cause}: {error}"
         log.error("disk tier %s: key %r is damaged (%s): it reads as a miss from now on",
@@ -147,14 +144,14 @@ class DamagedKeys:
         """The keys found damaged since the last call whose blocks are lost (``disk_page``,
         ``disk_header``), for the store to drop and count."""
         with self._lock:
-            found = list(self._new.items())
-            self._new.clear()
+            found = list(self.new.items())
+            self.new.clear()
         return found
 
     def report(self) -> DamageReport:
         with self._lock:
             return DamageReport(found=sum(self._causes.values()), by_cause=dict(self._causes),
-                                remembered=len(self._bad), unkeyed_failures=self._unkeyed,
+                                remembered=len(self.bad), unkeyed_failures=self._unkeyed,
                                 last_error=self._last)
 
 
