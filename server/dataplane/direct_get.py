@@ -77,16 +77,17 @@ class DirectGet:
         try:
             pins = await self._now(self.store.acquire_read, ns, hashes, lease_s=self.lease_s,
                                    owner=owner, promote=False, tenant=tenant)
-            extents = pins.extents  # no generation to check: the lease outlives the send
+            extents, held = pins.extents, pins.sums  # no generation to check: the lease
+            # outlives the send
         except PinQuotaError:  # nothing pinned: copies, within the budget the caller holds
-            extents = [None] * len(hashes)
+            extents, held = [None] * len(hashes), [None] * len(hashes)
         pinned = [h for h, ext in zip(hashes, extents, strict=True) if ext is not None]
 
         async def release() -> None:
             await self._now(self.store.release, ns, pinned, owner=owner)
 
         try:
-            extents = await self._verified(ns, hashes, extents, pins.sums)
+            extents = await self._verified(ns, hashes, extents, held)
             rest = [h for h, ext in zip(hashes, extents, strict=True) if ext is None]
             copies = iter(await self._run(read_within, self.store, ns, rest, block_bytes,
                                           limit) if rest else ())
@@ -110,7 +111,7 @@ class DirectGet:
         pieces: list[Buffer] = [slab[p[0]:p[0] + p[1]] if isinstance(p, tuple) else p
                                 for p in coalesce(parts)]  # neighbours: one iovec
         sums = [s if ext is not None else None
-                for s, ext in zip(pins.sums, extents, strict=True)]
+                for s, ext in zip(held, extents, strict=True)]
         return GetPayload(sizes, pieces, release if pinned else None,
                           sums if any(s is not None for s in sums) else None)
 
