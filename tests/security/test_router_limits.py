@@ -6,6 +6,7 @@ stop-string matching in ``test_router_stops.py``."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 from collections.abc import Iterator
 from typing import Any
@@ -27,6 +28,21 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RouterEnv]:
         yield e
 
 
+def _response(sock: socket.socket) -> bytes:
+    """Read one whole response: the head, then as many body bytes as it declares (the server
+    may write them apart, and may close the connection at once after them)."""
+    data = b""
+    with contextlib.suppress(ConnectionResetError):
+        while chunk := sock.recv(65536):
+            data += chunk
+            head, sep, body = data.partition(b"\r\n\r\n")
+            lengths = [int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                       if line.lower().startswith(b"content-length:")]
+            if sep and lengths and len(body) >= lengths[0]:
+                break
+    return data
+
+
 def post(env: RouterEnv, body: dict[str, Any], timeout: float = 120) -> httpx.Response:
     return httpx.post(f"{env.router.url}/v1/completions", json=body, timeout=timeout)
 
@@ -37,7 +53,7 @@ def test_a_body_over_the_cap_is_refused_before_it_is_read(env: RouterEnv) -> Non
         s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
                   b"Content-Type: application/json\r\nContent-Length: 67108864\r\n\r\n")
         s.sendall(b"[" * 1024)
-        head = s.recv(65536).decode()
+        head = _response(s).decode()
     assert head.startswith("HTTP/1.1 413"), head
     assert "--max-body-bytes" in head and '"type":"invalid_request_error"' in head
     assert httpx.get(f"{env.router.url}/health", timeout=10).json()["ready"]
