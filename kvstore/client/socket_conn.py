@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from kvstore.client.errors import KVStoreUnavailableError, ProtocolError, from_reply
+from kvstore.client.landed import landed, reply_sums
 from kvstore.protocol.frame import PREFIX, PREFIX_BYTES, Buffer, decode_header, encode_frame
 
 if TYPE_CHECKING:
@@ -122,18 +123,21 @@ class FrameSocket:
                 self.recv_bytes(payload_len)  # keep the stream in sync, then complain
                 raise ProtocolError("reply payload without matching sizes")
             return []
+        sums = reply_sums(reply, len(sizes))
         out: list[Any] = []
         for i, size in enumerate(sizes):
             if size < 0:
                 out.append(None if into is None else False)
             elif into is None:
-                out.append(self.recv_bytes(size))
+                block: bytes | None = self.recv_bytes(size)
+                out.append(block if landed(sums, i, block) else None)
             else:
                 dest = into[i]
                 if dest is None or memoryview(dest).nbytes < size:
                     self.recv_bytes(size)
                     out.append(False)
                 else:
-                    self.recv_into(memoryview(dest).cast("B")[:size])
-                    out.append(True)
+                    view = memoryview(dest).cast("B")[:size]
+                    self.recv_into(view)
+                    out.append(landed(sums, i, view))
         return out

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from kvstore.client.discovery import ServerInfo
 from kvstore.client.errors import KVStoreUnavailableError, ProtocolError, from_reply
+from kvstore.client.landed import landed, reply_sums
 from kvstore.protocol.frame import PREFIX, PREFIX_BYTES, Buffer, decode_header, encode_frame
 
 if TYPE_CHECKING:
@@ -63,8 +64,10 @@ class AsyncConn:
         sizes = reply.get("sizes")
         blocks: list[bytes | None] = []
         if isinstance(sizes, list) and sum(s for s in sizes if s > 0) == payload_len:
-            for size in sizes:
-                blocks.append(None if size < 0 else await self.reader.readexactly(size))
+            sums = reply_sums(reply, len(sizes))
+            for i, size in enumerate(sizes):
+                block = None if size < 0 else await self.reader.readexactly(size)
+                blocks.append(block if landed(sums, i, block) else None)
         elif payload_len:
             await self.reader.readexactly(payload_len)
             raise ProtocolError("reply payload without matching sizes")

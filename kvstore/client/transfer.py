@@ -14,7 +14,7 @@ import contextlib
 from collections.abc import Sequence
 from typing import Any
 
-from kvstore.checksum import checksum, checksums
+from kvstore.checksum import checksums
 from kvstore.client.errors import (
     BadRequestError,
     CapacityError,
@@ -27,6 +27,7 @@ from kvstore.client.shm import SlabMapping, read_checked, read_into_checked, wri
 from kvstore.client.staging import StagedPlaces
 from kvstore.protocol import (
     Buffer,
+    Check,
     ExtentsReply,
     Get,
     GetReply,
@@ -57,26 +58,6 @@ def fencing(gens: list[int | None]) -> list[int | None] | None:
     """The generations to send back with a commit; None (no check, the frame of a client
     before generations) when the server gave none."""
     return gens if any(g is not None for g in gens) else None
-
-
-def checked_reply(reply: GetReply, part: list[Any],
-                  dest: Sequence[Buffer] | None) -> list[Any]:
-    """A get reply's blocks, each one the server sent straight from its slab checked against
-    the checksum the reply gives for it: one that differs (its slab bytes changed while they
-    were sent) is a miss. The server checks its copy before every such send, so the next
-    read finds it dropped."""
-    if not reply.sums:
-        return part
-    out = list(part)
-    for i, (csum, size) in enumerate(zip(reply.sums, reply.sizes, strict=True)):
-        if csum is None or size < 0:
-            continue
-        if dest is None:
-            if out[i] is not None and checksum(out[i]) != csum:
-                out[i] = None
-        elif out[i] and checksum(memoryview(dest[i]).cast("B")[:size]) != csum:
-            out[i] = False
-    return out
 
 
 class Transfers:
@@ -183,13 +164,17 @@ class Transfers:
                 part = yield from self._get_mapped(link.slab, ns, hs, dest)
             if part is None:  # no slab, or the host tier is full of pinned blocks
                 try:
-                    header, part = yield Call(Get(ns, hs), into=dest)
+                    header, part = yield Call(Get(ns, hs, checked=True), into=dest)
                 except BadRequestError as exc:  # blocks larger than guessed
                     if exc.code != "too_large" or len(hs) == 1:
                         raise
                     cap = len(hs) // 2
                     continue
-                part = checked_reply(GetReply.from_header(header), part, dest)
+                # the connection checked each block as it landed; a miss where one was sent
+                # failed: the server hashes its copy and drops the block if it is bad
+                bad = GetReply.from_header(header).bad(part)
+                if bad:
+                    yield Call(Check(ns, [hs[i] for i in bad]), noreply=True)
                 for block in part:  # learn the block size: later batches fit the frame
                     if isinstance(block, bytes | bytearray | memoryview):
                         self.block_bytes[ns] = memoryview(block).nbytes

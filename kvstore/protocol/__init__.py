@@ -5,6 +5,8 @@ looked up by op name in :mod:`.ops`."""
 from __future__ import annotations
 
 from kvstore.protocol.blocks import (
+    Check,
+    CheckReply,
     Delete,
     DeleteReply,
     Get,
@@ -42,7 +44,6 @@ from kvstore.protocol.session import (
 )
 from kvstore.protocol.shm import (
     AbortReply,
-    CheckReply,
     Extents,
     ExtentsReply,
     ShmAbort,
@@ -61,7 +62,7 @@ from kvstore.protocol.shm import (
 )
 
 __all__ = [
-    "PROTOCOL_VERSION", "REQUESTS", "AbortReply", "Ack", "Buffer", "CheckReply", "Delete",
+    "PROTOCOL_VERSION", "REQUESTS", "AbortReply", "Ack", "Buffer", "Check", "CheckReply", "Delete",
     "DeleteNamespace", "DeleteNamespaceReply", "DeleteReply",
     "Extents", "ExtentsReply", "Flush", "FrameError", "Get", "GetReply", "Header", "Health",
     "HealthReply", "Hello", "HelloReply", "Limits", "Lookup", "LookupReply", "Namespaces",

@@ -1,5 +1,5 @@
-"""Messages of the block ops over the socket: ``put``, ``get``, ``lookup``, ``prefetch``,
-``pin``, ``release``, ``delete``.
+"""Messages of the block ops over the socket: ``put``, ``get``, ``check``, ``lookup``,
+``prefetch``, ``pin``, ``release``, ``delete``.
 
 Block bytes never go in a header: a put's payload and a get reply's payload carry them back
 to back, their sizes in ``sizes`` (``-1`` for a miss in a get reply).
@@ -47,14 +47,25 @@ class PutReply(Reply):
 
 @dataclass(slots=True)
 class Get(NsRequest):
+    """The blocks' bytes. ``checked``: the client verifies each block the reply sends out of
+    the slab against the reply's checksum as it lands, and reports one that differs with
+    ``check``; a server that trusts the client with the slab then sends without hashing
+    first (one pass over the bytes instead of two)."""
+
     op: ClassVar[str] = "get"
+    checked: bool = False
+
+    @classmethod
+    def from_header(cls, header: Header, limits: Limits) -> Self:
+        return cls(*read_ns_hashes(header, limits), arg_bool(header, "checked"))
 
 
 @dataclass(slots=True)
 class GetReply(Reply):
     """Each block's size in the payload, -1 for a miss; ``sums``, where the server sent a
-    block straight from shared memory, its recorded checksum (None elsewhere): the bytes
-    were verified before sending, the client verifies what arrived."""
+    block straight from shared memory, its recorded checksum (None elsewhere): the client
+    verifies what arrived (and the server verified it before sending, unless the get was
+    ``checked`` by a client it trusts with the slab)."""
 
     sizes: list[int]
     sums: list[int | None] | None = None
@@ -62,9 +73,34 @@ class GetReply(Reply):
     def to_header(self) -> Header:
         return without_none(Reply.to_header(self), "sums")
 
+    def bad(self, blocks: list[object]) -> list[int]:
+        """The indexes of blocks that the reply sent but that arrived as no block (None or
+        False): those whose bytes did not match their checksum when they landed."""
+        sums = self.sums or [None] * len(self.sizes)
+        return [i for i, (size, csum, got) in enumerate(zip(self.sizes, sums, blocks,
+                                                            strict=True))
+                if size >= 0 and csum is not None and not got]
+
     @classmethod
     def from_header(cls, header: Header) -> Self:
         return cls(header["sizes"], header.get("sums"))
+
+
+@dataclass(slots=True)
+class Check(NsRequest):
+    """The client's copy of these blocks, sent straight from the slab, failed its checksum:
+    the server hashes its copies where they lie and drops those that fail (cause
+    ``client``)."""
+
+    op: ClassVar[str] = "check"
+
+
+@dataclass(slots=True)
+class CheckReply(Reply):
+    """How many of the blocks failed on the server too and were dropped (also the reply of
+    ``shm_check``)."""
+
+    dropped: int
 
 
 @dataclass(slots=True)

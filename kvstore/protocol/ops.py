@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvstore.protocol.blocks import Delete, Get, Lookup, Pin, Prefetch, Put, Release
+from kvstore.protocol.blocks import Check, Delete, Get, Lookup, Pin, Prefetch, Put, Release
 from kvstore.protocol.frame import FrameError
 from kvstore.protocol.message import Header, Limits, Request
 from kvstore.protocol.session import (
@@ -32,7 +32,7 @@ from kvstore.protocol.shm import (
 )
 
 REQUESTS: dict[str, type[Request]] = {kind.op: kind for kind in (
-    Hello, Ping, Register, Namespaces, Put, Get, Lookup, Prefetch, Pin, Release, Delete,
+    Hello, Ping, Register, Namespaces, Put, Get, Check, Lookup, Prefetch, Pin, Release, Delete,
     Stats, Health, Flush,
     ShmReserve, ShmCommit, ShmAbort, ShmAcquire, ShmRelease, ShmStage, ShmPut, ShmLookup,
     DeleteNamespace,

@@ -247,14 +247,10 @@ class ShmLookupReply(FencedReply):
 @dataclass(slots=True)
 class ShmCheck(ShmRequest):
     """A reader's copy of these blocks out of the slab failed its checksum: the server hashes
-    its copies where they lie and drops those that fail (replies a ``CheckReply``)."""
+    its copies where they lie and drops those that fail (replies a
+    :class:`~kvstore.protocol.blocks.CheckReply`; ``check`` is the same for a socket get)."""
 
     op: ClassVar[str] = "shm_check"
-
-
-@dataclass(slots=True)
-class CheckReply(Reply):
-    dropped: int
 
 
 def first_offsets(places: list[Any]) -> list[int]:

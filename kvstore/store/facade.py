@@ -231,13 +231,15 @@ class Store:
 
     def commit_write(self, namespace: str, hashes: Sequence[BlockHash], *, owner: str = "",
                      nowait: bool = False, gens: Sequence[int | None] | None = None,
-                     sums: Sequence[int | None] | None = None) -> PutResult:
+                     sums: Sequence[int | None] | None = None,
+                     landed: Sequence[int | None] | None = None) -> PutResult:
         """Publish blocks this owner reserved and wrote; with ``gens`` (as
         :meth:`reserve_write` gave them), refuse those whose slots moved, and with ``sums``
-        those whose bytes differ from the writer's checksums; see HostPath."""
+        those whose bytes differ from the writer's checksums (``landed``: the checksums of
+        the bytes as the receiver saw them land, else hashed now); see HostPath."""
         self._stack.slab()
         return self._host.commit_write(make_keys(namespace, hashes), owner=owner, nowait=nowait,
-                                       gens=gens, sums=sums)
+                                       gens=gens, sums=sums, landed=landed)
 
     def abort_write(self, namespace: str, hashes: Sequence[BlockHash], *,
                     owner: str = "") -> int:

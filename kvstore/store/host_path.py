@@ -153,12 +153,14 @@ class HostPath:
 
     def commit_write(self, keys: list[BlockKey], *, owner: str, nowait: bool,
                      gens: Sequence[int | None] | None = None,
-                     sums: Sequence[int | None] | None = None) -> PutResult:
+                     sums: Sequence[int | None] | None = None,
+                     landed: Sequence[int | None] | None = None) -> PutResult:
         """Publish blocks ``owner`` reserved and wrote. Keys it did not reserve, or (with
         ``gens``) whose reservation is not the generation the writer was given, count as
         ``existing`` if stored, else ``refused``; so do keys whose receiving reservation was
         doomed (their places are freed now), and (its places freed) a block whose bytes do
-        not match its checksum in ``sums``. With ``nowait``, raises
+        not match its checksum in ``sums``. ``landed``: each block's checksum as a socket
+        receive saw its bytes land (None: hash it where it lies now). With ``nowait``, raises
         :class:`~kvstore.errors.WouldBlock` (publishing nothing) rather than wait for the lock,
         copy to a write-through tier or evict past the high watermark."""
         host, slab = self._host()
@@ -168,6 +170,7 @@ class HostPath:
             raise ValueError(f"{len(keys)} hashes but {len(sums)} checksums")
         wanted = dict(zip(keys, gens, strict=True)) if gens is not None else None
         sent = dict(zip(keys, sums, strict=True)) if sums is not None else None
+        seen = dict(zip(keys, landed, strict=True)) if landed is not None else {}
         existing = refused = 0
         with self._lock.hold(nowait):
             self._check_commit(host, nowait)
@@ -186,7 +189,8 @@ class HostPath:
                     refused += 1
             existing += len(keys) - len(set(keys))  # the same block twice: written once
             written = len(mine)
-            mine = self._seal(mine, None if sent is None else [sent[k] for k in mine])
+            mine = self._seal(mine, None if sent is None else [sent[k] for k in mine],
+                              [seen.get(k) for k in mine])
             refused += written - len(mine)
             self._publish(host, mine)
             if mine:
@@ -262,11 +266,18 @@ class HostPath:
         refused += len(fresh) - len(mine)
         return PutResult(len(mine), existing, refused), [p for _, p in fresh]
 
-    def _seal(self, keys: list[BlockKey], sent: list[int | None] | None) -> list[BlockKey]:
-        """Record the checksum of each reserved block's bytes as they lie; those whose bytes
-        differ from the writer's checksum in ``sent`` are unreserved (lock held)."""
-        sums = self._checks.sealed(
-            self._stack.slab().sums([self._held(k).extents for k in keys]), sent)
+    def _seal(self, keys: list[BlockKey], sent: list[int | None] | None,
+              landed: list[int | None] | None = None) -> list[BlockKey]:
+        """Record the checksum of each reserved block's bytes (``landed[i]`` where given,
+        else hashed as they lie); those whose bytes differ from the writer's checksum in
+        ``sent`` are unreserved (lock held)."""
+        got: list[int | None] = list(landed) if landed is not None else [None] * len(keys)
+        todo = [i for i, c in enumerate(got) if c is None]
+        if todo:
+            hashed = self._stack.slab().sums([self._held(keys[i]).extents for i in todo])
+            for i, h in zip(todo, hashed, strict=True):
+                got[i] = h
+        sums = self._checks.sealed([c for c in got if c is not None], sent)
         for key, csum, entry in zip(keys, sums, self._ledger.get_many(keys), strict=True):
             if csum is None:
                 self._reservations.free(key)

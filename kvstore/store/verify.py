@@ -3,10 +3,10 @@ leave, and a block that fails dropped, counted by tier and cause, and logged onc
 
 Every block has its xxh3-64 from the moment a put or a commit acknowledges it
 (:attr:`~kvstore.store.index.Entry.checksum`). A shared-memory or direct socket put hands over
-bytes that are already in the host slab: they are hashed there at commit and
-:meth:`Checks.sealed` compares with the checksum the client computed over the bytes it meant
-to write, so that
-bytes a late writer copied into the places in between never become the block. Reads out of
+bytes that are already in the host slab: they are hashed there at commit (a socket put's as
+they land) and :meth:`Checks.sealed` compares with the checksum the client computed over the
+bytes it meant to write, so that bytes a late writer copied into the places in between never
+become the block. Reads out of
 memory tiers and demotions hash what they hand on and compare with the recorded checksum
 (:meth:`Checks.matches`); a block that fails is dropped from the store (:meth:`Checks.drop`).
 
@@ -64,9 +64,10 @@ class Checks:
     @staticmethod
     def sealed(sums: Sequence[int], sent: Sequence[int | None] | None) -> list[int | None]:
         """The checksum to record for each block just written into the slab (``sums``: of
-        the bytes in its places now), or None where the client's checksum (``sent``) differs:
-        the block is refused. Without ``sent`` every block is taken as it lies (a late copy
-        before the commit cannot be told from the writer's own)."""
+        the bytes in its places now, or as a socket receive saw them land), or None where
+        the client's checksum (``sent``) differs: the block is refused. Without ``sent``
+        every block is taken as it lies (a late copy before the commit cannot be told from
+        the writer's own)."""
         if sent is None:
             return list(sums)
         return [s if want is None or want == s else None

@@ -118,6 +118,8 @@ class Connection(asyncio.BufferedProtocol):
                     and not self._promote():  # auth off: the first frame establishes
                 return
         self._pos += nbytes
+        if self._stage == 2 and self._direct is not None:
+            self._direct.landed(nbytes)  # hashed now, while the bytes are in cache
         if self._pos < len(self._target):
             return
         if self._stage == 2 and self._direct is not None:

@@ -9,12 +9,15 @@ Blocks the host tier does not hold are read the usual way
 (:func:`~server.dataplane.get_reply.read_within`: from a lower tier, verified and promoted as
 the store's ``get`` does), so a reply may mix views and copies. A pinned block is never
 evicted, and a deleted one keeps its slots until its pins would have expired, so the bytes
-sent are always the block's. Before sending, each pinned block is hashed where it lies and
-compared with its recorded checksum (a block a late shared-memory writer overwrote is a miss
-and is dropped), and the reply carries the checksums so that the client verifies what it
-received. The pins' lease outlives the connection's ``frame_timeout_s``
-(after which a reply still unsent aborts the connection), and the frame budget bounds what the
-gets in flight may pin, as it bounds the copies they would otherwise make.
+sent are always the block's unless a late shared-memory writer overwrote them. The reply
+carries the recorded checksums so that the client verifies what it received, and before
+sending, each pinned block is hashed where it lies and compared with its checksum (one that
+differs is a miss and is dropped), except for a client that says it checks what lands
+(``checked``) and is trusted with the slab: it could read the same bytes by mapping it, so
+its own check is enough, and it reports a block that fails with ``check``. The pins' lease
+outlives the connection's ``frame_timeout_s`` (after which a reply still unsent aborts the
+connection), and the frame budget bounds what the gets in flight may pin, as it bounds the
+copies they would otherwise make.
 
 The pins are charged to the caller's tenant like any other (``max_pinned_bytes_per_tenant``):
 a client that never reads its replies holds them until the frame timeout, and must not hold
@@ -68,11 +71,14 @@ class DirectGet:
         self.lease_s = lease_s
 
     async def read(self, ns: str, hashes: list[BlockHash], block_bytes: int,
-                   limit: int, owner: str, tenant: str | None) -> GetPayload:
+                   limit: int, owner: str, tenant: str | None, *,
+                   checked_by_client: bool = False) -> GetPayload:
         """Each block of ``hashes``: a view of its pinned slab place where the host tier
         holds it (pins charged to ``tenant``; None: uncharged, the admin), else read and
         copied; all copied where the pins would pass the tenant's quota. The caller checked
-        that the reply fits ``limit`` and holds its frame budget."""
+        that the reply fits ``limit`` and holds its frame budget. ``checked_by_client``:
+        the client verifies each block against the reply's checksums as it lands and reports
+        one that differs (``check``), so the pinned blocks are not hashed before sending."""
         owner = f"{SEND_OWNER}{owner}/{next(_ids)}"
         try:
             pins = await self._now(self.store.acquire_read, ns, hashes, lease_s=self.lease_s,
@@ -87,7 +93,8 @@ class DirectGet:
             await self._now(self.store.release, ns, pinned, owner=owner)
 
         try:
-            extents = await self._verified(ns, hashes, extents, held)
+            if not checked_by_client:
+                extents = await self._verified(ns, hashes, extents, held)
             rest = [h for h, ext in zip(hashes, extents, strict=True) if ext is None]
             copies = iter(await self._run(read_within, self.store, ns, rest, block_bytes,
                                           limit) if rest else ())

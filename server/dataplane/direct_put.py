@@ -13,11 +13,17 @@ timed out, or the commit failed), so a block is never partially visible.
 The places are never freed while its bytes may still arrive: they are reserved as *receiving*
 (:mod:`kvstore.store.reservations`), so a namespace delete, the reservation's lease running out
 or its owner's leases being dropped meanwhile only dooms them (the commit is then refused, the
-block never visible) and they go back to the free list at this put's own commit or abort. The
-commit hashes each block where it landed and refuses one whose bytes differ from the checksum
-the client sent with the put. Every frame ends in one of the two (the connection aborts on
-loss, timeout and shutdown). The lease is still longer than a frame may take (not the default
-lease). Anything else (an odd header, a full host tier, a busy store, a frame timeout past
+block never visible) and they go back to the free list at this put's own commit or abort.
+Every frame ends in one of the two (the connection aborts on loss, timeout and shutdown). The
+lease is still longer than a frame may take (not the default lease).
+
+Each block is hashed as its bytes land, a piece at a time while in cache
+(:class:`~server.dataplane.landing.Landing`), and the commit refuses one whose bytes differ
+from the checksum the client sent with the put. A late shared-memory writer's bytes that reach
+a place after they landed are caught where every read out of the slab is: against the
+recorded checksum, a miss, never the block.
+
+Anything else (an odd header, a full host tier, a busy store, a frame timeout past
 ``max_lease_s``) returns None and the frame is read into a buffer and served as before; that
 path also produces every error reply.
 """
@@ -35,6 +41,7 @@ from kvstore.protocol.frame import decode_header
 from kvstore.store import StoreAPI
 from kvstore.types import BlockHash, PutResult
 from server.dataplane.buffers import BufferPool
+from server.dataplane.landing import Landing
 from server.dataplane.slab_runs import Extent, coalesce, transfer_lease_s
 
 # A put's own owner id, never derived from the session's: a client picks its owner in
@@ -49,7 +56,8 @@ class DirectPut:
 
     def __init__(self, store: StoreAPI, ns: str, hashes: list[BlockHash], owner: str,
                  targets: list[memoryview], scratch: bytearray | None,
-                 buffers: BufferPool, sums: list[int | None] | None = None) -> None:
+                 buffers: BufferPool, sums: list[int | None] | None = None,
+                 blocks: list[list[memoryview] | None] | None = None) -> None:
         self.store = store
         self.ns = ns
         self.hashes = hashes
@@ -59,19 +67,26 @@ class DirectPut:
         self._scratch = scratch
         self._buffers = buffers
         self.done = False
+        self._landing = Landing(blocks or [])
 
     def next_target(self) -> memoryview | None:
         """The next place to receive payload bytes into, None once the payload is complete."""
         return next(self._targets, None)
 
+    def landed(self, nbytes: int) -> None:
+        """The next ``nbytes`` of the payload have arrived: hash them while in cache."""
+        self._landing.landed(nbytes)
+
     def commit(self, nowait: bool = False) -> PutResult:
-        """Publish the received blocks (the store's ``commit_write``, which hashes them where
-        they landed and refuses those that differ from the client's ``sums``); if that fails (other
+        """Publish the received blocks (the store's ``commit_write``, given the checksums of
+        the bytes as they landed; it refuses those that differ from the client's ``sums``);
+        if that fails (other
         than :class:`~kvstore.errors.WouldBlock`, which changes nothing and is retried), the
         places are freed: only this put's commit or abort ever frees them."""
         try:
-            result: PutResult = self.store.commit_write(self.ns, self.hashes, owner=self.owner,
-                                                        nowait=nowait, sums=self.sums)
+            result: PutResult = self.store.commit_write(
+                self.ns, self.hashes, owner=self.owner, nowait=nowait, sums=self.sums,
+                landed=self._landing.sums())
         except WouldBlock:
             raise
         except Exception:
@@ -133,4 +148,6 @@ def begin(ops: Any, session: Any, header_bytes: bytes, payload_len: int) -> Dire
     targets = [host.view(*place) if place is not None
                else memoryview(cast(bytearray, scratch))[: ns.block_bytes]
                for place in coalesce(places)]
-    return DirectPut(store, ns.name, hashes, owner, targets, scratch, ops.buffers, put.sums)
+    blocks = [None if ext is None else [host.view(off, n) for off, n in ext] for ext in extents]
+    return DirectPut(store, ns.name, hashes, owner, targets, scratch, ops.buffers, put.sums,
+                     blocks)

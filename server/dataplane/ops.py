@@ -26,6 +26,7 @@ from kvstore.namespace import Layout, Namespace
 from kvstore.protocol import (
     Ack,
     Buffer,
+    Check,
     Delete,
     DeleteNamespace,
     DeleteNamespaceReply,
@@ -98,7 +99,8 @@ class Ops:
         self.prefetches = PrefetchShare(self.ctx, settings.max_prefetch_blocks_per_connection)
         self.table: dict[type[Request], Handler] = {
             Hello: self.hello, Ping: self.ping, Register: self.register,
-            Namespaces: self.namespaces, Put: self.put, Get: self.get, Lookup: self.lookup,
+            Namespaces: self.namespaces, Put: self.put, Get: self.get, Check: self.shm_ops.check,
+            Lookup: self.lookup,
             Prefetch: self.prefetch, Pin: self.pin, Release: self.release,
             Delete: self.delete, Stats: self.stats, Health: self.health, Flush: self.flush,
             **self.shm_ops.table(),
@@ -177,8 +179,11 @@ class Ops:
             session.reply_bytes += need
         if self.direct_get is not None and len(req.hashes) * ns.block_bytes <= limit:
             # the reply fits whatever hits: blocks the host tier holds go out of the slab
-            got = await self.direct_get.read(ns.name, req.hashes, ns.block_bytes, limit,
-                                             session.owner, session.tenant)
+            # a client that checks what lands and is trusted with the slab (it could map
+            # it) needs no hash before the send: one pass over the bytes, not two
+            got = await self.direct_get.read(
+                ns.name, req.hashes, ns.block_bytes, limit, session.owner, session.tenant,
+                checked_by_client=req.checked and self.shm_ops.trusts(session))
             session.after_send = got.after_send
             return GetReply(got.sizes, got.sums), got.pieces
         blocks = await self.run(read_within, self.store, ns.name, req.hashes, ns.block_bytes,

@@ -22,6 +22,7 @@ from typing import Any
 
 from kvstore.protocol import (
     AbortReply,
+    Check,
     CheckReply,
     ExtentsReply,
     FrameError,
@@ -69,7 +70,7 @@ class SharedMemoryOps:
             ShmReserve: self.shm_reserve, ShmCommit: self.shm_commit,
             ShmAbort: self.shm_abort, ShmAcquire: self.shm_acquire,
             ShmRelease: self.shm_release, ShmStage: self.shm_stage, ShmPut: self.shm_put,
-            ShmLookup: self.shm_lookup, ShmMap: self.shm_map, ShmCheck: self.shm_check,
+            ShmLookup: self.shm_lookup, ShmMap: self.shm_map, ShmCheck: self.check,
         }
 
     def require(self, session: Session | None = None) -> None:
@@ -153,9 +154,10 @@ class SharedMemoryOps:
                                 owner=session.owner + suffix)
         return ReleaseReply(n), []
 
-    async def shm_check(self, session: Session, req: ShmCheck, _: memoryview) -> Answer:
-        """A reader's copy failed its checksum: hash the host copies where they lie and drop
-        the blocks that fail (cause ``client``). The client has counted its copy a miss."""
+    async def check(self, session: Session, req: Check | ShmCheck, _: memoryview) -> Answer:
+        """A reader's copy failed its checksum (``shm_check`` out of the slab, ``check``
+        after a socket get): hash the host copies where they lie and drop the blocks that
+        fail (cause ``client``). The client has counted its copy a miss."""
         ns = self._ctx.ns(session, req.ns)
         dropped = await self._ctx.run(lambda: self._store.check_host(ns.name, req.hashes))
         return CheckReply(dropped), []

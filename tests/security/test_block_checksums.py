@@ -6,32 +6,29 @@ refused over TCP, shared memory and REST."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
 from kvstore.checksum import checksum
 from kvstore.client import KVStoreClient
-from kvstore.client.exchange import Call, Link, Steps
-from kvstore.protocol import (
-    ExtentsReply,
-    Put,
-    PutReply,
-    ShmAcquire,
-    ShmCommit,
-    ShmRelease,
-    ShmReserve,
-)
 from kvstore.testing.server import ServerProc
+from tests.security.shm_steps import (
+    BLOCK,
+    REAP_S,
+    acquire,
+    blocks,
+    commit,
+    flip,
+    put_raw,
+    reserve,
+    slots,
+)
 
-BLOCK = 64 << 10
-REAP_S = 2.5  # the server expires leases every second
 EVIL = b"\xee" * BLOCK
 
 
@@ -43,37 +40,16 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProc]:
     proc.stop()
 
 
-def _blocks(n: int, salt: str) -> tuple[list[bytes], list[bytes]]:
-    return ([hashlib.sha256(f"{salt}/{i}".encode()).digest() for i in range(n)],
-            [os.urandom(BLOCK) for _ in range(n)])
 
 
-def _reserve(link: Link, ns: str, hashes: list[bytes], lease_s: float) -> Steps[ExtentsReply]:
-    header, _ = yield Call(ShmReserve(ns, hashes, lease_s))
-    return ExtentsReply.from_header(header)
 
 
-def _acquire(link: Link, ns: str, hashes: list[bytes]) -> Steps[ExtentsReply]:
-    header, _ = yield Call(ShmAcquire(ns, hashes, 30.0))
-    got = ExtentsReply.from_header(header)
-    yield Call(ShmRelease(ns, hashes))
-    return got
 
 
-def _commit(link: Link, ns: str, hashes: list[bytes], gens: list[int | None],
-            sums: list[int | None]) -> Steps[PutReply]:
-    header, _ = yield Call(ShmCommit(ns, hashes, gens, sums))
-    return PutReply.from_header(header)
 
 
-def _put_raw(link: Link, ns: str, hashes: list[bytes], blocks: list[bytes],
-             sums: list[int | None]) -> Steps[PutReply]:
-    header, _ = yield Call(Put(ns, hashes, [len(b) for b in blocks], False, sums), blocks)
-    return PutReply.from_header(header)
 
 
-def _slots(extents: list[Any]) -> set[int]:
-    return {int(off) for ext in extents if ext is not None for off, _ in ext}
 
 
 def _corrupt(server: ServerProc, tier: str) -> dict[str, int]:
@@ -82,15 +58,6 @@ def _corrupt(server: ServerProc, tier: str) -> dict[str, int]:
     return by_cause
 
 
-def _flip(client: KVStoreClient, ns: str, hashes: list[bytes]) -> None:
-    """Flip one byte of each block where it lies in the host slab (as a stray writer with
-    the mapping would)."""
-    slab = client._core.slab
-    assert slab is not None
-    for ext in client._run(_acquire, ns, hashes).extents:
-        assert ext is not None
-        off = int(ext[0][0]) + 100
-        slab.buf[off] ^= 0xFF
 
 
 def test_a_late_shm_writer_never_changes_another_tenants_acknowledged_block(
@@ -100,18 +67,18 @@ def test_a_late_shm_writer_never_changes_another_tenants_acknowledged_block(
             KVStoreClient(server.url, use_shm=True) as tenant_b, \
             KVStoreClient(server.url, use_shm=False) as b_socket:
         writer.register_namespace(ns, BLOCK, {"model_id": "m"})
-        mine, _ = _blocks(8, f"{ns}/writer")
-        reserved = writer._run(_reserve, ns, mine, 1.0)
+        mine, _ = blocks(8, f"{ns}/writer")
+        reserved = writer._run(reserve, ns, mine, 1.0)
         slab = writer._core.slab
         assert slab is not None
         # the writer checks its generations (as SlabMapping.write does) ... then stalls
         assert all(slab.current(e, g) for e, g in zip(reserved.extents, reserved.gens,
                                                       strict=True) if e is not None)
         time.sleep(1.0 + REAP_S)  # past its lease: the reaper freed its places
-        theirs, data = _blocks(8, f"{ns}/b")
+        theirs, data = blocks(8, f"{ns}/b")
         assert tenant_b.put(ns, theirs, data)["stored"] == 8  # acknowledged
-        b_places = tenant_b._run(_acquire, ns, theirs).extents
-        assert _slots(b_places) & _slots(reserved.extents)  # B took the freed places
+        b_places = tenant_b._run(acquire, ns, theirs, 30.0, True).extents
+        assert slots(b_places) & slots(reserved.extents)  # B took the freed places
         for ext in reserved.extents:  # ... and the writer copies, late, with no check
             assert ext is not None
             for off, length in ext:
@@ -129,17 +96,17 @@ def test_a_late_shm_writer_never_changes_another_tenants_acknowledged_block(
         assert tenant_b.get(ns, theirs) == data
 
 
-def test_a_late_copy_between_a_writers_copy_and_its_commit_is_refused(
+def test_a_late_copy_between_a_writers_copy_and_itscommit_is_refused(
         server: ServerProc, tmp_path: Path) -> None:
     ns = f"late-commit-{tmp_path.name}"
     with KVStoreClient(server.url, use_shm=True) as late, \
             KVStoreClient(server.url, use_shm=True) as tenant_b:
         late.register_namespace(ns, BLOCK, {"model_id": "m"})
-        stale = late._run(_reserve, ns, _blocks(8, f"{ns}/late")[0], 1.0)
+        stale = late._run(reserve, ns, blocks(8, f"{ns}/late")[0], 1.0)
         time.sleep(1.0 + REAP_S)  # the late writer stalls past its lease
-        theirs, data = _blocks(8, f"{ns}/b")
-        mine = tenant_b._run(_reserve, ns, theirs, 30.0)
-        assert _slots(mine.extents) & _slots(stale.extents)
+        theirs, data = blocks(8, f"{ns}/b")
+        mine = tenant_b._run(reserve, ns, theirs, 30.0)
+        assert slots(mine.extents) & slots(stale.extents)
         slab = tenant_b._core.slab
         assert slab is not None
         sums = [slab.write(e, d, g) for e, d, g in zip(mine.extents, data, mine.gens,
@@ -148,11 +115,11 @@ def test_a_late_copy_between_a_writers_copy_and_its_commit_is_refused(
         for ext in stale.extents:  # the late copy lands between B's copy and B's commit
             assert ext is not None
             for off, length in ext:
-                if int(off) in _slots(mine.extents):
+                if int(off) in slots(mine.extents):
                     slab.buf[off:off + length] = EVIL[:length]
                     hit += 1
         assert hit
-        result = tenant_b._run(_commit, ns, theirs, mine.gens, sums)
+        result = tenant_b._run(commit, ns, theirs, mine.gens, sums)
         assert result.refused > 0 and result.stored == 8 - result.refused
         for block, want in zip(tenant_b.get(ns, theirs), data, strict=True):
             assert block is None or block == want
@@ -166,20 +133,22 @@ def test_flipped_host_bytes_are_a_miss_on_every_read_path(server: ServerProc,
     with KVStoreClient(server.url, use_shm=True) as shm, \
             KVStoreClient(server.url, use_shm=False) as sock:
         shm.register_namespace(ns, BLOCK, {"model_id": "m"})
-        hashes, data = _blocks(4, ns)
+        hashes, data = blocks(4, ns)
         assert sock.put(ns, hashes, data)["stored"] == 4
         before = _corrupt(server, "host")
-        _flip(shm, ns, hashes)
+        flip(shm, ns, hashes)
         # socket get (sent from the slab), get_into, REST GET, shared-memory get
         assert sock.get(ns, hashes[:1]) == [None]
         assert sock.get_into(ns, hashes[1:2], [bytearray(BLOCK)]) == [False]
         rest = httpx.get(f"{server.url}/v1/blocks/{ns}/{hashes[2].hex()}", timeout=10)
         assert rest.status_code == 404
         assert shm.get(ns, hashes[3:]) == [None]
-        time.sleep(0.5)  # the client's shm_check is sent without waiting for a reply
+        time.sleep(0.5)  # the clients' check and shm_check go without waiting for a reply
         after = _corrupt(server, "host")
-        assert after.get("send", 0) - before.get("send", 0) == 3
-        assert after.get("client", 0) - before.get("client", 0) == 1
+        # REST is hashed by the server before it sends; the socket gets of a client the
+        # server trusts with the slab are checked as they land and reported, as shm copies are
+        assert after.get("send", 0) - before.get("send", 0) == 1
+        assert after.get("client", 0) - before.get("client", 0) == 3
         assert sock.get(ns, hashes) == [None] * 4  # dropped from the store
         metrics = httpx.get(server.url + "/metrics", timeout=10).text
         assert any(line.startswith("kvstore_tier_corrupt_dropped_by_cause_total{")
@@ -193,11 +162,11 @@ def test_flipped_host_bytes_are_never_demoted_to_disk(server: ServerProc,
     with KVStoreClient(server.url, use_shm=True) as shm, \
             KVStoreClient(server.url, use_shm=False) as sock:
         shm.register_namespace(ns, BLOCK, {"model_id": "m"})
-        hashes, data = _blocks(2, ns)
+        hashes, data = blocks(2, ns)
         assert sock.put(ns, hashes, data)["stored"] == 2
         before = _corrupt(server, "host").get("demote", 0)
-        _flip(shm, ns, hashes[:1])
-        filler, filler_data = _blocks(160, f"{ns}/fill")  # 10 MiB through a 4 MiB host tier
+        flip(shm, ns, hashes[:1])
+        filler, filler_data = blocks(160, f"{ns}/fill")  # 10 MiB through a 4 MiB host tier
         for i in range(0, 160, 16):
             sock.put(ns, filler[i:i + 16], filler_data[i:i + 16])
         deadline = time.monotonic() + 10
@@ -214,20 +183,20 @@ def test_a_put_whose_checksum_does_not_match_is_refused(server: ServerProc,
     with KVStoreClient(server.url, use_shm=True) as shm, \
             KVStoreClient(server.url, use_shm=False) as sock:
         shm.register_namespace(ns, BLOCK, {"model_id": "m"})
-        hashes, data = _blocks(6, ns)
+        hashes, data = blocks(6, ns)
         good = checksum(data[0])
         # over TCP (received straight into the slab, and buffered: a durable-less put of
         # two blocks, one of which lies about its bytes)
-        got = sock._run(_put_raw, ns, hashes[:2], data[:2], [good, good ^ 1])
+        got = sock._run(put_raw, ns, hashes[:2], data[:2], [good, good ^ 1])
         assert (got.stored, got.refused) == (1, 1)
         # over shared memory: the commit names the wrong checksum
-        mine = shm._run(_reserve, ns, hashes[2:4], 30.0)
+        mine = shm._run(reserve, ns, hashes[2:4], 30.0)
         slab = shm._core.slab
         assert slab is not None
         sums: list[int | None] = [slab.write(e, d, g) for e, d, g in zip(
             mine.extents, data[2:4], mine.gens, strict=True)]
         sums[1] = (sums[1] or 0) ^ 1
-        got = shm._run(_commit, ns, hashes[2:4], mine.gens, sums)
+        got = shm._run(commit, ns, hashes[2:4], mine.gens, sums)
         assert (got.stored, got.refused) == (1, 1)
         # over REST
         url = f"{server.url}/v1/blocks/{ns}/{hashes[4].hex()}"

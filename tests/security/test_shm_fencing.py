@@ -4,7 +4,6 @@ block's bytes; the server refuses the late commit and the late read is a miss.""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 from collections.abc import Iterator
@@ -14,12 +13,8 @@ import pytest
 
 from kvstore.client import KVStoreClient
 from kvstore.client.errors import StaleExtentsError
-from kvstore.client.exchange import Call, Link, Steps
-from kvstore.protocol import ExtentsReply, PutReply, ShmAcquire, ShmCommit, ShmReserve
 from kvstore.testing.server import ServerProc
-
-BLOCK = 64 << 10
-REAP_S = 2.5  # the server expires leases every second
+from tests.security.shm_steps import BLOCK, REAP_S, acquire, blocks, commit, reserve
 
 
 @pytest.fixture(scope="module")
@@ -30,24 +25,12 @@ def shm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProc]
     proc.stop()
 
 
-def _blocks(n: int, salt: str) -> tuple[list[bytes], list[bytes]]:
-    return ([hashlib.sha256(f"{salt}/{i}".encode()).digest() for i in range(n)],
-            [os.urandom(BLOCK) for _ in range(n)])
 
 
-def _reserve(link: Link, ns: str, hashes: list[bytes], lease_s: float) -> Steps[ExtentsReply]:
-    header, _ = yield Call(ShmReserve(ns, hashes, lease_s))
-    return ExtentsReply.from_header(header)
 
 
-def _acquire(link: Link, ns: str, hashes: list[bytes], lease_s: float) -> Steps[ExtentsReply]:
-    header, _ = yield Call(ShmAcquire(ns, hashes, lease_s))
-    return ExtentsReply.from_header(header)
 
 
-def _commit(link: Link, ns: str, hashes: list[bytes], gens: list[int | None]) -> Steps[PutReply]:
-    header, _ = yield Call(ShmCommit(ns, hashes, gens))
-    return PutReply.from_header(header)
 
 
 def test_late_writer_cannot_change_another_clients_block(shm_server: ServerProc,
@@ -56,11 +39,11 @@ def test_late_writer_cannot_change_another_clients_block(shm_server: ServerProc,
     with KVStoreClient(shm_server.url, use_shm=True) as late, \
             KVStoreClient(shm_server.url, use_shm=True) as other:
         late.register_namespace(ns, BLOCK, {"model_id": "m"})
-        hashes, _ = _blocks(4, f"{ns}/late")
-        reserved = late._run(_reserve, ns, hashes, 0.3)
+        hashes, _ = blocks(4, f"{ns}/late")
+        reserved = late._run(reserve, ns, hashes, 0.3)
         assert all(e is not None for e in reserved.extents)
         time.sleep(REAP_S)  # the lease ran out and the reaper freed the slots
-        theirs, data = _blocks(32, f"{ns}/other")
+        theirs, data = blocks(32, f"{ns}/other")
         assert other.put(ns, theirs, data)["stored"] == 32  # reuses the freed slots
         slab = late._core.slab
         assert slab is not None
@@ -69,7 +52,7 @@ def test_late_writer_cannot_change_another_clients_block(shm_server: ServerProc,
             assert ext is not None
             with pytest.raises(StaleExtentsError):
                 slab.write(ext, evil, gen)
-        assert late._run(_commit, ns, hashes, reserved.gens).stored == 0
+        assert late._run(commit, ns, hashes, reserved.gens).stored == 0
         assert other.get(ns, theirs) == data  # acknowledged blocks untouched
         assert late.get(ns, hashes) == [None] * 4
 
@@ -80,14 +63,14 @@ def test_late_reader_gets_a_miss_never_another_blocks_bytes(shm_server: ServerPr
     with KVStoreClient(shm_server.url, use_shm=True) as reader, \
             KVStoreClient(shm_server.url, use_shm=True) as other:
         reader.register_namespace(ns, BLOCK, {"model_id": "m"})
-        hashes, data = _blocks(4, f"{ns}/mine")
+        hashes, data = blocks(4, f"{ns}/mine")
         reader.put(ns, hashes, data)
-        acquired = reader._run(_acquire, ns, hashes, 0.3)
+        acquired = reader._run(acquire, ns, hashes, 0.3)
         grant = reader.lookup_acquire(ns, hashes, lease_s=0.3)
         assert grant.gens == acquired.gens
         time.sleep(REAP_S)
         other.delete(ns, hashes)  # nothing pins them any more: their slots are freed
-        theirs, their_data = _blocks(32, f"{ns}/other")
+        theirs, their_data = blocks(32, f"{ns}/other")
         other.put(ns, theirs, their_data)
         slab = reader._core.slab
         assert slab is not None
