@@ -17,11 +17,9 @@ from typing import Any, Protocol, cast
 import torch
 
 from engines.decoder import kernels
-from kvstore.types import BlockHash
+from kvstore.types import BlockHash, Buffer
 
 log = logging.getLogger(__name__)
-
-Buffer = bytes | bytearray | memoryview
 
 
 class BlockStore(Protocol):

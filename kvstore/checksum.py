@@ -11,7 +11,8 @@ from collections.abc import Iterable, Sequence
 
 import xxhash
 
-Buffer = bytes | bytearray | memoryview
+from kvstore.types import Buffer
+
 CHUNK = 128 * 1024  # bytes copied then hashed at a time: fits in L2 with room to spare
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Literal, NamedTuple, NewType
 
+Buffer = bytes | bytearray | memoryview  # bytes a block is read from or written into
+
 BlockHash = NewType("BlockHash", bytes)
 """A chained prefix block hash, raw bytes (32 bytes for the sha256 algorithms, 16 for xxhash)."""
 

@@ -19,9 +19,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from kvstore.types import Buffer
+
 BACKENDS = ("numpy", "numba")
 _backend = "numpy"
-Buffer = bytes | bytearray | memoryview
 _numba_fns: tuple[Callable[..., Any], Callable[..., Any]] | None = None
 
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from kvstore.policy.base import Admission, Policy
+from kvstore.policy.base import Admission, DrawsFromTier, Policy
 from kvstore.registry import Registry
+from kvstore.tiers.base import IndexedTier, Tier
 
 POLICIES = Registry(
     "eviction policy",
@@ -31,16 +32,18 @@ def make_policy(name: str) -> Policy:
     return policy
 
 
-def make_tier_policy(name: str, tier: object) -> Policy:
+def make_tier_policy(name: str, tier: Tier) -> Policy:
     """The policy ``name`` for ``tier``. A tier that indexes itself (disk: its LMDB file) gets
     the sampled rule that stands in for ``name``, drawing victims from the tier, so that no
     Python object per block is kept for it (:mod:`kvstore.policy.sampled`)."""
-    if not getattr(tier, "indexes_itself", False):
+    if not isinstance(tier, IndexedTier):
         return make_policy(name)
     from kvstore.policy.sampled import FOR_POLICY
 
     policy = make_policy(FOR_POLICY[name])
-    policy.attach(tier)  # type: ignore[attr-defined]
+    if not isinstance(policy, DrawsFromTier):
+        raise TypeError(f"policy {FOR_POLICY[name]!r} cannot draw victims from a tier")
+    policy.attach(tier)
     return policy
 
 

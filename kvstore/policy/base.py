@@ -7,8 +7,10 @@ its lock while it calls a policy, so policies need no locking of their own.
 
 from __future__ import annotations
 
+import random
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from kvstore.types import BlockKey
 
@@ -61,6 +63,27 @@ class Policy(ABC):
 
     @abstractmethod
     def __contains__(self, key: object) -> bool: ...
+
+class Resident(Protocol):
+    """The keys a tier holds, as the tier itself indexes them."""
+
+    def __len__(self) -> int: ...
+
+    def __contains__(self, key: object) -> bool: ...
+
+    def sample(self, n: int, rng: random.Random) -> list[BlockKey]:
+        """``n`` resident keys drawn at random (duplicates allowed), or every resident key
+        when ``n >= len(self)``."""
+        ...
+
+
+class DrawsFromTier(ABC):
+    """A policy that can keep only scores and draw its victims from the keys a tier holds
+    (the sampled policies, for a tier that indexes itself)."""
+
+    @abstractmethod
+    def attach(self, resident: Resident) -> None:
+        """Draw victims from ``resident`` instead of an own pool of keys."""
 
 
 class Admission(ABC):

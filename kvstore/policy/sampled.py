@@ -24,9 +24,8 @@ from __future__ import annotations
 import heapq
 import random
 from collections.abc import Callable, Sequence
-from typing import Protocol
 
-from kvstore.policy.base import Policy
+from kvstore.policy.base import DrawsFromTier, Policy, Resident
 from kvstore.policy.scores import ScoreTable
 from kvstore.types import BlockKey
 
@@ -45,17 +44,6 @@ FOR_POLICY = {"lru": "sampled_lru", "lfu": "sampled_lfu", "s3fifo": "sampled_s3f
 indexes itself (:mod:`kvstore.policy.sampled_fifo` for S3-FIFO)."""
 
 
-class Resident(Protocol):
-    """The keys a tier holds, as the tier itself indexes them."""
-
-    def __len__(self) -> int: ...
-
-    def __contains__(self, key: object) -> bool: ...
-
-    def sample(self, n: int, rng: random.Random) -> list[BlockKey]:
-        """``n`` resident keys drawn at random (duplicates allowed), or every resident key
-        when ``n >= len(self)``."""
-        ...
 
 
 class KeyPool:
@@ -93,7 +81,7 @@ class KeyPool:
         return key in self._at
 
 
-class SampledPolicy(Policy):
+class SampledPolicy(Policy, DrawsFromTier):
     """Sampled LRU (``rule="lru"``) or LFU-DA (``rule="lfu"``): ``samples`` random resident
     keys drawn per victim wanted, the ``pool`` best unnamed candidates kept for the next call.
     Events cost one table probe; ``victims(n)`` costs about ``n * samples`` probes plus the

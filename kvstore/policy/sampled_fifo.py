@@ -19,8 +19,8 @@ import random
 from array import array
 from collections.abc import Callable
 
-from kvstore.policy.base import Policy
-from kvstore.policy.sampled import KeyPool, Resident
+from kvstore.policy.base import DrawsFromTier, Policy, Resident
+from kvstore.policy.sampled import KeyPool
 from kvstore.policy.scores import ScoreTable
 from kvstore.types import BlockKey
 
@@ -29,7 +29,7 @@ _FREQ = 3  # score bits: hits since (re)insertion, capped at 3
 _STAMP_SHIFT = 3
 
 
-class SampledS3FIFO(Policy):
+class SampledS3FIFO(Policy, DrawsFromTier):
     """S3-FIFO by sampling (registered as ``sampled_s3fifo``); ``samples`` keys drawn per
     victim wanted, the ``pool`` best unnamed candidates kept for the next call."""
 

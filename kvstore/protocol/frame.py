@@ -22,12 +22,12 @@ from typing import Any
 
 import msgpack
 
+from kvstore.types import Buffer
+
 PREFIX = struct.Struct(">II")
 PREFIX_BYTES = PREFIX.size
 MAX_HASH_BYTES = 64  # longest block hash accepted (sha256 is 32, xxhash 8)
 PROTOCOL_VERSION = 1
-
-Buffer = bytes | bytearray | memoryview
 
 
 class FrameError(Exception):

@@ -17,30 +17,10 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Iterator, Sequence
-from typing import Protocol
 
 from kvstore.store.index import Entry
-from kvstore.tiers.base import BlockMeta
+from kvstore.tiers.base import BlockMeta, IndexedTier
 from kvstore.types import BlockKey
-
-
-class IndexedTier(Protocol):
-    """What a tier that indexes itself answers (:class:`~kvstore.tiers.disk.DiskTier`,
-    :class:`~kvstore.tiers.s3.S3Tier`)."""
-
-    name: str
-
-    def metas(self, keys: Sequence[BlockKey]) -> list[BlockMeta | None]: ...
-
-    def leading(self, namespace: str, hashes: Sequence[bytes]) -> int: ...
-
-    def keys_of(self, namespace: str) -> list[BlockKey]: ...
-
-    def namespace_usage(self) -> dict[str, tuple[int, int]]: ...
-
-    def used_bytes(self) -> int: ...
-
-    def __len__(self) -> int: ...
 
 
 class ColdIndex:

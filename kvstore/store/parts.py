@@ -31,6 +31,7 @@ from kvstore.store.stack import TierStack
 from kvstore.store.tier_writer import TierWriter
 from kvstore.store.verify import Checks
 from kvstore.tiers import Tier
+from kvstore.tiers.base import IndexedTier
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,8 +62,8 @@ class Parts:
         lock = StoreLock()
         book = NamespaceBook(config.namespaces_path, NamespaceLimits(
             config.max_namespaces, config.max_namespaces_per_tenant))
-        cold = ColdIndex([(p, t) for p, t in enumerate(stack.tiers)  # type: ignore[misc]
-                          if getattr(t, "indexes_itself", False)], book.layout_id)
+        cold = ColdIndex([(p, t) for p, t in enumerate(stack.tiers)
+                          if isinstance(t, IndexedTier)], book.layout_id)
         ledger = Ledger([make_tier_policy(c.policy, t) for c, t in zip(
             config.tiers, stack.tiers, strict=True)], stack.top_name_by_mask, cold)
         tally = Tally(len(stack))

@@ -26,7 +26,7 @@ from kvstore.store.shared import SharedChanges
 from kvstore.store.stack import TierStack
 from kvstore.store.tier_writer import Item
 from kvstore.store.verify import Checks
-from kvstore.tiers.base import BlockMeta
+from kvstore.tiers.base import BlockMeta, IndexedTier, SharedTier
 from kvstore.types import BlockHash, BlockKey, LookupResult
 
 log = logging.getLogger("kvstore.store")
@@ -257,8 +257,7 @@ class Reader:
         another definition. Shared tiers are not listed: :meth:`discover` asks them; nor are
         tiers that index themselves (disk): the ledger asks them when it needs a block."""
         for pos, tier in enumerate(self._tiers):
-            if (not tier.persistent or getattr(tier, "discover", None) is not None
-                    or getattr(tier, "indexes_itself", False)):
+            if not tier.persistent or isinstance(tier, SharedTier | IndexedTier):
                 continue
             for key, meta in tier.scan():
                 layout = self._namespaces.layout_id(key[0])

@@ -59,9 +59,9 @@ class Report:
                                       self._tally.corrupt_causes.items() if p == pos},
                 )
                 # tier-specific counters (S3: pending uploads, drops, errors) under "backend"
-                backend = getattr(tier, "stats", None)
+                backend = tier.stats()
                 if backend is not None:
-                    doc["backend"] = backend()
+                    doc["backend"] = backend
                 tiers[self._stack.names[pos]] = doc
             capacity = sum(t.capacity_bytes for t in self._stack.tiers)
             namespaces = {}
@@ -166,12 +166,10 @@ class Report:
                         f"index has {want[0]}/{want[1]}"
                     )
             for tier in self._stack.tiers:
-                check = getattr(tier, "check_integrity", None)  # slab tiers: slot ownership
-                if check is not None:
-                    try:
-                        check()
-                    except RuntimeError as exc:
-                        raise IntegrityError(f"{tier.name}: {exc}") from exc
+                try:
+                    tier.check_integrity()  # slab tiers: slot ownership
+                except RuntimeError as exc:
+                    raise IntegrityError(f"{tier.name}: {exc}") from exc
             if self._stack.host is not None:  # every reserved slot has a holder that frees it
                 held, known = self._stack.slab().reserved_keys(), self._host_path.places()
                 if held != known:

@@ -15,6 +15,7 @@ from kvstore.store.counters import Tally
 from kvstore.store.exits import Exits
 from kvstore.store.ledger import Ledger
 from kvstore.store.stack import TierStack
+from kvstore.tiers.base import IndexedTier
 
 
 class SharedChanges:
@@ -22,19 +23,19 @@ class SharedChanges:
     Every method expects the store lock to be held."""
 
     def __init__(self, stack: TierStack, ledger: Ledger, exits: Exits, tally: Tally) -> None:
-        self._tiers = stack.tiers
+        # the shared tiers that index themselves: the others' changes are found by a read
+        self._shared = {p: t for p, t in stack.shared if isinstance(t, IndexedTier)}
         self._ledger = ledger
         self._exits = exits
         self._tally = tally
-        self.positions = frozenset(p for p, t in stack.shared
-                                   if getattr(t, "indexes_itself", False))
+        self.positions = frozenset(self._shared)
 
     def take(self, pos: int) -> bool:
         """Take tier ``pos``'s changes (nothing if it notes none); True if it adopted a block."""
         if pos not in self.positions:
             return False
         adopted = False
-        for key, meta, new in self._tiers[pos].changes():  # type: ignore[attr-defined]
+        for key, meta, new in self._shared[pos].changes():
             if new:
                 adopted = self._ledger.adopt(pos, key) or adopted
                 continue

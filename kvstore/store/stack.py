@@ -4,12 +4,13 @@ rule, and the facts about the stack that never change after start."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import cast
 
 from kvstore.config import TierConfig
 from kvstore.errors import KVStoreError
 from kvstore.policy import Admission, make_admission
 from kvstore.tiers import Tier, make_tier
+from kvstore.tiers.base import SharedTier
 from kvstore.tiers.slab import SlabShare, SlabTier
 from kvstore.types import BlockKey
 
@@ -41,14 +42,14 @@ class TierStack:
             self.names[(m & -m).bit_length() - 1] for m in range(1, 1 << len(self.names))
         ]
         # tiers shared with other nodes (S3): consulted for blocks missing from our index
-        self.shared: list[tuple[int, Any]] = [
-            (pos, t) for pos, t in enumerate(self.tiers) if getattr(t, "discover", None) is not None
+        self.shared: list[tuple[int, SharedTier]] = [
+            (pos, t) for pos, t in enumerate(self.tiers) if isinstance(t, SharedTier)
         ]
         self.host: int | None = self.names.index("host") if "host" in self.names else None
         # the first persistent tier we list at start (not shared): where close() spills
         self.spill_target: int | None = next(
             (p for p, t in enumerate(self.tiers)
-             if t.persistent and getattr(t, "discover", None) is None),
+             if t.persistent and not isinstance(t, SharedTier)),
             None,
         )
 
@@ -72,10 +73,7 @@ class TierStack:
     def slab_share(self) -> SlabShare | None:
         """The host slab's file descriptor and layout (for ``SCM_RIGHTS``), or None without a
         host tier that can share one."""
-        if self.host is None:
-            return None
-        share = getattr(self.slab(), "share", None)
-        return share() if share is not None else None
+        return None if self.host is None else self.slab().share()
 
     def writes_through(self, pos: int) -> bool:
         """Whether a tier below ``pos`` takes a copy of every new block."""

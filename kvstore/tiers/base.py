@@ -1,4 +1,8 @@
-"""The one interface every storage tier implements.
+"""The one interface every storage tier implements, and the two a tier may add.
+
+:class:`IndexedTier` is a tier that is its own index (disk, S3); :class:`SharedTier` one that
+other nodes write too (S3). The store tells them apart with ``isinstance``, never by probing
+for a method.
 
 Tiers store bytes under :data:`~kvstore.types.BlockKey` keys and account capacity in bytes.
 They never decide what to evict (the store asks a policy) and never verify checksums (the
@@ -12,13 +16,12 @@ structures (free lists, open transactions).
 
 from __future__ import annotations
 
+import random
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
-from kvstore.types import BlockKey, CorruptCause
-
-Buffer = bytes | bytearray | memoryview
+from kvstore.types import BlockKey, Buffer, CorruptCause
 
 
 class BlockMeta(NamedTuple):
@@ -102,6 +105,15 @@ class Tier(ABC):
         """``{"ok": bool, ...}`` plus whatever helps an operator (errors, back end)."""
         return {"ok": True}
 
+    def stats(self) -> dict[str, Any] | None:
+        """The tier's own counters (S3: uploads pending, dropped, errors), shown under
+        ``backend`` in the store's stats; None where it keeps none."""
+        return None
+
+    def check_integrity(self) -> None:  # noqa: B027 - optional hook
+        """Raise ``RuntimeError`` if the tier's own bookkeeping disagrees with itself (slab
+        tiers: every slot free or held exactly once); for tests and the store's own check."""
+
     def flush(self) -> None:  # noqa: B027 - optional hook
         """Make every completed put durable (persistent tiers)."""
 
@@ -124,3 +136,53 @@ class FindsDamage(Protocol):
         """The keys found damaged since the last call, each with its cause (``disk_page``,
         ``disk_header``, ``disk_write``); each is returned once."""
         ...
+
+
+class IndexedTier(Tier):
+    """A tier that is its own index (the disk tier's LMDB file, the S3 tier's catalog): the
+    store keeps no entry per block for it but asks it (:class:`~kvstore.store.cold.ColdIndex`),
+    lists nothing from it at start, and its eviction policy draws victims from it
+    (:meth:`sample`) instead of keeping a Python object per block."""
+
+    @abstractmethod
+    def metas(self, keys: Sequence[BlockKey]) -> list[BlockMeta | None]:
+        """The meta of each key, None where the tier does not hold it."""
+
+    @abstractmethod
+    def leading(self, namespace: str, hashes: Sequence[bytes]) -> int:
+        """How many of ``hashes`` (a chain of ``namespace``), from the first, the tier holds."""
+
+    @abstractmethod
+    def keys_of(self, namespace: str) -> list[BlockKey]:
+        """Every key of ``namespace`` the tier holds."""
+
+    @abstractmethod
+    def namespace_usage(self) -> dict[str, tuple[int, int]]:
+        """``{namespace: (blocks, bytes)}`` of what the tier holds."""
+
+    @abstractmethod
+    def sample(self, n: int, rng: random.Random) -> list[BlockKey]:
+        """``n`` keys the tier holds drawn at random (duplicates allowed), or every key when
+        ``n >= len(self)``."""
+
+    @abstractmethod
+    def __contains__(self, key: object) -> bool: ...
+
+    @abstractmethod
+    def __len__(self) -> int: ...
+
+
+class SharedTier(Tier):
+    """A tier other nodes write too (S3): blocks missing from this node's index are asked of
+    it (:meth:`discover`), and what it learned other nodes added or removed is taken from it
+    (:meth:`changes`)."""
+
+    @abstractmethod
+    def discover(self, keys: Sequence[BlockKey], *,
+                 prefix: bool = False) -> list[BlockMeta | None]:
+        """The meta of each key the tier holds (asking the back end where it must), None for
+        the others; with ``prefix``, stop at the first key it does not hold."""
+
+    @abstractmethod
+    def changes(self) -> list[tuple[BlockKey, BlockMeta, bool]]:
+        """Blocks found added (True) or gone (False) since the last call, each once."""

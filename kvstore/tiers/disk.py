@@ -8,13 +8,13 @@ layout id, checksum, payload size). A value whose magic is wrong is not ours (or
 reads treat it as absent and scans skip it. Payload checksums are checked by the store
 (``verify_reads``), never here.
 
-The file is its own index (``indexes_itself``): the store asks it, not a map in RAM, whether it
-holds a block and with which meta (:mod:`kvstore.tiers.disk_index`: a B-tree lookup and the
-64-byte header, never the payload), so a restart reads nothing per block. What must be known
-without a lookup, the blocks and payload bytes of each namespace, is kept in count records
-written in the same transaction as the blocks; a file from before them is scanned once, at
-its first open, to write them (on a handle with readahead off: reading one header page per
-value would otherwise pull in the whole file).
+The file is its own index (an :class:`~kvstore.tiers.base.IndexedTier`): the store asks it, not
+a map in RAM, whether it holds a block and with which meta (:mod:`kvstore.tiers.disk_index`: a
+B-tree lookup and the 64-byte header, never the payload), so a restart reads nothing per block.
+What must be known without a lookup, the blocks and payload bytes of each namespace, is kept in
+count records written in the same transaction as the blocks; a file from before them is scanned
+once, at its first open, to write them (on a handle with readahead off: reading one header page
+per value would otherwise pull in the whole file).
 
 A damaged page costs only the keys on it (:mod:`kvstore.tiers.disk_damage`): reads, puts
 and deletes go on without the keys LMDB fails on, which read as absent from then on; the
@@ -34,7 +34,7 @@ from dataclasses import asdict
 from typing import Any, TypeVar
 
 from kvstore.tiers import disk_index, disk_writes
-from kvstore.tiers.base import BlockMeta, Buffer, Tier
+from kvstore.tiers.base import BlockMeta, Buffer, IndexedTier
 from kvstore.tiers.disk_counts import DiskCounts, headers
 from kvstore.tiers.disk_damage import (
     DamageCause,
@@ -57,13 +57,12 @@ _BAD_HEADER = "bad header (not a valid kvstore header)"
 _SAMPLE_TRIES = 4  # random draws tried before a sample gives up (damaged pages in the way)
 
 
-class DiskTier(Tier):
+class DiskTier(IndexedTier):
     """LMDB tier (options: ``path`` (a directory, created), ``map_size``)."""
 
     name = "disk"
     persistent = True
     verify_reads = True
-    indexes_itself = True
 
     def __init__(self, capacity_bytes: int, path: str, map_size: int | None = None) -> None:
         super().__init__(capacity_bytes)

@@ -101,6 +101,11 @@ class SlabTier(Tier):
     def slab_info(self) -> SlabInfo:
         """Where the slab lives, for zero-copy clients."""
 
+    def share(self) -> SlabShare | None:
+        """The slab's file descriptor and layout, for a local client to map it; None where
+        it cannot be shared (device memory)."""
+        return None
+
     # -- fencing --------------------------------------------------------------------------
     def generations(self, extents: Sequence[Extents | None]) -> list[int | None]:
         """The generation of each block at ``extents`` (see :mod:`kvstore.tiers.slots`): read

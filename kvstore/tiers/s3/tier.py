@@ -43,7 +43,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import fields
 from typing import Any
 
-from kvstore.tiers.base import BlockMeta, Buffer, Tier
+from kvstore.tiers.base import BlockMeta, Buffer, IndexedTier, SharedTier
 from kvstore.tiers.s3.client import S3Settings
 from kvstore.tiers.s3.health import Prober, S3Health
 from kvstore.tiers.s3.holdings import Holdings
@@ -56,7 +56,7 @@ from kvstore.types import BlockKey
 log = logging.getLogger("kvstore.s3")
 
 
-class S3Tier(Tier):
+class S3Tier(IndexedTier, SharedTier):
     """Blocks as objects in ``bucket`` under ``prefix``; options are the fields of
     :class:`~kvstore.tiers.s3.client.S3Settings` (``endpoint`` is accepted for
     ``endpoint_url``). Construction never fails because S3 is down (the tier starts degraded
@@ -65,7 +65,6 @@ class S3Tier(Tier):
     name = "s3"
     persistent = True
     verify_reads = True
-    indexes_itself = True
 
     def __init__(self, capacity_bytes: int, **options: Any) -> None:
         super().__init__(capacity_bytes)
