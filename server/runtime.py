@@ -30,6 +30,7 @@ import uvicorn
 from kvstore import __version__
 from kvstore.client.discovery import host_id
 from kvstore.protocol.frame import PROTOCOL_VERSION
+from kvstore.protocol.info import ServerInfo, ShmInfo
 from kvstore.store import StoreAPI
 from server.auth import Authenticator
 from server.dataplane.server import DataPlane
@@ -44,7 +45,6 @@ from server.preflight import (
 )
 from server.rest.app import create_app
 from server.rest.conn_guard import guarded_http
-from server.rest.schemas import InfoOut, ShmInfo
 from server.settings import ServerSettings
 
 log = logging.getLogger("kvstore.server")
@@ -75,13 +75,13 @@ def open_store(settings: ServerSettings) -> StoreAPI:
     return Store.open(settings.store_config())
 
 
-def build_info(settings: ServerSettings, store: StoreAPI) -> InfoOut:
+def build_info(settings: ServerSettings, store: StoreAPI) -> ServerInfo:
     slab = store.host_slab() if settings.enable_shm else None
     share = store.host_share() if slab is not None else None
     shm = ShmInfo(name=slab.shm_name, size=slab.size, slot_bytes=slab.slot_bytes,
                   gen_offset=share.gen_offset if share is not None else None) \
         if slab is not None and (slab.shm_name or share is not None) else None
-    return InfoOut(
+    return ServerInfo(
         version=__version__, protocol=PROTOCOL_VERSION, instance=uuid.uuid4().hex,
         host_id=host_id(), data_port=settings.data_port or None,
         unix_socket=settings.socket_path, shm=shm, auth_required=settings.auth_enabled(),

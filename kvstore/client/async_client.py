@@ -17,7 +17,7 @@ import httpx
 
 from kvstore.client import calls
 from kvstore.client.core import ClientCore
-from kvstore.client.discovery import ServerInfo
+from kvstore.client.discovery import Route
 from kvstore.client.errors import KVStoreClientError, ProtocolError
 from kvstore.client.exchange import Exchange, Steps
 from kvstore.client.stream_conn import AsyncConn
@@ -184,7 +184,7 @@ class AsyncKVStoreClient:
             self._idle.clear()
             self._freed.notify_all()
 
-    async def _discover(self) -> ServerInfo:
+    async def _discover(self) -> Route:
         try:
             async with httpx.AsyncClient(timeout=self._core.timeout) as http:
                 r = await http.get(self._core.info_url, headers=self._core.info_headers)

@@ -2,7 +2,7 @@
 talking to, and the rules for connecting, rediscovering and retrying.
 
 The core never touches a socket. It keeps the client's identity (URL, token, ``owner`` id),
-the discovered :class:`~kvstore.client.discovery.ServerInfo` and the slab mapping that goes
+the discovered :class:`~kvstore.client.discovery.Route` and the slab mapping that goes
 with it, and the put/get planner (:class:`~kvstore.client.transfer.Transfers`). A face
 (:class:`~kvstore.client.sync_client.KVStoreClient` over blocking sockets,
 :class:`~kvstore.client.async_client.AsyncKVStoreClient` over asyncio streams) fetches
@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from kvstore.client.discovery import ServerInfo, auth_headers, check_response, info_url, parse_info
+from kvstore.client.discovery import Route, auth_headers, check_response, info_url, parse_info
 from kvstore.client.errors import KVStoreClientError, KVStoreUnavailableError, ProtocolError
 from kvstore.client.exchange import Call, Link, Steps
 from kvstore.client.shm import SlabMapping, remap
@@ -39,7 +39,7 @@ class ClientCore:
         # pins, reservations and grants of all our connections are held under this id; a
         # client given the id of one it replaces can still release what that one held
         self.owner = owner or uuid.uuid4().hex
-        self.info: ServerInfo | None = None  # None: (re)discover before the next connect
+        self.info: Route | None = None  # None: (re)discover before the next connect
         self.slab: SlabMapping | None = None
         self.transfers = Transfers()
         self._lock = threading.Lock()
@@ -57,7 +57,7 @@ class ClientCore:
         """The error for a ``/v1/info`` request that got no answer."""
         return KVStoreUnavailableError(f"cannot reach kvstore at {self.url}: {exc}")
 
-    def adopt(self, status: int, text: str, json: Callable[[], Any]) -> ServerInfo:
+    def adopt(self, status: int, text: str, json: Callable[[], Any]) -> Route:
         """Take the answer to ``/v1/info`` (``json()`` parses its body): the server to talk
         to from now on, with its slab mapped (the previous mapping dropped). Raises on an
         error answer."""
@@ -69,11 +69,11 @@ class ClientCore:
             self.info = info
         return info
 
-    def link(self, info: ServerInfo) -> Link:
+    def link(self, info: Route) -> Link:
         """What a call on a connection to ``info`` runs with."""
         return Link(info, self.slab)
 
-    def hello(self, info: ServerInfo) -> Steps[bool]:
+    def hello(self, info: Route) -> Steps[bool]:
         """The first frame of a connection; whether it reached the server instance ``info``
         describes (False: it restarted since, rediscover)."""
         header, _ = yield Call(Hello(self.token, self.owner))

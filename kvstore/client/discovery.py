@@ -9,7 +9,10 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
 
+from pydantic import ValidationError
+
 from kvstore.client.errors import AuthenticationError, KVStoreUnavailableError, ProtocolError
+from kvstore.protocol.info import ServerInfo
 
 
 def host_id() -> str:
@@ -23,7 +26,11 @@ def host_id() -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class ServerInfo:
+class Route:
+    """How this client reaches one server instance (from its
+    :class:`~kvstore.protocol.info.ServerInfo`): over which socket, whether the slab is local,
+    and the limits its frames keep to."""
+
     instance: str
     local: bool
     target: tuple[str, int] | str  # (host, port) or a Unix socket path
@@ -52,35 +59,37 @@ def check_response(status: int, text: str, url: str) -> None:
         raise KVStoreUnavailableError(f"{url}: {status} {text}")
 
 
-def parse_info(url: str, doc: dict[str, Any], transport: str = "auto") -> ServerInfo:
+def parse_info(url: str, doc: Any, transport: str = "auto") -> Route:
     """The data plane target: the Unix socket if it is on this host and reachable, else
     TCP to the REST URL's host. ``transport="tcp"`` forces TCP (and no shared memory),
-    ``"unix"`` requires the socket."""
+    ``"unix"`` requires the socket. ``doc`` is the ``/v1/info`` answer
+    (:class:`~kvstore.protocol.info.ServerInfo`)."""
     if transport not in ("auto", "tcp", "unix"):
         raise ValueError(f"transport must be auto, tcp or unix, got {transport!r}")
     try:
-        local = doc["host_id"] == host_id()
-        path = doc.get("unix_socket")
-        shm = doc.get("shm") or {}
-        target: tuple[str, int] | str
-        if transport == "tcp":
-            local = False
-        if local and path and os.path.exists(path):
-            target = path
-        elif transport == "unix":
-            raise KVStoreUnavailableError(f"{url}: its Unix socket is not reachable from here")
-        elif doc.get("data_port"):
-            target = (urlparse(url).hostname or "127.0.0.1", int(doc["data_port"]))
-        else:
-            raise KVStoreUnavailableError(f"{url}: the server offers no reachable data plane")
-        return ServerInfo(
-            instance=str(doc["instance"]), local=local, target=target,
-            shm_name=shm.get("name") if local else None, shm_size=int(shm.get("size", 0)),
-            max_frame_bytes=int(doc["max_frame_bytes"]), max_batch=int(doc["max_batch"]),
-            shm_slot_bytes=int(shm.get("slot_bytes") or 0),
-            shm_gen_offset=None if shm.get("gen_offset") is None else int(shm["gen_offset"]),
-            shm_offered=bool(shm) and local,
-            max_lease_s=None if doc.get("max_lease_s") is None else float(doc["max_lease_s"]),
-        )
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ProtocolError(f"{url}: unexpected /v1/info answer: {exc}") from None
+        info = ServerInfo.model_validate(doc)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "the document"
+        raise ProtocolError(f"{url}: unexpected /v1/info answer: {where}: {first['msg']}") \
+            from None
+    local = info.host_id == host_id() and transport != "tcp"
+    path, shm = info.unix_socket, info.shm
+    target: tuple[str, int] | str
+    if local and path and os.path.exists(path):
+        target = path
+    elif transport == "unix":
+        raise KVStoreUnavailableError(f"{url}: its Unix socket is not reachable from here")
+    elif info.data_port:
+        target = (urlparse(url).hostname or "127.0.0.1", info.data_port)
+    else:
+        raise KVStoreUnavailableError(f"{url}: the server offers no reachable data plane")
+    return Route(
+        instance=info.instance, local=local, target=target,
+        shm_name=shm.name if shm is not None and local else None,
+        shm_size=shm.size if shm is not None else 0,
+        max_frame_bytes=info.max_frame_bytes, max_batch=info.max_batch,
+        shm_slot_bytes=shm.slot_bytes if shm is not None else 0,
+        shm_gen_offset=shm.gen_offset if shm is not None else None,
+        shm_offered=shm is not None and local, max_lease_s=info.max_lease_s,
+    )

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 from kvstore.protocol import Buffer, Header, Request
 
 if TYPE_CHECKING:
-    from kvstore.client.discovery import ServerInfo
+    from kvstore.client.discovery import Route
     from kvstore.client.shm import SlabMapping
 
 T = TypeVar("T")
@@ -30,7 +30,7 @@ class Link(NamedTuple):
     """What a call's steps may know of the connection they run over: the server it reaches
     and this process's mapping of that server's slab (None: bytes go over the socket)."""
 
-    info: ServerInfo
+    info: Route
     slab: SlabMapping | None
 
 

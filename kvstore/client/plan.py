@@ -5,26 +5,26 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kvstore.client.discovery import ServerInfo
+from kvstore.client.discovery import Route
 from kvstore.protocol import PutReply, ShmPutReply
 
 _HEADER_ROOM = 1 << 20  # bytes of a frame kept for its header
 _GUESS_BLOCK = 1 << 20  # bytes per block assumed before a namespace's size is seen
 
 
-def slab_room(info: ServerInfo) -> int:
+def slab_room(info: Route) -> int:
     """Bytes one shared-memory batch may reserve or pin in the host slab: a quarter of it, so
     that a batch never needs more room than eviction can make."""
     return max(1, info.shm_size // 4)
 
 
-def get_batch(info: ServerInfo, block_bytes: int | None) -> int:
+def get_batch(info: Route, block_bytes: int | None) -> int:
     """Blocks per shared-memory get: what fits in :func:`slab_room` (blocks of 1 MiB assumed
     until the namespace's size is known)."""
     return max(1, min(info.max_batch, slab_room(info) // (block_bytes or _GUESS_BLOCK)))
 
 
-def frame_batch(info: ServerInfo, block_bytes: int | None) -> int:
+def frame_batch(info: Route, block_bytes: int | None) -> int:
     """Blocks per socket get: what a reply frame can carry if every block hits (blocks of
     1 MiB assumed until the namespace's size is known; the server refuses a get whose reply
     would not fit)."""
@@ -32,7 +32,7 @@ def frame_batch(info: ServerInfo, block_bytes: int | None) -> int:
     return max(1, min(info.max_batch, room // (block_bytes or _GUESS_BLOCK)))
 
 
-def batches(sizes: Sequence[int] | None, info: ServerInfo, count: int | None = None,
+def batches(sizes: Sequence[int] | None, info: Route, count: int | None = None,
             max_bytes: int | None = None) -> list[tuple[int, int]]:
     """``[(lo, hi), ...]`` ranges covering all items, each at most ``info.max_batch`` items
     and (with ``sizes``) at most the frame payload limit, or ``max_bytes``. An item larger than

@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from kvstore.client.discovery import ServerInfo
+from kvstore.client.discovery import Route
 from kvstore.client.errors import KVStoreUnavailableError, ProtocolError, from_reply
 from kvstore.client.landed import landed, reply_sums
 from kvstore.protocol.frame import PREFIX, PREFIX_BYTES, Buffer, decode_header, encode_frame
@@ -19,7 +19,7 @@ class AsyncConn:
     """One connection to the data plane: a frame out, its reply back, in order."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                 info: ServerInfo) -> None:
+                 info: Route) -> None:
         self.reader, self.writer, self.info = reader, writer, info
         self._next_id = 1
 
@@ -28,7 +28,7 @@ class AsyncConn:
         return self.info.instance
 
     @classmethod
-    async def open(cls, info: ServerInfo, timeout: float) -> AsyncConn:
+    async def open(cls, info: Route, timeout: float) -> AsyncConn:
         try:
             if isinstance(info.target, str):
                 coro = asyncio.open_unix_connection(info.target)

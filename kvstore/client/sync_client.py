@@ -22,7 +22,7 @@ import httpx
 
 from kvstore.client import calls, grant
 from kvstore.client.core import ClientCore
-from kvstore.client.discovery import ServerInfo
+from kvstore.client.discovery import Route
 from kvstore.client.errors import KVStoreClientError, ProtocolError
 from kvstore.client.exchange import Link, Steps, run_blocking
 from kvstore.client.grant import Grant
@@ -202,7 +202,7 @@ class KVStoreClient:
         self._local.conn, self._local.instance = conn, info.instance
         return conn, self._core.link(info)
 
-    def _connect(self, info: ServerInfo, check: bool = True) -> FrameSocket | None:
+    def _connect(self, info: Route, check: bool = True) -> FrameSocket | None:
         """A connection that said hello to server ``info``; None if another instance
         answered (with ``check``)."""
         conn = FrameSocket.connect(info.target, self._core.timeout)
@@ -216,7 +216,7 @@ class KVStoreClient:
             return None
         return conn
 
-    def _discover(self) -> ServerInfo:
+    def _discover(self) -> Route:
         try:
             r = httpx.get(self._core.info_url, headers=self._core.info_headers,
                           timeout=self._core.timeout)

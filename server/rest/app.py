@@ -21,6 +21,7 @@ from starlette.requests import ClientDisconnect
 from starlette.routing import Match
 
 from kvstore.errors import KVStoreError, UnknownNamespaceError
+from kvstore.protocol.info import ServerInfo
 from kvstore.store import StoreAPI
 from server.auth import Authenticator, Principal
 from server.dataplane.context import nowait_first
@@ -43,7 +44,6 @@ from server.rest.limits import (
     retry_after,
 )
 from server.rest.observe import ObserveMiddleware
-from server.rest.schemas import InfoOut
 from server.settings import ServerSettings
 from server.tenant_view import resolve
 
@@ -138,7 +138,7 @@ async def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
     return _error(500, "internal", "internal server error; see the server log")
 
 
-def create_app(store: StoreAPI, settings: ServerSettings, info: InfoOut, metrics: ServerMetrics,
+def create_app(store: StoreAPI, settings: ServerSettings, info: ServerInfo, metrics: ServerMetrics,
                durable_tier: str | None) -> FastAPI:
     app = FastAPI(
         title="kvstore",

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
+from kvstore.protocol.info import ServerInfo
 from kvstore.store import StoreAPI
 from kvstore.types import BlockHash
 from server.auth import Principal
 from server.errors import InvalidRequestError
 from server.rest.deps import PrincipalDep, StoreDep, errors
-from server.rest.schemas import HashesIn, InfoOut, LookupOut, PrefetchOut, StatsOut
+from server.rest.schemas import HashesIn, LookupOut, PrefetchOut, StatsOut
 from server.tenant_view import resolve, visible_stats
 
 router = APIRouter(prefix="/v1", tags=["operations"])
@@ -64,8 +65,8 @@ def stats(
     return StatsOut.model_validate(visible_stats(store, principal))
 
 
-@router.get("/info", response_model=InfoOut, responses=errors(401))
-def info(request: Request, principal: PrincipalDep) -> InfoOut:
+@router.get("/info", response_model=ServerInfo, responses=errors(401))
+def info(request: Request, principal: PrincipalDep) -> ServerInfo:
     """How to reach the data plane: TCP port, Unix socket, shared memory, host identity."""
-    out: InfoOut = request.app.state.info
+    out: ServerInfo = request.app.state.info
     return out

@@ -201,33 +201,6 @@ class HealthOut(HealthStatusOut):
     tiers: dict[str, TierHealthOut]
 
 
-class ShmInfo(BaseModel):
-    # None: an anonymous memfd, mapped only through the data plane's ``shm_map`` (Unix socket)
-    name: str | None = None
-    size: Count
-    slot_bytes: Count
-    gen_offset: Count | None = None  # the slots' generation words (uint64) start here
-
-
-class InfoOut(BaseModel):
-    """What a client needs to reach the data plane."""
-
-    version: str
-    protocol: int
-    instance: str = Field(description="changes at every server start")
-    host_id: str = Field(description="same value for every process on this host")
-    data_port: int | None
-    unix_socket: str | None
-    shm: ShmInfo | None
-    auth_required: bool
-    max_frame_bytes: int
-    max_header_bytes: int
-    max_batch: int
-    max_lease_s: float | None = Field(
-        None, description="longest lease this server grants: leases asked for longer are cut "
-                          "to it")
-
-
 class ErrorBody(BaseModel):
     """Every 4xx/5xx answer carries this body."""
 

@@ -10,11 +10,12 @@ import pytest
 from kvstore.checksum import checksum
 from kvstore.client import calls, grant
 from kvstore.client.core import ClientCore
-from kvstore.client.discovery import ServerInfo
+from kvstore.client.discovery import Route
 from kvstore.client.errors import BlockSizeError, CapacityError, StaleStagingError
 from kvstore.client.exchange import Answer, Call, Exchange, Link, run_blocking
 from kvstore.client.transfer import Transfers
 from kvstore.protocol import (
+    Check,
     Get,
     Hello,
     Lookup,
@@ -31,8 +32,7 @@ from kvstore.protocol import (
 )
 from kvstore.types import BlockHash
 
-INFO = ServerInfo("inst", True, "/sock", "slab", 64 << 20, max_frame_bytes=8 << 20,
-                  max_batch=3)
+INFO = Route("inst", True, "/sock", "slab", 64 << 20, max_frame_bytes=8 << 20, max_batch=3)
 H = [BlockHash(bytes([i]) * 32) for i in range(4)]
 
 
@@ -161,8 +161,19 @@ def test_a_full_host_tier_sends_the_get_over_the_socket() -> None:
     server = Script(CapacityError("full", "capacity"), ({"sizes": [4]}, [True]))
     out = run_blocking(Transfers().get(link(FakeSlab()), "ns", H[:1], dest), server)
     assert out == [True]
-    assert server.requests == [ShmAcquire("ns", H[:1]), Get("ns", H[:1])]
+    assert server.requests == [ShmAcquire("ns", H[:1]), Get("ns", H[:1], checked=True)]
     assert server.sent[1].into == dest
+
+
+def test_a_socket_get_reports_the_blocks_that_failed_as_they_landed() -> None:
+    # the connection hashed each block as it landed: the second one (sent, with a checksum)
+    # arrived as a miss, the third was a miss on the server, the first was good
+    server = Script(({"sizes": [4, 4, -1], "sums": [1, 2, None]}, [b"good", None, None]),
+                    ({}, []))
+    out = run_blocking(Transfers().get(link(), "ns", H[:3], None), server)
+    assert out == [b"good", None, None]
+    assert server.requests == [Get("ns", H[:3], checked=True), Check("ns", H[1:2])]
+    assert server.sent[1].noreply
 
 
 def test_small_calls_build_their_message_and_read_their_reply() -> None:
