@@ -72,9 +72,9 @@ def bench_size(root: Path, size: int, reps: int) -> dict[str, object]:
                 for h in fresh(batch):
                     txn.put(encode_key(("bench", h)), value)
 
-        before = store.stats()["tiers"]["host"]["demotions"]
+        before = store.stats().tiers["host"].demotions
         t_store, t_raw = interleaved([demote_put, raw_put], reps)
-        demoted = store.stats()["tiers"]["host"]["demotions"] - before
+        demoted = store.stats().tiers["host"].demotions - before
         store.check_integrity()
     finally:
         env.close()

@@ -142,7 +142,7 @@ def client_rows(srv: ServerProc, host_bytes: int, counts: list[int], seconds: fl
     finally:
         pool.close()
     with KVStoreClient(srv.url) as c:
-        if not c.stats()["tiers"]["host"]["demotions"]:
+        if not c.stats().tiers["host"].demotions:
             raise RuntimeError("many-clients bench: the puts never made the host tier demote")
     return rows
 

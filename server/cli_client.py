@@ -13,9 +13,10 @@ import json
 import os
 from typing import Any
 
-from pydantic import ByteSize
+from pydantic import ByteSize, ValidationError
 
 from kvstore.cli_kit import CommandError
+from kvstore.protocol.stats import Counts, StoreStats
 
 DEFAULT_URL = "http://127.0.0.1:8470"
 
@@ -80,30 +81,43 @@ COUNTS = ("queries", "hits", "misses", "hit_rate", "evictions", "promotions", "d
           "corrupt_dropped")
 
 
-def format_stats(doc: dict[str, Any]) -> str:
+def format_stats(stats: StoreStats) -> str:
     """One row for the totals, one per tier, one per namespace; sizes human-readable."""
     # (row, logical bytes, charged bytes, counters): see docs/store_api.md for the fields
-    rows = [("total", doc["totals"].get("bytes"), doc["totals"].get("charged_bytes"),
-             doc["totals"])]
-    rows += [(f"tier {k}", v.get("logical_bytes"), v.get("bytes"), v)
-             for k, v in doc["tiers"].items()]
-    rows += [(f"ns {k}", v.get("bytes"), None, v) for k, v in doc["namespaces"].items()]
+    rows: list[tuple[str, int | None, int | None, Counts]] = [
+        ("total", stats.totals.bytes, stats.totals.charged_bytes, stats.totals)]
+    rows += [(f"tier {k}", v.logical_bytes, v.bytes, v) for k, v in stats.tiers.items()]
+    rows += [(f"ns {k}", v.bytes, None, v) for k, v in stats.namespaces.items()]
     table: list[tuple[str, ...]] = [("", "blocks", "logical", "charged", "capacity", *COUNTS)]
-    for name, logical, charged, values in rows:
-        counts = [f"{values.get(c, 0):.3f}" if c == "hit_rate" else str(values.get(c, 0))
-                  for c in COUNTS]
-        table.append((name, str(values.get("blocks", 0)), size(logical), size(charged),
-                      size(values.get("capacity_bytes")), *counts))
+    for name, logical, charged, row in rows:
+        table.append((name, str(row.blocks), size(logical), size(charged),
+                      size(row.capacity_bytes), *_counts(row)))
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
     return "\n".join("  ".join(cell.rjust(w) if i else cell.ljust(w)
                                for i, (cell, w) in enumerate(zip(row, widths, strict=True)))
                      for row in table)
 
 
+def _counts(row: Counts) -> list[str]:
+    """The ``COUNTS`` columns of a row."""
+    return [str(row.queries), str(row.hits), str(row.misses), f"{row.hit_rate:.3f}",
+            *(str(n) for n in (row.evictions, row.promotions, row.demotions,
+                               row.corrupt_dropped))]
+
+
 def run_stats(args: argparse.Namespace) -> int:
     doc = _request(args, "GET", "/v1/stats")
-    print(json.dumps(doc, indent=2) if args.json else format_stats(doc))
+    print(json.dumps(doc, indent=2) if args.json else format_stats(_stats_of(args, doc)))
     return 0
+
+
+def _stats_of(args: argparse.Namespace, doc: Any) -> StoreStats:
+    """``/v1/stats``'s answer as the typed document; one line and exit 2 if it is not one."""
+    try:
+        return StoreStats.model_validate(doc)
+    except ValidationError as exc:
+        raise CommandError(f"{args.url}/v1/stats did not answer with the server's stats: "
+                           f"{exc.errors()[0]['msg']}") from None
 
 
 # -- lookup -------------------------------------------------------------------------------------
@@ -152,14 +166,13 @@ def add_namespaces_parser(sub: Any) -> None:
 
 
 def _show(doc: dict[str, Any]) -> str:
-    stats = doc.get("stats") or {}
+    stats = Counts.model_validate(doc.get("stats") or {})
     rows = [("name", doc["name"]), ("tenant", doc["tenant"] or "-"),
             ("block_bytes", f"{doc['block_bytes']} ({size(doc['block_bytes'])})"),
             ("hash_algo", doc["hash_algo"]), ("hash_seed", doc["hash_seed"] or "-"),
             ("layout", json.dumps(doc["layout"], sort_keys=True)),
-            ("blocks", str(stats.get("blocks", 0))), ("logical", size(stats.get("bytes", 0)))]
-    rows += [(c, f"{stats.get(c, 0):.3f}" if c == "hit_rate" else str(stats.get(c, 0)))
-             for c in COUNTS]
+            ("blocks", str(stats.blocks)), ("logical", size(stats.bytes)),
+            *zip(COUNTS, _counts(stats), strict=True)]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
 

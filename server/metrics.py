@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import platform
 from collections.abc import Callable, Iterator
-from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, Info
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -26,7 +25,7 @@ from prometheus_client.registry import Collector
 
 from kvstore import __version__
 from kvstore.protocol.frame import PROTOCOL_VERSION
-from server.store_metrics import HealthCollector, StoreCollector
+from server.store_metrics import Health, HealthCollector, Stats, StoreCollector
 
 __all__ = ["REFUSAL_REASONS", "ServerMetrics", "tenant_registry"]
 
@@ -51,8 +50,7 @@ class ConnectionsCollector(Collector):
 class ServerMetrics:
     """The registry a server exposes at ``/metrics`` (the admin's view)."""
 
-    def __init__(self, stats: Callable[[], dict[str, Any]],
-                 health: Callable[[], dict[str, Any]] | None = None) -> None:
+    def __init__(self, stats: Stats, health: Health | None = None) -> None:
         self.registry = CollectorRegistry()
         self.registry.register(StoreCollector(stats))
         if health is not None:
@@ -87,7 +85,7 @@ class ServerMetrics:
         self._open.sources[plane] = count
 
 
-def tenant_registry(stats: Callable[[], dict[str, Any]]) -> CollectorRegistry:
+def tenant_registry(stats: Stats) -> CollectorRegistry:
     """A registry of the store's series alone, over ``stats`` (a tenant's view): no request
     counters or latencies, which are every tenant's traffic."""
     registry = CollectorRegistry()

@@ -16,6 +16,7 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from kvstore.protocol.stats import StoreStats, TierStats
 from kvstore.store.counters import COUNTERS
 
 GAUGES = ("hit_rate", "blocks", "bytes", "capacity_bytes", "logical_bytes", "occupancy",
@@ -33,7 +34,8 @@ BACKEND = {
     "recoveries": ("counter", "times the back end recovered from a fault"),
     "discovered": ("counter", "blocks adopted from other nodes"),
 }
-Stats = Callable[[], dict[str, Any]]
+Stats = Callable[[], StoreStats]
+Health = Callable[[], dict[str, Any]]
 
 
 def _family(name: str, kind: str, text: str,
@@ -51,10 +53,13 @@ class StoreCollector(Collector):
         self._stats = stats
 
     def collect(self) -> Iterator[Metric]:
-        doc = self._stats()
-        scopes = (("", None, {"": doc.get("totals", {})}),
-                  ("tier_", "tier", doc.get("tiers", {})),
-                  ("namespace_", "namespace", doc.get("namespaces", {})))
+        stats = self._stats()
+        # each row as its numbers by field name: a family per field, a series per row
+        scopes = (("", None, {"": stats.totals.model_dump(exclude_none=True)}),
+                  ("tier_", "tier", {name: row.model_dump(exclude_none=True)
+                                     for name, row in stats.tiers.items()}),
+                  ("namespace_", "namespace", {name: row.model_dump()
+                                               for name, row in stats.namespaces.items()}))
         for prefix, label, groups in scopes:
             for key in COUNTERS + GAUGES:
                 rows = [(g, v[key]) for g, v in groups.items() if key in v]
@@ -66,14 +71,14 @@ class StoreCollector(Collector):
                 for group, value in rows:
                     family.add_metric([group] if label else [], float(value))
                 yield family
-        yield from self._backends(doc.get("tiers", {}))
-        yield from self._corrupt(doc.get("tiers", {}))
+        yield from self._backends(stats.tiers)
+        yield from self._corrupt(stats.tiers)
 
     @staticmethod
-    def _corrupt(tiers: dict[str, Any]) -> Iterator[Metric]:
+    def _corrupt(tiers: dict[str, TierStats]) -> Iterator[Metric]:
         """Blocks dropped for a failed checksum, by tier and by where it was found."""
         rows = [(t, cause, n) for t, v in tiers.items()
-                for cause, n in (v.get("corrupt_by_cause") or {}).items()]
+                for cause, n in v.corrupt_by_cause.items()]
         if rows:
             family = CounterMetricFamily(
                 "kvstore_tier_corrupt_dropped_by_cause",
@@ -84,10 +89,10 @@ class StoreCollector(Collector):
             yield family
 
     @staticmethod
-    def _backends(tiers: dict[str, Any]) -> Iterator[Metric]:
+    def _backends(tiers: dict[str, TierStats]) -> Iterator[Metric]:
         for key, (kind, text) in BACKEND.items():
-            rows = [(t, v["backend"][key]) for t, v in tiers.items()
-                    if isinstance(v.get("backend"), dict) and key in v["backend"]]
+            rows = [(t, v.backend[key]) for t, v in tiers.items()
+                    if v.backend is not None and key in v.backend]
             if rows:
                 family = _family(f"kvstore_tier_backend_{key}", kind, text, ["tier"])
                 for tier, value in rows:
@@ -99,7 +104,7 @@ class HealthCollector(Collector):
     """``kvstore_up`` (the store serves) and ``kvstore_tier_up{tier}`` from
     ``store.health()``; a probe that raises reads as down, never as a failed scrape."""
 
-    def __init__(self, health: Stats) -> None:
+    def __init__(self, health: Health) -> None:
         self._health = health
 
     def collect(self) -> Iterator[Metric]:

@@ -23,6 +23,7 @@ from typing import Any
 
 from kvstore.errors import UnknownNamespaceError
 from kvstore.namespace import TENANT_SEP, Namespace, store_name
+from kvstore.protocol.stats import StoreStats, TotalStats
 from kvstore.store import StoreAPI
 from server.auth import Principal
 
@@ -79,19 +80,20 @@ def visible(store: StoreAPI, principal: Principal) -> list[Namespace]:
     return [ns for ns in store.namespaces() if principal.can_access(ns)]
 
 
-def visible_stats(store: StoreAPI, principal: Principal) -> dict[str, Any]:
-    """``store.stats()`` as ``principal`` may see it, under the names it calls them."""
-    doc = store.stats()
+def visible_stats(store: StoreAPI, principal: Principal) -> StoreStats:
+    """``store.stats()`` as ``principal`` may see it, under the names it calls them: a tenant
+    gets its namespaces' rows, totals summed over them, and no tiers (the tiers' counters are
+    every tenant's traffic)."""
+    stats = store.stats()
     if principal.admin:
-        return doc
+        return stats
     mine = {ns.name for ns in visible(store, principal)}
-    namespaces = {shown_name(principal, k): v for k, v in doc.get("namespaces", {}).items()
-                  if k in mine}
-    totals: dict[str, Any] = {key: sum(int(v.get(key, 0)) for v in namespaces.values())
-                              for key in SUMMED}
-    totals["capacity_bytes"] = doc.get("totals", {}).get("capacity_bytes", 0)
-    totals["hit_rate"] = totals["hits"] / totals["queries"] if totals["queries"] else 0.0
-    return {"totals": totals, "tiers": {}, "namespaces": namespaces}
+    namespaces = {shown_name(principal, k): v for k, v in stats.namespaces.items() if k in mine}
+    rows = [row.model_dump(include=set(SUMMED)) for row in namespaces.values()]
+    totals = TotalStats(**{key: sum(r[key] for r in rows) for key in SUMMED},
+                        capacity_bytes=stats.totals.capacity_bytes)
+    totals.hit_rate = totals.hits / totals.queries if totals.queries else 0.0
+    return StoreStats(totals=totals, namespaces=namespaces)
 
 
 def visible_health(health: dict[str, Any], principal: Principal) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from kvstore.client.exchange import Exchange, Steps
 from kvstore.client.stream_conn import AsyncConn
 from kvstore.client.transfer import check_put
 from kvstore.protocol import Buffer
+from kvstore.protocol.stats import StoreStats
 from kvstore.types import BlockHash
 
 T = TypeVar("T")
@@ -84,7 +85,8 @@ class AsyncKVStoreClient:
     async def flush(self) -> None:
         await self._run(calls.flush)
 
-    async def stats(self) -> dict[str, Any]:
+    async def stats(self) -> StoreStats:
+        """The server's counters as this token may see them (``GET /v1/stats``)."""
         return await self._run(calls.stats)
 
     async def health(self) -> dict[str, Any]:

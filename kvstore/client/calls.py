@@ -29,6 +29,7 @@ from kvstore.protocol import (
     Stats,
     StatsReply,
 )
+from kvstore.protocol.stats import StoreStats
 from kvstore.types import BlockHash
 
 
@@ -70,9 +71,9 @@ def flush(_: Link) -> Steps[None]:
     yield Call(Flush())
 
 
-def stats(_: Link) -> Steps[dict[str, Any]]:
+def stats(_: Link) -> Steps[StoreStats]:
     header, _blocks = yield Call(Stats())
-    return StatsReply.from_header(header).stats
+    return StoreStats.model_validate(StatsReply.from_header(header).stats)
 
 
 def health(_: Link) -> Steps[dict[str, Any]]:

@@ -30,6 +30,7 @@ from kvstore.client.shm import SlabMapping
 from kvstore.client.socket_conn import FrameSocket
 from kvstore.client.transfer import check_put
 from kvstore.protocol import Buffer
+from kvstore.protocol.stats import StoreStats
 from kvstore.types import BlockHash
 
 T = TypeVar("T")
@@ -105,7 +106,8 @@ class KVStoreClient:
         """Make every block stored so far durable on the server's persistent tiers."""
         self._run(calls.flush)
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> StoreStats:
+        """The server's counters as this token may see them (``GET /v1/stats``)."""
         return self._run(calls.stats)
 
     def health(self) -> dict[str, Any]:

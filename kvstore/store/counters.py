@@ -45,6 +45,8 @@ class Counters:
     bytes_out: int = 0  # payload bytes of the hits served (for a tier: those it served)
 
     def as_dict(self) -> dict[str, Any]:
+        """The counters and the hit rate, as the fields of a
+        :class:`~kvstore.protocol.stats.Counts` row."""
         out: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
         out["hit_rate"] = self.hits / self.queries if self.queries else 0.0
         return out

@@ -20,6 +20,7 @@ from typing import Any
 from kvstore.config import StoreConfig
 from kvstore.errors import UnknownNamespaceError
 from kvstore.namespace import Namespace
+from kvstore.protocol.stats import StoreStats
 from kvstore.store.index import make_keys
 from kvstore.store.lifecycle import Lifecycle
 from kvstore.store.parts import Parts
@@ -281,7 +282,7 @@ class Store:
         return self._stack.slab_share()
 
     # -- reports and lifecycle ---------------------------------------------------------------
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> StoreStats:
         self._reader.settle()  # what S3 adopted or lost on its own, counted first
         return self._report.stats()
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvstore.errors import KVStoreError
+from kvstore.protocol.stats import Counts, StoreStats, TierStats, TotalStats
 from kvstore.store.counters import Tally
 from kvstore.store.damage import DamageSweep
 from kvstore.store.ghosts import Ghosts
@@ -40,15 +41,15 @@ class Report:
         self._lock = lock
         self._damage = damage
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> StoreStats:
         with self._lock:
             self._damage.sweep()  # what a lookup or a delete found counts from now, not later
             tiers = {}
             for pos, tier in enumerate(self._stack.tiers):
-                doc = self._tally.tiers[pos].as_dict()
                 # bytes: what the tier charges against its capacity (whole slots in slab
                 # tiers); logical_bytes: the payload bytes of the blocks it holds
-                doc.update(
+                tiers[self._stack.names[pos]] = TierStats(
+                    **self._tally.tiers[pos].as_dict(),
                     blocks=self._ledger.resident(pos),
                     bytes=tier.used_bytes(),
                     logical_bytes=self._ledger.resident_bytes(pos),
@@ -57,25 +58,20 @@ class Report:
                     policy=self._stack.configs[pos].policy,
                     corrupt_by_cause={cause: n for (p, cause), n in
                                       self._tally.corrupt_causes.items() if p == pos},
+                    backend=tier.stats(),  # S3: pending uploads, drops, errors
                 )
-                # tier-specific counters (S3: pending uploads, drops, errors) under "backend"
-                backend = tier.stats()
-                if backend is not None:
-                    doc["backend"] = backend
-                tiers[self._stack.names[pos]] = doc
             capacity = sum(t.capacity_bytes for t in self._stack.tiers)
             namespaces = {}
             usages = self._ledger.usages()
             for name in sorted(set(self._tally.namespaces) | set(usages)):
-                doc = self._tally.ns(name).as_dict()
                 usage = self._ledger.usage(name)
                 # namespaces share the tiers: each may grow to the whole capacity
-                doc.update(blocks=usage.blocks, bytes=usage.bytes, capacity_bytes=capacity)
-                namespaces[name] = doc
-            totals = self._tally.totals.as_dict()
+                namespaces[name] = Counts(**self._tally.ns(name).as_dict(), blocks=usage.blocks,
+                                          bytes=usage.bytes, capacity_bytes=capacity)
             # bytes: logical, each block once however many tiers hold a copy (as in the
             # namespace rows); charged_bytes: the sum of the tiers' bytes
-            totals.update(
+            totals = TotalStats(
+                **self._tally.totals.as_dict(),
                 blocks=sum(u.blocks for u in usages.values()),
                 bytes=sum(u.bytes for u in usages.values()),
                 charged_bytes=sum(t.used_bytes() for t in self._stack.tiers),
@@ -83,7 +79,7 @@ class Report:
                 pinned=len(self._leases),
                 pinned_bytes=self._leases.total_bytes(),
             )
-            return {"totals": totals, "tiers": tiers, "namespaces": namespaces}
+            return StoreStats(totals=totals, tiers=tiers, namespaces=namespaces)
 
     def trace(self, keys: list[BlockKey]) -> Trace:
         """Every tier holding each block (top first), and the ghost of each block the store

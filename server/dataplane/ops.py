@@ -225,7 +225,8 @@ class Ops:
 
     async def stats(self, session: Session, req: Stats, _: memoryview) -> Answer:
         assert session.principal is not None  # the same view as REST's /v1/stats
-        return StatsReply(await self.run(visible_stats, self.store, session.principal)), []
+        stats = await self.run(visible_stats, self.store, session.principal)
+        return StatsReply(stats.doc()), []
 
     async def health(self, session: Session, req: Health, _: memoryview) -> Answer:
         assert session.principal is not None  # the same view as REST's /healthz with a token

@@ -7,11 +7,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Response
 
+from kvstore.protocol.stats import Counts
 from server.errors import InvalidRequestError
 from server.rest.deps import PrincipalDep, StoreDep, errors
 from server.rest.schemas import (
     REF_PATTERN,
-    Counters,
     NamespaceDeleted,
     NamespaceIn,
     NamespaceList,
@@ -68,12 +68,9 @@ def show_namespace(name: NamePath, principal: PrincipalDep, store: StoreDep) -> 
     """One namespace: its definition and its row of ``/v1/stats`` (zeros before any
     traffic)."""
     ns = resolve(store, principal, name)
-    doc = store.stats()
-    row = doc["namespaces"].get(ns.name) or {
-        **dict.fromkeys(("queries", "hits", "misses", "blocks", "bytes", "evictions",
-                         "promotions", "demotions", "corrupt_dropped"), 0),
-        "hit_rate": 0.0, "capacity_bytes": doc["totals"]["capacity_bytes"]}
-    return NamespaceShown(**as_seen(principal, ns).to_dict(), stats=Counters.model_validate(row))
+    stats = store.stats()
+    row = stats.namespaces.get(ns.name) or Counts(capacity_bytes=stats.totals.capacity_bytes)
+    return NamespaceShown(**as_seen(principal, ns).to_dict(), stats=row)
 
 
 @router.delete("/namespaces/{name}", response_model=NamespaceDeleted,

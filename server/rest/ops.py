@@ -6,12 +6,13 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 
 from kvstore.protocol.info import ServerInfo
+from kvstore.protocol.stats import StoreStats
 from kvstore.store import StoreAPI
 from kvstore.types import BlockHash
 from server.auth import Principal
 from server.errors import InvalidRequestError
 from server.rest.deps import PrincipalDep, StoreDep, errors
-from server.rest.schemas import HashesIn, LookupOut, PrefetchOut, StatsOut
+from server.rest.schemas import HashesIn, LookupOut, PrefetchOut
 from server.tenant_view import resolve, visible_stats
 
 router = APIRouter(prefix="/v1", tags=["operations"])
@@ -56,13 +57,14 @@ def prefetch(
     return PrefetchOut(accepted=len(hashes))
 
 
-@router.get("/stats", response_model=StatsOut, responses=errors(401))
+@router.get("/stats", response_model=StoreStats, response_model_exclude_none=True,
+            responses=errors(401))
 def stats(
     principal: PrincipalDep, store: StoreDep
-) -> StatsOut:
+) -> StoreStats:
     """Totals, per tier and per namespace. A tenant sees only its namespaces, totals over
     them, and no tiers (the tiers are shared: their counters are everyone's traffic)."""
-    return StatsOut.model_validate(visible_stats(store, principal))
+    return visible_stats(store, principal)
 
 
 @router.get("/info", response_model=ServerInfo, responses=errors(401))

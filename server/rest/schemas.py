@@ -18,6 +18,7 @@ from kvstore.namespace import (
     Layout,
     Namespace,
 )
+from kvstore.protocol.stats import Counts
 from kvstore.types import BlockHash
 from server.rest.explain_schemas import MAX_EXPLAIN_TOKENS, MAX_MM_INPUTS, ExplainIn, ExplainOut
 from server.rest.fields import (
@@ -126,53 +127,8 @@ class DeleteOut(BaseModel):
     deleted: Count
 
 
-class Counters(BaseModel):
-    """Counters of the whole store, one tier or one namespace."""
-
-    model_config = ConfigDict(extra="allow")
-
-    queries: Count
-    hits: Count
-    misses: Count
-    hit_rate: float = Field(ge=0, le=1)
-    blocks: Count
-    bytes: Count = Field(description="in a tier: bytes charged against its capacity (whole "
-                         "slots in the host and device tiers; logical_bytes beside it); in the "
-                         "totals and a namespace: logical bytes, each block once however many "
-                         "tiers hold a copy (the admin's totals add charged_bytes, the sum of "
-                         "the tiers' bytes)")
-    capacity_bytes: Count
-    evictions: Count
-    promotions: Count
-    demotions: Count
-    corrupt_dropped: Count
-    prefetched: Count = Field(0, description="blocks onboarded to the top tier by prefetch")
-    dropped: Count = Field(0, description="blocks that left the store for good")
-    stored: Count = Field(0, description="new blocks that puts stored")
-    bytes_in: Count = Field(0, description="payload bytes of the stored blocks")
-    bytes_out: Count = Field(0, description="payload bytes of the hits served (in a tier: "
-                             "the hits it served)")
-
-
-class TierCounters(Counters):
-    logical_bytes: Count = Field(description="payload bytes of the blocks the tier holds")
-    occupancy: float = Field(0.0, ge=0, description="bytes / capacity_bytes")
-    corrupt_by_cause: dict[str, Count] = Field(
-        default_factory=dict, description="corrupt_dropped by cause: a failed checksum in a "
-        "store read (read), before a reply is sent from the slab (send), in a client's "
-        "shared-memory copy (client), in a demotion or spill (demote); or found by the disk "
-        "tier: on a damaged page of its file (disk_page), a value whose header is not valid "
-        "(disk_header), unwritable for a damaged neighbour page (disk_write)")
-
-
-class StatsOut(BaseModel):
-    totals: Counters
-    tiers: dict[str, TierCounters]
-    namespaces: dict[str, Counters]
-
-
 class NamespaceShown(NamespaceOut):
-    stats: Counters = Field(description="the namespace's row of /v1/stats")
+    stats: Counts = Field(description="the namespace's row of /v1/stats")
 
 
 class TierHealthOut(BaseModel):

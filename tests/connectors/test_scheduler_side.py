@@ -47,7 +47,7 @@ def _pinned(server: Any, link: StoreLink) -> int:
 
     link.lookup_tiers([bytes(32)])
     with KVStoreClient(server.url) as c:
-        return int(c.stats()["totals"]["pinned"])
+        return int(c.stats().totals.pinned)
 
 
 def _blocks(block_ids: list[int]) -> Any:

@@ -79,7 +79,7 @@ def _pinned(server: Any) -> int:
     from kvstore.client import KVStoreClient
 
     with KVStoreClient(server.url) as c:
-        return int(c.stats()["totals"]["pinned"])
+        return int(c.stats().totals.pinned)
 
 
 def test_grants_taken_before_a_reconnect_are_released_after_it(server: Any) -> None:

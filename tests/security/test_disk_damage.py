@@ -52,8 +52,8 @@ def test_a_damaged_page_fails_only_its_block_over_the_data_plane(tmp_path: Path)
                 assert got == want  # the others byte-identical
             assert c.delete("damaged", [hashes[BAD]]) == 0  # no error: it was already gone
             assert c.get("damaged", hashes[BAD - 1:BAD + 2]) == want[BAD - 1:BAD + 2]
-            disk = c.stats()["tiers"]["disk"]
-            assert disk["corrupt_dropped"] == 1
-            assert disk["corrupt_by_cause"] == {"disk_page": 1}
+            disk = c.stats().tiers["disk"]
+            assert disk.corrupt_dropped == 1
+            assert disk.corrupt_by_cause == {"disk_page": 1}
     finally:
         srv.stop()

@@ -43,7 +43,7 @@ def _blocks(n: int, salt: str) -> tuple[list[bytes], list[bytes]]:
 
 
 def _pinned(c: KVStoreClient) -> int:
-    return int(c.stats()["totals"]["pinned"])
+    return int(c.stats().totals.pinned)
 
 
 def _settles(c: KVStoreClient, want: int, within_s: float) -> bool:

@@ -42,7 +42,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProc]:
 def _host_bytes(proc: ServerProc) -> int:
     """What the host tier charges (stored and reserved slots), as the admin sees it."""
     with KVStoreClient(proc.url, token=ADMIN) as admin:
-        return int(admin.stats()["tiers"]["host"]["bytes"])
+        return int(admin.stats().tiers["host"].bytes)
 
 
 def _until_host_bytes(proc: ServerProc, want: int) -> int:
@@ -113,7 +113,7 @@ def _check_refused_and_intact(proc: ServerProc, a_reply: dict[str, Any],
     assert correct == N, f"tenant B reads {correct}/{N} of its blocks correct"
     # once A's put is done its places are free again: only B's blocks are charged
     with KVStoreClient(proc.url, token=ADMIN) as admin:
-        stored = int(admin.stats()["totals"]["blocks"])
+        stored = int(admin.stats().totals.blocks)
     assert _until_host_bytes(proc, stored * BLOCK) == stored * BLOCK
 
 

@@ -45,7 +45,7 @@ def _stalled(srv: ServerProc, token: str) -> socket.socket:
 
 
 def _pinned(admin: KVStoreClient) -> int:
-    return int(admin.stats()["totals"]["pinned"])
+    return int(admin.stats().totals.pinned)
 
 
 def test_unread_get_replies_hold_no_more_than_the_pin_quota(dp_server) -> None:

@@ -51,15 +51,15 @@ def test_roundtrip_over_both_paths(server: ServerProc, ns_name: str, use_shm: bo
         assert c.release(ns_name, hashes[:2]) == 2
         # without waiting: no answer, but the frames run in order before the next call's
         assert c.pin(ns_name, hashes[:3], lease_s=5, wait=False) == []
-        assert c.stats()["totals"]["pinned"] == 3
+        assert c.stats().totals.pinned == 3
         assert c.release(ns_name, hashes[:3], wait=False) == 0
         c.prefetch(ns_name, hashes[:3], wait=False)
-        assert c.stats()["totals"]["pinned"] == 0
+        assert c.stats().totals.pinned == 0
         c.prefetch(ns_name, hashes[:3])
         assert c.delete(ns_name, hashes[:1]) == 1
         assert c.get(ns_name, hashes[:1]) == [None]
         stats = c.stats()
-        assert stats["namespaces"][ns_name]["blocks"] == 11
+        assert stats.namespaces[ns_name].blocks == 11
         assert c.health()["ok"] is True
         c.flush()
 
@@ -126,7 +126,7 @@ def test_async_client(server: ServerProc, ns_name: str) -> None:
             assert await c.delete(ns_name, hashes[:1]) == 1
             await c.prefetch(ns_name, hashes)
             assert (await c.health())["ok"]
-            assert ns_name in (await c.stats())["namespaces"]
+            assert ns_name in (await c.stats()).namespaces
         for use_shm in (True, False):
             async with AsyncKVStoreClient(server.url, use_shm=use_shm) as c:
                 bufs = [bytearray(BLOCK) for _ in range(3)]

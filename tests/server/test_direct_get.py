@@ -24,7 +24,7 @@ MIB = 1 << 20
 
 def _pinned(srv: ServerProc) -> int:
     with KVStoreClient(srv.url) as c:
-        return int(c.stats()["totals"]["pinned"])
+        return int(c.stats().totals.pinned)
 
 
 def _until_unpinned(srv: ServerProc) -> int:

@@ -21,7 +21,7 @@ BLOCK = 64 << 10
 
 def _host_bytes(srv: ServerProc) -> int:
     with KVStoreClient(srv.url) as c:
-        return int(c.stats()["tiers"]["host"]["bytes"])
+        return int(c.stats().tiers["host"].bytes)
 
 
 def _until_host_bytes(srv: ServerProc, want: int) -> int:

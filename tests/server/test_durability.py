@@ -102,7 +102,7 @@ def test_pins_of_a_dead_client_go(server, ns_name) -> None:
     with KVStoreClient(server.url) as c:
         c.register_namespace(ns_name, BLOCK, {})
         c.put(ns_name, [h(1), h(2)], [blk(1), blk(2)])
-        before = c.stats()["totals"]["pinned"]
+        before = c.stats().totals.pinned
     script = textwrap.dedent(f"""
         import sys, time
         from kvstore.client import KVStoreClient
@@ -116,13 +116,13 @@ def test_pins_of_a_dead_client_go(server, ns_name) -> None:
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == b"pinned"
         with KVStoreClient(server.url) as c:
-            assert c.stats()["totals"]["pinned"] == before + 2
+            assert c.stats().totals.pinned == before + 2
             child.kill()
             child.wait()
             deadline = time.monotonic() + 15
-            while c.stats()["totals"]["pinned"] != before and time.monotonic() < deadline:
+            while c.stats().totals.pinned != before and time.monotonic() < deadline:
                 time.sleep(0.2)
-            assert c.stats()["totals"]["pinned"] == before
+            assert c.stats().totals.pinned == before
     finally:
         child.kill()
 
@@ -131,11 +131,11 @@ def test_leases_expire_while_connected(server, ns_name) -> None:
     with KVStoreClient(server.url) as c, KVStoreClient(server.url) as watcher:
         c.register_namespace(ns_name, BLOCK, {})
         c.put(ns_name, [h(3)], [blk(3)])
-        before = watcher.stats()["totals"]["pinned"]
+        before = watcher.stats().totals.pinned
         assert c.pin(ns_name, [h(3)], lease_s=1.0) == [True]
-        assert watcher.stats()["totals"]["pinned"] == before + 1
+        assert watcher.stats().totals.pinned == before + 1
         deadline = time.monotonic() + 15
-        while watcher.stats()["totals"]["pinned"] != before and time.monotonic() < deadline:
+        while watcher.stats().totals.pinned != before and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert watcher.stats()["totals"]["pinned"] == before
+        assert watcher.stats().totals.pinned == before
         assert c.lookup(ns_name, [h(3)])[0] == 1  # the block stays; only the pin went

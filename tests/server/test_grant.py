@@ -23,7 +23,7 @@ def _blocks(n: int, salt: str) -> tuple[list[bytes], list[bytes]]:
 
 
 def _pinned(c: KVStoreClient) -> int:
-    return int(c.stats()["totals"]["pinned"])
+    return int(c.stats().totals.pinned)
 
 
 def test_another_client_reads_granted_blocks_from_its_own_mapping(
@@ -60,13 +60,13 @@ def test_blocks_held_only_below_the_host_tier_are_not_granted_or_promoted(
             c.put(ns_name, hashes[i:i + 4], data[i:i + 4])
         tiers = c.lookup(ns_name, hashes)[1]
         assert "disk" in tiers and "host" in tiers
-        gets = c.stats()["totals"]["queries"]
+        gets = c.stats().totals.queries
         grant = c.lookup_acquire(ns_name, hashes)
         assert grant.prefix_blocks == 24 and grant.tiers == tiers
         assert [e is not None for e in grant.extents] == [t == "host" for t in tiers]
         assert c.lookup(ns_name, hashes)[1] == tiers  # nothing promoted
         # only the granted blocks count as reads
-        assert c.stats()["totals"]["queries"] - gets == tiers.count("host")
+        assert c.stats().totals.queries - gets == tiers.count("host")
         slab = c.mapped_slab(grant.instance)
         assert slab is not None
         for ext, block in zip(grant.extents, data, strict=True):

@@ -43,7 +43,7 @@ def test_repeated_puts_use_staged_places(server: ServerProc, ns_name: str) -> No
         assert c.put(ns_name, hashes, data)["existing"] == 8  # the places stay ours
         assert _op_count(server, "shm_put") - puts == 5
         assert _op_count(server, "shm_reserve") == reserves  # no two-round-trip puts
-        assert c.stats()["namespaces"][ns_name]["blocks"] == 32
+        assert c.stats().namespaces[ns_name].blocks == 32
 
 
 def test_places_dropped_by_the_server_fall_back_to_reserving(
@@ -56,7 +56,7 @@ def test_places_dropped_by_the_server_fall_back_to_reserving(
         assert c._core.transfers.staged.held(ns_name)  # places held for the next put
         c._drop_connection()  # our only connection: the server drops our leases and places
         for _ in range(100):  # the server notices the close asynchronously
-            if watcher.stats()["tiers"]["host"]["bytes"] == 4 * BLOCK:  # our places are gone
+            if watcher.stats().tiers["host"].bytes == 4 * BLOCK:  # our places are gone
                 break
             time.sleep(0.05)
         else:

@@ -85,7 +85,7 @@ def test_s3_only_blocks_have_no_index_entry_and_no_exact_policy_entry(
     assert len(policy) == n and all(("m", h) in policy for h in s3_only)
     store.flush()
     assert store.get("m", s3_only) == data[:n]
-    assert store.stats()["namespaces"]["m"]["blocks"] == 12
+    assert store.stats().namespaces["m"].blocks == 12
     store.check_integrity()
 
 
@@ -106,8 +106,8 @@ def test_restart_with_a_catalog_keeps_blocks_findable_without_asking_s3(
     assert again.get("m", hashes[:n]) == data[:n]  # byte-identical, read from S3
     assert sent == []  # no scan, no discovery: the catalog answered
     stats = again.stats()
-    assert stats["namespaces"]["m"]["blocks"] == n
-    assert stats["tiers"]["s3"]["backend"]["discovered"] == 0
+    assert stats.namespaces["m"].blocks == n
+    assert stats.tiers["s3"].backend["discovered"] == 0
     again.check_integrity()
 
 
@@ -124,7 +124,7 @@ def test_capacity_holds_and_s3_evicts_with_the_sampled_policy(
         assert s3.used_bytes() <= s3.capacity_bytes
         store.check_integrity()
     store.flush()
-    assert len(s3) <= 6 and store.stats()["tiers"]["s3"]["evictions"] > 0
+    assert len(s3) <= 6 and store.stats().tiers["s3"].evictions > 0
     found = store.lookup("m", [h for h, _ in written[-6:]])
     assert found.tiers  # the newest blocks are still there
     assert store.get("m", [h for h, _ in written[-2:]]) == [d for _, d in written[-2:]]
@@ -142,7 +142,7 @@ def test_discovery_adopts_another_node_s_blocks_into_the_catalog(
     assert len(node_b.tier("s3")) == 6  # adopted into B's catalog
     assert not _in_ram(node_b) & set(hashes[:6])
     assert node_b.get("m", hashes[:6]) == data[:6]
-    assert node_b.stats()["namespaces"]["m"]["blocks"] == 6
+    assert node_b.stats().namespaces["m"].blocks == 6
     node_b.check_integrity()
     tiers = node_b.lookup("m", hashes[:6]).tiers  # the get promoted some into B's host
     on_host = {h for h, t in zip(hashes, tiers, strict=False) if t == "host"}
@@ -150,7 +150,7 @@ def test_discovery_adopts_another_node_s_blocks_into_the_catalog(
     node_a.flush()
     got = node_b.get("m", hashes[:6])  # what B reads from S3 is a miss, and forgotten
     assert got == [d if h in on_host else None for h, d in zip(hashes, data[:6], strict=False)]
-    assert node_b.stats()["namespaces"]["m"]["blocks"] == len(on_host)
+    assert node_b.stats().namespaces["m"].blocks == len(on_host)
     assert len(node_b.tier("s3")) == len(on_host)  # read from host: S3 not asked
     node_b.check_integrity()
 
@@ -165,7 +165,7 @@ def test_namespace_delete_removes_s3_only_blocks(make_store: Callable[..., Store
     assert store.delete_namespace("m") == 10
     store.flush()
     assert len(s3) == 0 and s3.used_bytes() == 0 and s3.keys_of("m") == []
-    assert "m" not in store.stats()["namespaces"]
+    assert "m" not in store.stats().namespaces
     listed = s3.client.list_objects_v2(Bucket=s3.settings.bucket,  # type: ignore[attr-defined]
                                        Prefix=s3.settings.key_prefix)
     assert listed.get("KeyCount", 0) == 0  # the objects are gone from the bucket too
@@ -184,7 +184,7 @@ def test_a_chain_across_disk_and_s3_is_found_whole(
     assert not _in_ram(store) & {h for h, t in zip(hashes, tiers, strict=True) if t != "host"}
     assert store.get("m", hashes) == data
     store.check_integrity()
-    assert store.stats()["namespaces"]["m"]["blocks"] == 16
+    assert store.stats().namespaces["m"].blocks == 16
 
 
 def test_blocks_queued_for_upload_are_found_and_read(make_store: Callable[..., Store]) -> None:

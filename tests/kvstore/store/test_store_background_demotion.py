@@ -61,10 +61,10 @@ def test_puts_past_the_high_watermark_are_settled_in_the_background(
     for i in range(0, 14, 2):  # never over capacity: only the watermark asks for demotion
         store.put("m", hashes[i:i + 2], data[i:i + 2])
     assert store.settled(10)
-    host = store.stats()["tiers"]["host"]
-    assert host["blocks"] <= 8
-    assert host["demotions"] == host["evictions"] == 14 - host["blocks"]
-    assert store.stats()["totals"]["dropped"] == 0
+    host = store.stats().tiers["host"]
+    assert host.blocks <= 8
+    assert host.demotions == host.evictions == 14 - host.blocks
+    assert store.stats().totals.dropped == 0
     store.check_integrity()
     assert store.get("m", hashes, promote=False) == data
 
@@ -110,7 +110,7 @@ def test_a_block_deleted_and_put_again_while_its_batch_is_written_is_kept_once(
     assert store.settled(10)
     store.check_integrity()
     assert store.get("m", hashes, promote=False) == data
-    assert store.stats()["namespaces"]["m"]["blocks"] == 14
+    assert store.stats().namespaces["m"].blocks == 14
 
 
 def test_a_full_disk_makes_room_while_a_batch_is_written_to_it(
@@ -141,6 +141,6 @@ def test_a_full_disk_makes_room_while_a_batch_is_written_to_it(
         release.set()
     assert store.settled(10)
     store.check_integrity()
-    stats = store.stats()["tiers"]
-    assert all(stats[t]["bytes"] <= 16 * len(data[0]) for t in ("host", "disk"))
+    stats = store.stats().tiers
+    assert all(stats[t].bytes <= 16 * len(data[0]) for t in ("host", "disk"))
     assert store.get("m", hashes[-2:], promote=False) == data[-2:]

@@ -101,17 +101,20 @@ def test_stats_count_hits_and_misses_per_tier_and_namespace(make_store: StoreFac
     store.get("m", hashes[-2:])  # host hits
     store.get("m", [os.urandom(32)])  # miss everywhere
     stats = store.stats()
-    ns = stats["namespaces"]["m"]
-    assert (ns["queries"], ns["hits"], ns["misses"]) == (3, 2, 1)
-    assert ns["blocks"] == 8 and ns["bytes"] == 8 * BLOCK
-    host, disk = stats["tiers"]["host"], stats["tiers"]["disk"]
-    assert (host["queries"], host["hits"]) == (3, 2)
-    assert (disk["queries"], disk["hits"], disk["misses"]) == (1, 0, 1)
-    assert host["demotions"] >= 4 and host["capacity_bytes"] == 4 * BLOCK
-    assert stats["totals"]["hit_rate"] == pytest.approx(2 / 3)
+    ns = stats.namespaces["m"]
+    assert (ns.queries, ns.hits, ns.misses) == (3, 2, 1)
+    assert ns.blocks == 8 and ns.bytes == 8 * BLOCK
+    host, disk = stats.tiers["host"], stats.tiers["disk"]
+    assert (host.queries, host.hits) == (3, 2)
+    assert (disk.queries, disk.hits, disk.misses) == (1, 0, 1)
+    assert host.demotions >= 4 and host.capacity_bytes == 4 * BLOCK
+    assert stats.totals.hit_rate == pytest.approx(2 / 3)
+    doc = stats.doc()  # the JSON /v1/stats answers with: every row has every counter
     for key in ("queries", "hits", "misses", "hit_rate", "blocks", "bytes", "capacity_bytes",
                 "evictions", "promotions", "demotions", "corrupt_dropped"):
-        assert key in host and key in ns and key in stats["totals"]
+        assert key in doc["tiers"]["host"] and key in doc["namespaces"]["m"]
+        assert key in doc["totals"]
+    assert "backend" not in doc["tiers"]["host"]  # a tier without counters of its own
 
 
 def test_health_reports_every_tier(make_store: StoreFactory) -> None:

@@ -69,7 +69,7 @@ def test_shared_memory_blocks_spilled_on_close_are_verified_after_restart(
     _flip_on_disk(tmp_path, hashes[:2])
     again = make_store(host=8, disk=64, register=False)
     assert again.get("m", hashes) == [None, None, *data[2:]]
-    assert again.stats()["totals"]["corrupt_dropped"] == 2
+    assert again.stats().totals.corrupt_dropped == 2
     again.check_integrity()
 
 
@@ -137,9 +137,9 @@ def test_flipped_host_bytes_are_a_miss_and_never_demoted(make_store: StoreFactor
     store.put("m", hashes[2:], data[2:])  # the other is evicted to disk: checked first
     assert store.get("m", hashes[:2]) == [None, None]
     assert store.tier("disk").get_many([("m", hashes[1])]) == [None]
-    host = store.stats()["tiers"]["host"]
-    assert host["corrupt_by_cause"] == {"read": 1, "demote": 1}
-    assert host["corrupt_dropped"] == 2
+    host = store.stats().tiers["host"]
+    assert host.corrupt_by_cause == {"read": 1, "demote": 1}
+    assert host.corrupt_dropped == 2
     assert [g.why for g in store.trace("m", hashes[:2]).ghosts if g] == ["corrupt"] * 2
     store.check_integrity()
 
@@ -153,5 +153,5 @@ def test_background_demotion_never_writes_flipped_host_bytes(make_store: StoreFa
     assert store.settled(10)
     assert store.get("m", hashes[:2]) == [None, data[1]]
     assert store.tier("disk").get_many([("m", hashes[0])]) == [None]
-    assert store.stats()["tiers"]["host"]["corrupt_by_cause"] == {"demote": 1}
+    assert store.stats().tiers["host"].corrupt_by_cause == {"demote": 1}
     store.check_integrity()

@@ -46,8 +46,8 @@ def test_restart_over_many_disk_blocks_allocates_almost_nothing_per_block(
     finally:
         tracemalloc.stop()
     assert now < 5 * n  # the index it replaced held ~750 bytes per block
-    assert store.stats()["namespaces"]["m"]["blocks"] == n
-    assert store.stats()["tiers"]["disk"]["blocks"] == n
+    assert store.stats().namespaces["m"].blocks == n
+    assert store.stats().tiers["disk"].blocks == n
 
 
 def test_restart_reads_no_header(
@@ -81,12 +81,12 @@ def test_blocks_move_between_ram_and_the_disk_index(make_store: StoreFactory) ->
     store.check_integrity()
     assert store.delete("m", hashes[::2]) == 10
     store.check_integrity()
-    assert store.stats()["namespaces"]["m"]["blocks"] == 10
+    assert store.stats().namespaces["m"].blocks == 10
     assert store.get("m", hashes[1::2]) == data[1::2]
     assert store.get("m", hashes[::2]) == [None] * 10
     assert store.delete_namespace("m") == 10
     store.check_integrity()
-    assert store.stats()["tiers"]["disk"]["blocks"] == 0
+    assert store.stats().tiers["disk"].blocks == 0
 
 
 def test_a_full_disk_keeps_its_hit_blocks(make_store: StoreFactory, tmp_path: Path) -> None:
@@ -106,8 +106,8 @@ def test_a_full_disk_keeps_its_hit_blocks(make_store: StoreFactory, tmp_path: Pa
         again.check_integrity()
     assert again.get("m", hot) == data[:10]
     assert again.lookup("m", more[-5:]).prefix_blocks == 5
-    disk = again.stats()["tiers"]["disk"]
-    assert disk["bytes"] <= disk["capacity_bytes"] and disk["evictions"] > 0
+    disk = again.stats().tiers["disk"]
+    assert disk.bytes <= disk.capacity_bytes and disk.evictions > 0
 
 
 def test_a_put_batch_asks_the_disk_file_once_for_all_its_blocks(

@@ -37,8 +37,8 @@ def test_a_batch_of_victims_goes_down_in_one_disk_write(
     assert disk_puts == [12]
     assert host_reads == [12]
     stats = store.stats()
-    assert stats["tiers"]["host"]["demotions"] == stats["tiers"]["host"]["evictions"] == 12
-    assert stats["totals"]["dropped"] == 0
+    assert stats.tiers["host"].demotions == stats.tiers["host"].evictions == 12
+    assert stats.totals.dropped == 0
     store.check_integrity()
     assert store.get("m", old_h + new_h, promote=False) == old_d + new_d
 
@@ -54,9 +54,9 @@ def test_a_batch_the_lower_tier_cannot_take_whole_goes_one_by_one(
     store.put("m", new_h, new_d)
     store.check_integrity()
     stats = store.stats()
-    assert stats["tiers"]["host"]["evictions"] >= 6
+    assert stats.tiers["host"].evictions >= 6
     kept = [g for g in store.get("m", old_h, promote=False) if g is not None]
-    assert len(kept) == 8 - stats["totals"]["dropped"]
+    assert len(kept) == 8 - stats.totals.dropped
     assert all(g in old_d for g in kept)
     assert store.tier("disk").used_bytes() <= 4 * BLOCK
 
@@ -71,6 +71,6 @@ def test_demotion_from_disk_to_nothing_does_not_read_the_victims(
     new_h, new_d = blocks(4)
     store.put("m", new_h, new_d)
     assert disk_reads == []  # the bottom tier drops its victims without reading them
-    assert store.stats()["totals"]["dropped"] >= 4
+    assert store.stats().totals.dropped >= 4
     store.check_integrity()
     assert store.get("m", new_h) == new_d

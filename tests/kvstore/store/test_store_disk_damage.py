@@ -29,14 +29,14 @@ def test_a_damaged_page_costs_the_store_only_its_block(
     want = [None if i == BAD else d for i, d in enumerate(data)]
     assert again.get("m", hashes) == want  # not an error for the whole batch
     stats = again.stats()
-    assert stats["totals"]["corrupt_dropped"] == 1
-    assert stats["tiers"]["disk"]["corrupt_dropped"] == 1
-    assert stats["tiers"]["disk"]["corrupt_by_cause"] == {"disk_page": 1}
-    assert stats["namespaces"]["m"]["corrupt_dropped"] == 1
-    assert stats["tiers"]["disk"]["backend"]["damage"]["found"] == 1
+    assert stats.totals.corrupt_dropped == 1
+    assert stats.tiers["disk"].corrupt_dropped == 1
+    assert stats.tiers["disk"].corrupt_by_cause == {"disk_page": 1}
+    assert stats.namespaces["m"].corrupt_dropped == 1
+    assert stats.tiers["disk"].backend["damage"]["found"] == 1
 
     assert again.get("m", hashes) == want  # a second read: the same, counted once
-    assert again.stats()["tiers"]["disk"]["corrupt_by_cause"] == {"disk_page": 1}
+    assert again.stats().tiers["disk"].corrupt_by_cause == {"disk_page": 1}
     assert not again.contains("m", hashes[BAD])
     assert again.lookup("m", hashes).prefix_blocks == BAD
     again.delete("m", [hashes[BAD], hashes[BAD + 1]])  # does not raise

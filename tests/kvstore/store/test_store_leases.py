@@ -46,7 +46,7 @@ def test_a_lease_that_is_not_finite_and_positive_is_refused(make_store: StoreFac
         store.acquire_read(NS.name, hashes, lease_s=bad)
     with pytest.raises(InvalidLeaseError):
         store.reserve_write(NS.name, blocks(1)[0], lease_s=bad)
-    assert store.stats()["totals"]["pinned"] == 0
+    assert store.stats().totals.pinned == 0
 
 
 def test_the_config_refuses_a_default_lease_past_the_cap(make_store: StoreFactory) -> None:

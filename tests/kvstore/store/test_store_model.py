@@ -68,7 +68,7 @@ class StoreModel(RuleBasedStateMachine):
 
     def dropped(self) -> int:
         """Blocks the store reported dropping, over every incarnation since the start."""
-        return self.prior_dropped + int(self.s.stats()["totals"]["dropped"])
+        return self.prior_dropped + int(self.s.stats().totals.dropped)
 
     @rule(idx=st.lists(key_index, min_size=1, max_size=4, unique=True))
     def put(self, idx: list[int]) -> None:
@@ -119,7 +119,7 @@ class StoreModel(RuleBasedStateMachine):
         h = KEYS[i]
         if h in self.pinned:
             assert self.s.release("m", [h]) >= 1
-            if not self.s.stats()["totals"]["pinned"] or h not in self._pinned_now():
+            if not self.s.stats().totals.pinned or h not in self._pinned_now():
                 del self.pinned[h]
 
     def _pinned_now(self) -> set[bytes]:
@@ -136,7 +136,7 @@ class StoreModel(RuleBasedStateMachine):
     @rule()
     def restart(self) -> None:
         self.s.close()  # spills memory-only blocks to disk, which may drop (and count) some
-        self.prior_dropped += int(self.s.stats()["totals"]["dropped"])
+        self.prior_dropped += int(self.s.stats().totals.dropped)
         # only what reached disk survives; with no disk tier everything is gone
         has_disk = len(self.config.tiers) > 1
         self.store = Store(self.config)

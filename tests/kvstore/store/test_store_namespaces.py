@@ -90,7 +90,7 @@ def test_delete_namespace_removes_its_blocks_from_every_tier(
     assert store.delete_namespace(NS.name) == 20
     store.check_integrity()
     assert NS.name not in {ns.name for ns in store.namespaces()}
-    assert NS.name not in store.stats()["namespaces"]
+    assert NS.name not in store.stats().namespaces
     for tier in ("host", "disk"):
         assert not any(store.tier(tier).contains((NS.name, h)) for h in hashes)
     with pytest.raises(UnknownNamespaceError):
@@ -102,7 +102,7 @@ def test_delete_namespace_removes_its_blocks_from_every_tier(
     # gone across a restart too: neither the definition nor its blocks come back
     again = make_store(register=False)
     assert [ns.name for ns in again.namespaces()] == ["other"]
-    assert again.stats()["totals"]["blocks"] == 3
+    assert again.stats().totals.blocks == 3
     again.register_namespace(NS)
     assert again.get(NS.name, hashes) == [None] * 20
 

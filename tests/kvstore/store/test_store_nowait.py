@@ -46,7 +46,7 @@ def test_nowait_calls_refuse_a_busy_lock_and_change_nothing(make_store: StoreFac
     finally:
         done.set()
     assert store.reserve_write("m", hashes[1:], owner="w").extents != [None]  # nothing was reserved
-    assert store.stats()["totals"]["pinned"] == 0
+    assert store.stats().totals.pinned == 0
     store.check_integrity()
 
 
@@ -107,7 +107,7 @@ def test_read_without_promotion_serves_only_what_the_host_tier_holds(
     got = store.acquire_read("m", hashes, owner="r", nowait=True, promote=False).extents
     assert got[0] is None and got[1] is not None and got[2] is None  # disk, host, missing
     assert store.lookup("m", hashes[:2]).tiers == ["disk", "host"]  # nothing promoted
-    assert store.stats()["totals"]["pinned"] == 1
-    assert store.stats()["totals"]["queries"] == 1  # only the block served was read
+    assert store.stats().totals.pinned == 1
+    assert store.stats().totals.queries == 1  # only the block served was read
     assert store.release("m", hashes, owner="r") == 1
     store.check_integrity()

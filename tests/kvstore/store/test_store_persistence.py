@@ -63,8 +63,8 @@ def test_flipped_byte_on_disk_becomes_a_counted_miss(
     assert got[0] is None
     assert got[1:] == data[1:]
     stats = again.stats()
-    assert stats["totals"]["corrupt_dropped"] == 1
-    assert stats["tiers"]["disk"]["corrupt_dropped"] == 1
+    assert stats.totals.corrupt_dropped == 1
+    assert stats.tiers["disk"].corrupt_dropped == 1
     assert not again.contains("m", hashes[0])
     again.check_integrity()
 
@@ -92,7 +92,7 @@ def test_shared_memory_write_then_read(make_store: StoreFactory) -> None:
     assert read[-1] is None
     for ext, d in zip(read[:3], data, strict=True):
         assert b"".join(bytes(view[o:o + n]) for o, n in ext) == d
-    assert store.stats()["totals"]["pinned"] == 3
+    assert store.stats().totals.pinned == 3
     assert store.release("m", hashes, owner="c2") == 3
     store.check_integrity()
     del view

@@ -30,7 +30,7 @@ def test_staged_places_become_blocks_byte_identical(make_store: StoreFactory) ->
     places = store.stage_write("m", 3, owner="w").places
     assert len(places) == 3
     assert store.tier("host").used_bytes() == 3 * BLOCK  # charged, invisible
-    assert store.stats()["totals"]["blocks"] == 0
+    assert store.stats().totals.blocks == 0
     hashes, data = blocks(3)
     ids = _write(store, places, data)
     result, used = store.commit_staged("m", hashes, ids, owner="w")
@@ -92,6 +92,6 @@ def test_dropping_the_owner_frees_its_places_and_staging_is_capped(
     ids = _write(store, store.stage_write("m", 1, owner="w").places, blocks(1)[1])
     store.close()  # frees staging too; the placeholder never reaches the disk
     again = make_store(host=8, disk=64, register=False)
-    assert again.stats()["totals"]["blocks"] == 0
+    assert again.stats().totals.blocks == 0
     assert ids
 

@@ -19,8 +19,8 @@ def test_eviction_demotes_instead_of_dropping(make_store: StoreFactory) -> None:
         store.check_integrity()
     assert store.get("m", hashes, promote=False) == data
     stats = store.stats()
-    assert stats["tiers"]["host"]["demotions"] >= 16
-    assert stats["totals"]["dropped"] == 0
+    assert stats.tiers["host"].demotions >= 16
+    assert stats.totals.dropped == 0
     assert store.tier("host").used_bytes() <= 4 * BLOCK
 
 
@@ -42,7 +42,7 @@ def test_watermarks_bring_usage_down_to_the_low_mark(make_store: StoreFactory) -
         assert used <= 0.8 * 20 * BLOCK
         store.check_integrity()
         # the last tier drops what it evicts, and says so
-        assert store.stats()["totals"]["dropped"] > 0
+        assert store.stats().totals.dropped > 0
 
 
 def test_last_tier_drops_and_counts(make_store: StoreFactory) -> None:
@@ -51,7 +51,7 @@ def test_last_tier_drops_and_counts(make_store: StoreFactory) -> None:
     store.put("m", hashes, data)
     got = store.get("m", hashes)
     assert got[-1] == data[-1]
-    assert sum(g is None for g in got) == store.stats()["totals"]["dropped"] > 0
+    assert sum(g is None for g in got) == store.stats().totals.dropped > 0
     for g, d in zip(got, data, strict=True):
         assert g is None or g == d
 
@@ -63,7 +63,7 @@ def test_hit_in_a_lower_tier_promotes_to_the_top(make_store: StoreFactory) -> No
     assert store.lookup("m", hashes[:1]).tiers == ["disk"]
     assert store.get("m", hashes[:1]) == data[:1]
     assert store.lookup("m", hashes[:1]).tiers == ["host"]
-    assert store.stats()["tiers"]["host"]["promotions"] == 1
+    assert store.stats().tiers["host"].promotions == 1
     # promote=False leaves it where it is
     assert store.get("m", hashes[1:2], promote=False) == data[1:2]
     assert store.lookup("m", hashes[1:2]).tiers == ["disk"]
@@ -133,7 +133,7 @@ def test_expire_leases_of_an_owner(make_store: StoreFactory) -> None:
     store.pin("m", hashes, lease_s=60, owner="client-1")
     store.pin("m", hashes[:1], lease_s=60, owner="client-2")
     assert store.expire_leases(owner="client-1") == 3
-    assert store.stats()["totals"]["pinned"] == 1
+    assert store.stats().totals.pinned == 1
 
 
 def test_prefetch_queues_only_blocks_below_the_top_and_within_its_bound(
@@ -162,7 +162,7 @@ def test_prefetch_onboards_to_the_top_tier(make_store: StoreFactory) -> None:
     assert store.lookup("m", hashes[:2]).tiers == ["disk", "disk"]
     assert store.prefetch("m", hashes[:2] + [os.urandom(32)]).result(timeout=10) == 2
     assert store.lookup("m", hashes[:2]).tiers == ["host", "host"]
-    assert store.stats()["totals"]["prefetched"] == 2
+    assert store.stats().totals.prefetched == 2
     assert store.get("m", hashes[:2]) == data[:2]
 
 
@@ -170,7 +170,7 @@ def test_write_through_keeps_a_disk_copy(make_store: StoreFactory) -> None:
     store = make_store(host=4, disk=64, disk_write_through=True)
     hashes, data = blocks(3)
     store.put("m", hashes, data)
-    assert store.stats()["tiers"]["disk"]["blocks"] == 3
+    assert store.stats().tiers["disk"].blocks == 3
     assert store.tier("disk").get_many([("m", h) for h in hashes]) == data
     store.check_integrity()
 
