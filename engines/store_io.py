@@ -1,6 +1,6 @@
 """Block save/load between the engine's paged cache and kvstore.
 
-The engine talks to any store through :class:`BlockStore` (four methods). Two adapters satisfy
+The engine talks to any store through :class:`BlockStore` (five methods). Two adapters satisfy
 it: :class:`LocalStore` around an in-process ``kvstore.store.Store`` and :class:`RemoteStore`
 around ``kvstore.client.KVStoreClient``; :func:`open_store` picks one from an address.
 :class:`KVConnector` is what the scheduler uses: it hashes nothing itself, it only finds how
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
 import torch
@@ -34,7 +35,24 @@ class BlockStore(Protocol):
 
     def get(self, namespace: str, hashes: Sequence[bytes]) -> list[bytes | None]: ...
 
+    def get_into(self, namespace: str, hashes: Sequence[bytes],
+                 buffers: Sequence[memoryview]) -> list[bool]:
+        """Copy each block into its writable buffer (a cache row); whether it arrived."""
+        ...
+
     def put(self, namespace: str, hashes: Sequence[bytes], blocks: Sequence[Buffer]) -> None: ...
+
+
+@dataclass(slots=True)
+class ConnectorStats:
+    """What a :class:`KVConnector` did: lookups made, blocks the store held, loaded into the
+    cache and saved from it, and store errors (each one a miss or a dropped save)."""
+
+    lookups: int = 0
+    hit_blocks: int = 0
+    loaded_blocks: int = 0
+    saved_blocks: int = 0
+    errors: int = 0
 
 
 class LocalStore:
@@ -57,6 +75,17 @@ class LocalStore:
 
     def get(self, namespace: str, hashes: Sequence[bytes]) -> list[bytes | None]:
         return list(self.store.get(namespace, list(hashes)))
+
+    def get_into(self, namespace: str, hashes: Sequence[bytes],
+                 buffers: Sequence[memoryview]) -> list[bool]:
+        out = []
+        for data, buf in zip(self.get(namespace, hashes), buffers, strict=True):
+            if data is None or len(data) != buf.nbytes:
+                out.append(False)
+                continue
+            buf[:] = data
+            out.append(True)
+        return out
 
     def put(self, namespace: str, hashes: Sequence[bytes], blocks: Sequence[Buffer]) -> None:
         self.store.put(namespace, list(hashes), list(blocks))
@@ -123,21 +152,20 @@ class KVConnector:
         self.store, self.cache, self.namespace = store, cache, namespace
         self.block_bytes = cache[0].numel() * cache.element_size()
         store.register_namespace(namespace, self.block_bytes, layout, hash_algo, hash_seed)
-        self.stats = {"lookups": 0, "hit_blocks": 0, "loaded_blocks": 0, "saved_blocks": 0,
-                      "errors": 0}
+        self.stats = ConnectorStats()
 
     def lookup(self, hashes: Sequence[bytes]) -> int:
         """Blocks of the prefix ``hashes`` the store can supply now."""
         if not hashes:
             return 0
-        self.stats["lookups"] += 1
+        self.stats.lookups += 1
         try:
             n = self.store.lookup(self.namespace, hashes)
         except Exception:  # a store outage must degrade to recomputation
             log.exception("kvstore lookup failed")
-            self.stats["errors"] += 1
+            self.stats.errors += 1
             return 0
-        self.stats["hit_blocks"] += n
+        self.stats.hit_blocks += n
         return n
 
     def load(self, hashes: Sequence[bytes], blocks: Sequence[int]) -> int:
@@ -145,32 +173,34 @@ class KVConnector:
         the leading ones arrived (a block evicted since the lookup ends the prefix there)."""
         if not hashes:
             return 0
-        get_into = getattr(self.store, "get_into", None)
-        if get_into is not None and not self.cache.is_cuda:
+        if not self.cache.is_cuda:  # straight into the cache rows: one copy, not two
             try:
-                found = get_into(self.namespace, hashes, kernels.row_views(self.cache, blocks))
+                found = self.store.get_into(self.namespace, hashes,
+                                            kernels.row_views(self.cache, blocks))
             except Exception:
                 log.exception("kvstore get_into failed")
-                self.stats["errors"] += 1
+                self.stats.errors += 1
                 return 0
             n = 0
             while n < len(found) and found[n]:
                 n += 1
-            self.stats["loaded_blocks"] += n
+            self.stats.loaded_blocks += n
             return n
         try:
             data = self.store.get(self.namespace, hashes)
         except Exception:
             log.exception("kvstore get failed")
-            self.stats["errors"] += 1
+            self.stats.errors += 1
             return 0
-        n = 0
-        while n < len(data) and data[n] is not None and len(data[n]) == self.block_bytes:  # type: ignore[arg-type]
-            n += 1
-        if n:
-            kernels.scatter_blocks(self.cache, list(blocks[:n]), data[:n])  # type: ignore[arg-type]
-            self.stats["loaded_blocks"] += n
-        return n
+        rows: list[bytes] = []  # the leading blocks that arrived whole
+        for block in data:
+            if block is None or len(block) != self.block_bytes:
+                break
+            rows.append(block)
+        if rows:
+            kernels.scatter_blocks(self.cache, list(blocks[:len(rows)]), rows)
+            self.stats.loaded_blocks += len(rows)
+        return len(rows)
 
     def save(self, hashes: Sequence[bytes], blocks: Sequence[int]) -> None:
         """Store cache blocks ``blocks`` under ``hashes`` (full blocks only)."""
@@ -182,7 +212,7 @@ class KVConnector:
         try:
             self.store.put(self.namespace, list(first),
                            kernels.gather_blocks(self.cache, list(first.values())))
-            self.stats["saved_blocks"] += len(first)
+            self.stats.saved_blocks += len(first)
         except Exception:
             log.exception("kvstore put failed")
-            self.stats["errors"] += 1
+            self.stats.errors += 1

@@ -6,6 +6,7 @@ single-threaded by design; the HTTP worker runs it in one thread and feeds it th
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import time
@@ -193,7 +194,7 @@ class Engine:
                    running=len(self.scheduler.running), waiting=len(self.scheduler.waiting))
         out["rates"] = self.rates.as_dict()
         if self.connector is not None:
-            out["kvstore"] = dict(self.connector.stats)
+            out["kvstore"] = dataclasses.asdict(self.connector.stats)
         return out
 
     def _build(self, plan: list[tuple[Sequence, int]]) -> tuple[torch.Tensor, AttnBatch,

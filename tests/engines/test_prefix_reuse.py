@@ -125,7 +125,7 @@ def test_loads_straight_into_cache_rows(gqa_model: Path, store: Store) -> None:
     out, hit = run(engine, prompt)
     assert hit == 20
     assert out == baseline(gqa_model, prompt)
-    assert engine.connector is not None and engine.connector.stats["loaded_blocks"] == 5
+    assert engine.connector is not None and engine.connector.stats.loaded_blocks == 5
 
 
 class RecordingStore(LocalStore):
