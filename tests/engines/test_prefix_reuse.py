@@ -105,23 +105,12 @@ def test_store_failures_fall_back_to_recompute(gqa_model: Path, store: Store, mo
     assert engine.blocks.num_free == ECFG.num_blocks
 
 
-class IntoStore(LocalStore):
-    """A store that copies into caller buffers, as the shared-memory client does."""
-
-    def get_into(self, namespace: str, hashes: Sequence[bytes],
-                 buffers: Sequence[memoryview]) -> list[bool]:
-        found = []
-        for data, buf in zip(self.get(namespace, hashes), buffers, strict=True):
-            if data is not None:
-                buf[:] = data
-            found.append(data is not None)
-        return found
 
 
 def test_loads_straight_into_cache_rows(gqa_model: Path, store: Store) -> None:
     prompt = rand(23, 6)
     run(Engine(gqa_model, ECFG, LocalStore(store)), prompt)
-    engine = Engine(gqa_model, ECFG, IntoStore(store))
+    engine = Engine(gqa_model, ECFG, LocalStore(store))  # get_into: into the cache rows
     out, hit = run(engine, prompt)
     assert hit == 20
     assert out == baseline(gqa_model, prompt)
