@@ -124,9 +124,9 @@ class Actor:
             durable = self.spec["transport"] != "shm" and self.rng.random() < 0.3
             r = c.put(self.ns, hashes, [expected(self.ns, h, self.size) for h in hashes],
                       durable=durable)
-            self.counts["acknowledged"] += r["stored"] + r["existing"]
-            self.counts["acknowledged_durable"] += (r["stored"] + r["existing"]) * durable
-            self.counts["refused"] += r["refused"]
+            self.counts["acknowledged"] += r.stored + r.existing
+            self.counts["acknowledged_durable"] += (r.stored + r.existing) * durable
+            self.counts["refused"] += r.refused
         else:
             got = c.get(self.ns, hashes)
             self.counts["reads"] += len(hashes)

@@ -83,7 +83,7 @@ class Worker(threading.Thread):
         roll = self.rng.random()
         if roll < 0.35:
             r = c.put(self.ns, keys, [block_for(k, self.block) for k in keys])
-            if r["stored"] + r["existing"] + r["refused"] != len(keys):
+            if r.stored + r.existing + r.refused != len(keys):
                 self.errors.append(f"put accounted {r} for {len(keys)} blocks")
             self.ops["put"] += 1
         elif roll < 0.75:

@@ -24,7 +24,7 @@ from kvstore.client.stream_conn import AsyncConn
 from kvstore.client.transfer import check_put
 from kvstore.protocol import Buffer
 from kvstore.protocol.stats import StoreStats
-from kvstore.types import BlockHash
+from kvstore.types import BlockHash, PutResult
 
 T = TypeVar("T")
 
@@ -52,7 +52,8 @@ class AsyncKVStoreClient:
         return await self._run(calls.delete_namespace, name)
 
     async def put(self, namespace: str, hashes: Sequence[BlockHash], blocks: Sequence[Buffer],
-                  *, durable: bool = False) -> dict[str, int]:
+                  *, durable: bool = False) -> PutResult:
+        """Store blocks; how many were stored, already there, or refused."""
         check_put(hashes, blocks)
         return await self._run(self._core.transfers.put, namespace, hashes, blocks, durable)
 

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from kvstore.client.discovery import Route
 from kvstore.protocol import PutReply, ShmPutReply
+from kvstore.types import PutResult
 
 _HEADER_ROOM = 1 << 20  # bytes of a frame kept for its header
 _GUESS_BLOCK = 1 << 20  # bytes per block assumed before a namespace's size is seen
@@ -56,7 +57,7 @@ def batches(sizes: Sequence[int] | None, info: Route, count: int | None = None,
     return out
 
 
-def merge_put(results: Sequence[PutReply | ShmPutReply]) -> dict[str, int]:
+def merge_put(results: Sequence[PutReply | ShmPutReply]) -> PutResult:
     """The put result of a whole call, over its batches' replies."""
-    return PutReply(sum(r.stored for r in results), sum(r.existing for r in results),
-                    sum(r.refused for r in results)).to_header()
+    return PutResult(sum(r.stored for r in results), sum(r.existing for r in results),
+                     sum(r.refused for r in results))

@@ -31,7 +31,7 @@ from kvstore.client.socket_conn import FrameSocket
 from kvstore.client.transfer import check_put
 from kvstore.protocol import Buffer
 from kvstore.protocol.stats import StoreStats
-from kvstore.types import BlockHash
+from kvstore.types import BlockHash, PutResult
 
 T = TypeVar("T")
 
@@ -63,8 +63,9 @@ class KVStoreClient:
         return self._run(calls.delete_namespace, name)
 
     def put(self, namespace: str, hashes: Sequence[BlockHash], blocks: Sequence[Buffer], *,
-            durable: bool = False) -> dict[str, int]:
-        """Store blocks; ``{"stored", "existing", "refused"}``. With ``durable`` the reply
+            durable: bool = False) -> PutResult:
+        """Store blocks; how many were stored, already there, or refused (a
+        :class:`~kvstore.types.PutResult`). With ``durable`` the reply
         comes only once the blocks are on disk (they then survive ``kill -9``)."""
         check_put(hashes, blocks)
         return self._run(self._core.transfers.put, namespace, hashes, blocks, durable)

@@ -45,7 +45,7 @@ from kvstore.protocol import (
     StageReply,
     first_offsets,
 )
-from kvstore.types import BlockHash
+from kvstore.types import BlockHash, PutResult
 
 
 def check_put(hashes: Sequence[BlockHash], blocks: Sequence[Buffer]) -> None:
@@ -70,8 +70,8 @@ class Transfers:
 
     # -- puts -----------------------------------------------------------------------------
     def put(self, link: Link, ns: str, hashes: Sequence[BlockHash], blocks: Sequence[Buffer],
-            durable: bool) -> Steps[dict[str, int]]:
-        """``{"stored", "existing", "refused"}`` over every batch."""
+            durable: bool) -> Steps[PutResult]:
+        """What the put did (stored, existing, refused), over every batch."""
         hashes = list(hashes)
         slab = None if durable else link.slab
         sizes = [memoryview(b).nbytes for b in blocks]

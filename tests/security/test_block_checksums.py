@@ -76,7 +76,7 @@ def test_a_late_shm_writer_never_changes_another_tenants_acknowledged_block(
                                                       strict=True) if e is not None)
         time.sleep(1.0 + REAP_S)  # past its lease: the reaper freed its places
         theirs, data = blocks(8, f"{ns}/b")
-        assert tenant_b.put(ns, theirs, data)["stored"] == 8  # acknowledged
+        assert tenant_b.put(ns, theirs, data).stored == 8  # acknowledged
         b_places = tenant_b._run(acquire, ns, theirs, 30.0, True).extents
         assert slots(b_places) & slots(reserved.extents)  # B took the freed places
         for ext in reserved.extents:  # ... and the writer copies, late, with no check
@@ -92,7 +92,7 @@ def test_a_late_shm_writer_never_changes_another_tenants_acknowledged_block(
             assert not ok or buf == want
         assert sum(_corrupt(server, "host").values()) > 0
         # B puts again and reads its own bytes back
-        assert tenant_b.put(ns, theirs, data)["stored"] > 0
+        assert tenant_b.put(ns, theirs, data).stored > 0
         assert tenant_b.get(ns, theirs) == data
 
 
@@ -123,7 +123,7 @@ def test_a_late_copy_between_a_writers_copy_and_itscommit_is_refused(
         assert result.refused > 0 and result.stored == 8 - result.refused
         for block, want in zip(tenant_b.get(ns, theirs), data, strict=True):
             assert block is None or block == want
-        assert tenant_b.put(ns, theirs, data)["stored"] == result.refused  # B retries
+        assert tenant_b.put(ns, theirs, data).stored == result.refused  # B retries
         assert tenant_b.get(ns, theirs) == data
 
 
@@ -134,7 +134,7 @@ def test_flipped_host_bytes_are_a_miss_on_every_read_path(server: ServerProc,
             KVStoreClient(server.url, use_shm=False) as sock:
         shm.register_namespace(ns, BLOCK, {"model_id": "m"})
         hashes, data = blocks(4, ns)
-        assert sock.put(ns, hashes, data)["stored"] == 4
+        assert sock.put(ns, hashes, data).stored == 4
         before = _corrupt(server, "host")
         flip(shm, ns, hashes)
         # socket get (sent from the slab), get_into, REST GET, shared-memory get
@@ -163,7 +163,7 @@ def test_flipped_host_bytes_are_never_demoted_to_disk(server: ServerProc,
             KVStoreClient(server.url, use_shm=False) as sock:
         shm.register_namespace(ns, BLOCK, {"model_id": "m"})
         hashes, data = blocks(2, ns)
-        assert sock.put(ns, hashes, data)["stored"] == 2
+        assert sock.put(ns, hashes, data).stored == 2
         before = _corrupt(server, "host").get("demote", 0)
         flip(shm, ns, hashes[:1])
         filler, filler_data = blocks(160, f"{ns}/fill")  # 10 MiB through a 4 MiB host tier

@@ -47,7 +47,7 @@ def test_a_trusted_checked_get_is_checked_by_the_client_and_reported(
             KVStoreClient(srv.url, use_shm=False) as sock:
         sock.register_namespace("cg", BLOCK, {"model_id": "m"})
         hashes, data = blocks(3, "cg")
-        assert sock.put("cg", hashes, data)["stored"] == 3
+        assert sock.put("cg", hashes, data).stored == 3
         flip(shm, "cg", hashes[:2])
         before = _corrupt(srv)
         # checked: the server sends the bytes as they lie, the connection finds them wrong
@@ -73,7 +73,7 @@ def test_a_tenants_checked_get_is_still_hashed_by_the_server(
             KVStoreClient(srv.url, TOKEN_A, use_shm=False) as tenant:
         tenant.register_namespace("cg", BLOCK, {"model_id": "m"})
         hashes, data = blocks(2, "cg-tenant")
-        assert tenant.put("cg", hashes, data)["stored"] == 2
+        assert tenant.put("cg", hashes, data).stored == 2
         flip(admin, "a~cg", hashes[:1])  # the admin names a tenant's namespace tenant~name
         before = _corrupt(srv, ADMIN)
         reply, part = tenant._run(_get_raw, "cg", hashes, True)

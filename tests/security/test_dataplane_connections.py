@@ -35,7 +35,7 @@ def test_idle_unauthenticated_connections_do_not_starve_clients(dp_server) -> No
         time.sleep(0.3)
         with KVStoreClient(srv.url, token=TOKEN, use_shm=False) as c:
             c.register_namespace("dp-conn", BLOCK, {})
-            assert c.put("dp-conn", [h(1)], [b"c" * BLOCK])["stored"] == 1
+            assert c.put("dp-conn", [h(1)], [b"c" * BLOCK]).stored == 1
             assert c.get("dp-conn", [h(1)]) == [b"c" * BLOCK]
         # the hello deadline (5 s by default, not the 600 s idle timeout) closes them
         start = time.monotonic()

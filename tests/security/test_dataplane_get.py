@@ -43,7 +43,7 @@ def test_official_client_gets_repeats_and_more_than_a_frame(dp_server) -> None:
     blocks = [bytes([i]) * MiB for i in range(10)]
     with KVStoreClient(srv.url, use_shm=False) as c:
         c.register_namespace(NS, MiB, {})
-        assert c.put(NS, [h(i) for i in range(10)], blocks)["stored"] == 10
+        assert c.put(NS, [h(i) for i in range(10)], blocks).stored == 10
         assert c.get(NS, [h(3), h(3), h(99), h(3)]) == [blocks[3], blocks[3], None, blocks[3]]
         # ten 1 MiB blocks do not fit one 4 MiB frame: the client splits its gets
         assert c.get(NS, [h(i) for i in range(10)]) == blocks

@@ -48,7 +48,7 @@ def test_big_prefix_before_hello_is_refused_without_allocating(dp_server) -> Non
             s.close()
     with KVStoreClient(srv.url, token=TOKEN, use_shm=False) as c:  # still serving
         c.register_namespace("dp-mem", BLOCK, {})
-        assert c.put("dp-mem", [h(1)], [b"a" * BLOCK])["stored"] == 1
+        assert c.put("dp-mem", [h(1)], [b"a" * BLOCK]).stored == 1
 
 
 def test_frames_past_the_budget_wait_for_room_then_get_busy(dp_server) -> None:

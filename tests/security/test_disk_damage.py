@@ -39,7 +39,7 @@ def test_a_damaged_page_fails_only_its_block_over_the_data_plane(tmp_path: Path)
     try:
         with KVStoreClient(srv.url, use_shm=False) as c:
             c.register_namespace("damaged", BLOCK, {})
-            assert c.put("damaged", hashes, blocks, durable=True)["stored"] == N
+            assert c.put("damaged", hashes, blocks, durable=True).stored == N
         srv.stop()  # every block is in the file now (durable puts, and the spill at stop)
         damage_value(tmp_path / "data" / "lmdb" / "data.mdb",
                      stored_key(tmp_path / "data" / "lmdb" / "data.mdb", hashes[BAD]))

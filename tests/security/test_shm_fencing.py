@@ -44,7 +44,7 @@ def test_late_writer_cannot_change_another_clients_block(shm_server: ServerProc,
         assert all(e is not None for e in reserved.extents)
         time.sleep(REAP_S)  # the lease ran out and the reaper freed the slots
         theirs, data = blocks(32, f"{ns}/other")
-        assert other.put(ns, theirs, data)["stored"] == 32  # reuses the freed slots
+        assert other.put(ns, theirs, data).stored == 32  # reuses the freed slots
         slab = late._core.slab
         assert slab is not None
         evil = b"\xee" * BLOCK

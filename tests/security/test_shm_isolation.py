@@ -101,7 +101,7 @@ def test_tenant_b_cannot_read_or_write_tenant_as_blocks(shm_tenant_server: Serve
     with KVStoreClient(shm_tenant_server.url, TOKEN_A) as a, \
             KVStoreClient(shm_tenant_server.url, TOKEN_B) as b:
         a.register_namespace(ns_a, BLOCK, {"model_id": "m"})
-        assert a.put(ns_a, hashes, data)["stored"] == 4
+        assert a.put(ns_a, hashes, data).stored == 4
         assert not a.shm_active and a.get(ns_a, hashes) == data  # over the socket
         for attempt in (lambda: b.get(ns_a, hashes),
                         lambda: b.put(ns_a, hashes, [b"\xee" * BLOCK] * 4),
@@ -118,5 +118,5 @@ def test_the_admin_token_keeps_the_zero_copy_path(shm_tenant_server: ServerProc,
     hashes, data = _blocks(4, ns)
     with KVStoreClient(shm_tenant_server.url, ADMIN, use_shm=True) as admin:
         admin.register_namespace(ns, BLOCK, {"model_id": "m"})
-        assert admin.put(ns, hashes, data)["stored"] == 4
+        assert admin.put(ns, hashes, data).stored == 4
         assert admin.shm_active and admin.get(ns, hashes) == data

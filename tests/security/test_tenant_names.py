@@ -60,7 +60,7 @@ def store_chat(proc: ServerProc, token: str, tenant: str, size: int,
     assert r.json()["name"] == "chat" and r.json()["tenant"] == tenant
     with KVStoreClient(proc.url, token, use_shm=False) as client:
         got = client.put("chat", HASHES, payload(tenant, size), durable=True)
-        assert got["refused"] == 0, got
+        assert got.refused == 0, got
 
 
 def b_chat(proc: ServerProc) -> None:
@@ -236,7 +236,7 @@ def test_a_name_registered_before_scoping_keeps_its_blocks(tmp_path: Path) -> No
     try:
         blocks = payload("a", BLOCK_B)
         with KVStoreClient(proc.url, TOK_A, use_shm=False) as a:
-            assert a.put("legacy", HASHES, blocks, durable=True)["stored"] == len(HASHES)
+            assert a.put("legacy", HASHES, blocks, durable=True).stored == len(HASHES)
         r = httpx.post(proc.url + "/v1/namespaces", headers=bearer(TOK_B), timeout=30,
                        json={"name": "legacy", "block_bytes": BLOCK_A})
         assert r.status_code == 201 and r.json()["name"] == "legacy", r.text

@@ -19,6 +19,7 @@ from kvstore.client import (
 )
 from kvstore.testing.proc import free_port
 from kvstore.testing.server import ServerProc
+from kvstore.types import PutResult
 
 BLOCK = 256 << 10  # spans several host slots: exercises multi-extent copies
 
@@ -38,9 +39,9 @@ def test_roundtrip_over_both_paths(server: ServerProc, ns_name: str, use_shm: bo
         assert c.register_namespace(ns_name, BLOCK, {"model_id": "m"})["created"] is False
         hashes = [h(i, ns_name) for i in range(12)]
         assert c.put(ns_name, hashes, [blk(i) for i in range(12)]) == \
-            {"stored": 12, "existing": 0, "refused": 0}
+            PutResult(12, 0, 0)
         assert c.shm_active is use_shm
-        assert c.put(ns_name, hashes[:2], [blk(0), blk(1)])["existing"] == 2
+        assert c.put(ns_name, hashes[:2], [blk(0), blk(1)]).existing == 2
         got = c.get(ns_name, [*hashes, h(99, ns_name)])
         assert got[:12] == [blk(i) for i in range(12)] and got[12] is None
         bufs = [bytearray(BLOCK) for _ in range(3)]
@@ -115,7 +116,7 @@ def test_async_client(server: ServerProc, ns_name: str) -> None:
             hashes = [h(i, ns_name) for i in range(8)]
             results = await asyncio.gather(*(c.put(ns_name, [k], [blk(i)])
                                              for i, k in enumerate(hashes)))
-            assert sum(r["stored"] for r in results) == 8
+            assert sum(r.stored for r in results) == 8
             assert await c.get(ns_name, hashes) == [blk(i) for i in range(8)]
             assert await c.lookup(ns_name, hashes) == (8, ["host"] * 8)
             assert await c.pin(ns_name, hashes[:1]) == [True]
@@ -164,7 +165,7 @@ def test_batches_larger_than_the_host_tier(server: ServerProc, ns_name: str) -> 
         c.register_namespace(ns_name, size, {})
         hashes = [h(i, ns_name) for i in range(96)]
         data = [bytes([i]) * size for i in range(96)]
-        assert c.put(ns_name, hashes, data)["stored"] == 96
+        assert c.put(ns_name, hashes, data).stored == 96
         assert c.shm_active
         assert "disk" in c.lookup(ns_name, hashes)[1]  # the host tier could not hold them all
         assert c.get(ns_name, hashes) == data

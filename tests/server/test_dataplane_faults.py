@@ -143,7 +143,7 @@ def test_slowloris_does_not_block_others_and_is_cut_off(server, ns) -> None:
         with KVStoreClient(server.url, use_shm=False) as c:
             start = time.monotonic()
             for i in range(20):
-                assert c.put(ns, [h(300 + i)], [bytes([i]) * BLOCK])["stored"] == 1
+                assert c.put(ns, [h(300 + i)], [bytes([i]) * BLOCK]).stored == 1
                 assert c.get(ns, [h(300 + i)]) == [bytes([i]) * BLOCK]
             assert time.monotonic() - start < 10
         # the server's frame timeout (2 s in this fixture) closes them

@@ -26,7 +26,7 @@ def test_a_reply_buffered_at_shutdown_is_delivered_whole(
     data = [bytes([i]) * BLOCK for i in range(BLOCKS)]
     with KVStoreClient(srv.url) as c:
         c.register_namespace("slow", BLOCK, {})
-        assert c.put("slow", hashes, data)["stored"] == BLOCKS
+        assert c.put("slow", hashes, data).stored == BLOCKS
     s = socket.socket()
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 10)  # the kernel holds little
     s.settimeout(30)

@@ -76,7 +76,7 @@ def test_a_block_deleted_mid_reply_reaches_the_reader_intact(
     hashes = [h(i) for i in range(count)]
     with KVStoreClient(srv.url, use_shm=False) as c:
         c.register_namespace("dg", MIB, {})
-        assert c.put("dg", hashes, data)["stored"] == count
+        assert c.put("dg", hashes, data).stored == count
     reader = connect(srv)
     reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 10)
     try:

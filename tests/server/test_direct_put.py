@@ -105,7 +105,7 @@ def test_a_slow_frame_keeps_its_places_past_the_default_lease(
         slow.sendall(PREFIX.pack(len(head), 2 * BLOCK) + head + b"s" * (BLOCK // 2))
         time.sleep(2.5)  # past the default lease, and the reaper (every second) ran
         with KVStoreClient(srv.url, use_shm=False) as other:  # takes the slots freed last
-            assert other.put("direct", theirs, their_data)["stored"] == 2
+            assert other.put("direct", theirs, their_data).stored == 2
         slow.sendall(b"s" * (BLOCK + BLOCK // 2))  # the rest of the slow frame
         slow.settimeout(10)
         reply = read_reply(slow)

@@ -11,6 +11,7 @@ import threading
 import time
 
 from kvstore.client import KVStoreClient
+from kvstore.types import PutResult
 
 BLOCK = 64 << 10
 
@@ -41,7 +42,7 @@ def test_kill_9_keeps_every_durably_acknowledged_block(make_server, ns_name) -> 
                               durable=True)
                 except ConnectionError:
                     return
-                assert r["stored"] + r["existing"] == 4, r
+                assert r.stored + r.existing == 4, r
                 acked.extend(batch)
                 i += 4
 
@@ -67,7 +68,7 @@ def test_sigterm_finishes_in_flight_puts_and_syncs(make_server, ns_name) -> None
     srv = make_server()
     with KVStoreClient(srv.url) as c:
         c.register_namespace(ns_name, BLOCK, {})
-        assert c.put(ns_name, [h(i) for i in range(50)], [blk(i) for i in range(50)])["stored"]
+        assert c.put(ns_name, [h(i) for i in range(50)], [blk(i) for i in range(50)]).stored
     results: list[object] = []
     connected = threading.Event()
     many = range(50, 1050)  # 64 MiB in one frame: still being stored when SIGTERM lands
@@ -91,8 +92,8 @@ def test_sigterm_finishes_in_flight_puts_and_syncs(make_server, ns_name) -> None
     with KVStoreClient(srv.url) as c:
         assert c.lookup(ns_name, [h(0)])[1] == ["disk"]  # spilled to LMDB at shutdown
         assert c.get(ns_name, [h(i) for i in range(50)]) == [blk(i) for i in range(50)]
-        if isinstance(results[0], dict):  # acknowledged: it must have survived
-            assert results[0]["stored"] == len(many)
+        if isinstance(results[0], PutResult):  # acknowledged: it must have survived
+            assert results[0].stored == len(many)
             got = c.get(ns_name, [h(i) for i in many])
             assert got == [blk(i) for i in many]
     assert "Traceback" not in srv.log()

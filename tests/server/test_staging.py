@@ -16,6 +16,7 @@ import pytest
 from kvstore.client import AsyncKVStoreClient, KVStoreClient, StaleStagingError
 from kvstore.client.socket_conn import FrameSocket
 from kvstore.testing.server import ServerProc
+from kvstore.types import PutResult
 
 BLOCK = 64 << 10
 
@@ -37,10 +38,10 @@ def test_repeated_puts_use_staged_places(server: ServerProc, ns_name: str) -> No
         puts, reserves = _op_count(server, "shm_put"), _op_count(server, "shm_reserve")
         for round_ in range(4):
             hashes, data = _blocks(8, f"{ns_name}/{round_}")
-            assert c.put(ns_name, hashes, data) == {"stored": 8, "existing": 0, "refused": 0}
+            assert c.put(ns_name, hashes, data) == PutResult(8, 0, 0)
             assert c.get(ns_name, hashes) == data
         hashes, data = _blocks(8, f"{ns_name}/3")
-        assert c.put(ns_name, hashes, data)["existing"] == 8  # the places stay ours
+        assert c.put(ns_name, hashes, data).existing == 8  # the places stay ours
         assert _op_count(server, "shm_put") - puts == 5
         assert _op_count(server, "shm_reserve") == reserves  # no two-round-trip puts
         assert c.stats().namespaces[ns_name].blocks == 32
@@ -63,10 +64,10 @@ def test_places_dropped_by_the_server_fall_back_to_reserving(
             pytest.fail("the server kept the places of a client whose connections all closed")
         reserves = _op_count(server, "shm_reserve")
         hashes, data = _blocks(4, f"{ns_name}/b")
-        assert c.put(ns_name, hashes, data)["stored"] == 4  # stale places: reserved instead
+        assert c.put(ns_name, hashes, data).stored == 4  # stale places: reserved instead
         assert _op_count(server, "shm_reserve") == reserves + 1
         assert c.get(ns_name, hashes) == data
-        assert c.put(ns_name, *_blocks(4, f"{ns_name}/c"))["stored"] == 4  # staged again
+        assert c.put(ns_name, *_blocks(4, f"{ns_name}/c")).stored == 4  # staged again
     assert c._core.transfers.staged.held(ns_name)
 
 
@@ -109,12 +110,12 @@ def test_async_client_puts_through_staged_places(server: ServerProc, ns_name: st
             for round_ in range(3):
                 hashes, data = _blocks(8, f"{ns_name}/{round_}")
                 assert await c.put(ns_name, hashes, data) == \
-                    {"stored": 8, "existing": 0, "refused": 0}
+                    PutResult(8, 0, 0)
                 assert await c.get(ns_name, hashes) == data
             # concurrent puts take disjoint places (the pool holds 8; two more are staged)
             batches = [_blocks(4, f"{ns_name}/c{i}") for i in range(4)]
             results = await asyncio.gather(*(c.put(ns_name, hs, ds) for hs, ds in batches))
-            assert [r["stored"] for r in results] == [4] * 4
+            assert [r.stored for r in results] == [4] * 4
             for hs, ds in batches:
                 assert await c.get(ns_name, hs) == ds
             assert _op_count(server, "shm_put") - puts == 7
@@ -128,12 +129,12 @@ def test_async_client_puts_through_staged_places(server: ServerProc, ns_name: st
             c._core.transfers.staged.forget(ns_name)
             c._core.transfers.staged.give_back(instance, ns_name, theirs)
             hashes, data = _blocks(4, f"{ns_name}/stale")
-            assert (await c.put(ns_name, hashes, data))["stored"] == 4
+            assert (await c.put(ns_name, hashes, data)).stored == 4
             assert _op_count(server, "shm_reserve") == reserves + 1
             assert await c.get(ns_name, hashes) == data
             # dropped; the next put stages afresh
             assert c._core.transfers.staged.held(ns_name) == 0
-            assert (await c.put(ns_name, *_blocks(4, f"{ns_name}/again")))["stored"] == 4
+            assert (await c.put(ns_name, *_blocks(4, f"{ns_name}/again"))).stored == 4
             assert _op_count(server, "shm_reserve") == reserves + 1
 
     asyncio.run(main())
@@ -161,7 +162,7 @@ def test_places_of_a_put_whose_reply_was_lost_are_never_written_again(
             c.put(ns_name, hashes, data)
         monkeypatch.setattr(FrameSocket, "request", real)
         more, more_data = _blocks(4, f"{ns_name}/b")
-        assert c.put(ns_name, more, more_data)["stored"] == 4
+        assert c.put(ns_name, more, more_data).stored == 4
         assert c.get(ns_name, hashes) == data  # stored by the lost put, and intact
         assert c.get(ns_name, more) == more_data
 
@@ -190,7 +191,7 @@ def test_async_places_of_a_cancelled_put_are_never_written_again(
                 await c.put(ns_name, hashes, data)
             monkeypatch.setattr(AsyncConn, "request", real)
             more, more_data = _blocks(4, f"{ns_name}/b")
-            assert (await c.put(ns_name, more, more_data))["stored"] == 4
+            assert (await c.put(ns_name, more, more_data)).stored == 4
             assert await c.get(ns_name, hashes) == data
             assert await c.get(ns_name, more) == more_data
 

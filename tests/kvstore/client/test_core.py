@@ -30,7 +30,7 @@ from kvstore.protocol import (
     ShmReserve,
     ShmStage,
 )
-from kvstore.types import BlockHash
+from kvstore.types import BlockHash, PutResult
 
 INFO = Route("inst", True, "/sock", "slab", 64 << 20, max_frame_bytes=8 << 20, max_batch=3)
 H = [BlockHash(bytes([i]) * 32) for i in range(4)]
@@ -89,7 +89,7 @@ def test_put_without_the_slab_sends_batches_of_put_frames() -> None:
                     ({"stored": 0, "existing": 1, "refused": 0}, []))
     blocks = [b"a" * 4] * 4
     result = run_blocking(Transfers().put(link(), "ns", H, blocks, False), server)
-    assert result == {"stored": 3, "existing": 1, "refused": 0}
+    assert result == PutResult(3, 1, 0)
     csum = checksum(b"a" * 4)  # every put carries the writer's checksums
     assert server.requests == [Put("ns", H[:3], [4, 4, 4], sums=[csum] * 3),
                                Put("ns", H[3:], [4], sums=[csum])]
@@ -113,7 +113,7 @@ def test_local_put_stages_then_puts_in_one_round_trip_after() -> None:
                     ({"stored": 2, "existing": 0, "refused": 0, "used": [8, 12],
                       "staged": []}, []))
     assert run_blocking(transfers.put(to, "ns", H[:2], [b"aaaa", b"bbbb"], False),
-                        server)["stored"] == 2
+                        server).stored == 2
     sums = [checksum(b) for b in (b"aaaa", b"bbbb", b"cccc", b"dddd")]
     assert server.requests == [ShmStage("ns", 2), ShmPut("ns", H[:2], [0, 4], sums=sums[:2])]
     assert bytes(slab.buf[:8]) == b"aaaabbbb"
@@ -129,7 +129,7 @@ def test_stale_staged_places_fall_back_to_reserve_and_commit() -> None:
                     ({"stored": 1, "existing": 0, "refused": 0}, []))
     result = run_blocking(transfers.put(link(slab), "ns", H[:1], [b"zzzz"], False),
                           server)
-    assert result == {"stored": 1, "existing": 0, "refused": 0}
+    assert result == PutResult(1, 0, 0)
     csum = [checksum(b"zzzz")]
     assert server.requests[1:] == [ShmPut("ns", H[:1], [0], sums=csum),
                                    ShmReserve("ns", H[:1]), ShmCommit("ns", H[:1], sums=csum)]
