@@ -1,9 +1,10 @@
-"""``python -m kvstore``: the ``kvstore`` command line."""
+"""``python -m kvstore``: the ``kvstore`` program (:mod:`server.main`, where ``serve`` can be
+imported beside the client commands)."""
 
 from __future__ import annotations
 
 import sys
 
-from kvstore.cli import main
+from server.main import main
 
 sys.exit(main())

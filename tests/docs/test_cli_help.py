@@ -15,9 +15,9 @@ import pytest
 from engines.cli import build_parser as engine_parser
 from engines.router.cli import build_parser as router_parser
 from engines.simulator.cli import build_parser as simulate_parser
-from kvstore.cli import build_parser as kvstore_parser
 from kvstore.testing.proc import ROOT, console_script
 from server.cli import flag_of, shown_default
+from server.main import parser as kvstore_parser
 from server.settings import ServerSettings
 
 
@@ -26,7 +26,7 @@ def flat(text: str) -> str:
 
 
 def test_serve_help_shows_every_setting_with_its_description_and_default() -> None:
-    run = subprocess.run([*console_script("kvstore", "kvstore.cli"), "serve", "--help"],
+    run = subprocess.run([*console_script("kvstore", "server.main"), "serve", "--help"],
                          capture_output=True, text=True, timeout=120, cwd=ROOT,
                          env={**os.environ, "COLUMNS": "100"})
     assert run.returncode == 0, run.stderr
@@ -66,7 +66,7 @@ def test_every_flag_says_what_it_is_and_its_default(make: object) -> None:
                 assert f"(default: {default})" in text, f"{prog} {action.option_strings[0]}"
 
 
-@pytest.mark.parametrize("name,module", [("kvstore", "kvstore.cli"),
+@pytest.mark.parametrize("name,module", [("kvstore", "server.main"),
                                          ("kvstore-engine", "engines.cli"),
                                          ("kvstore-router", "engines.router.cli")])
 def test_version(name: str, module: str) -> None:

@@ -4,7 +4,7 @@ the server's hints.
 
 Token ids come from ``--tokens 1,2,3`` or ``--tokens-file F`` (a JSON list, or ids separated by
 commas or whitespace; ``-`` reads stdin). A refusal is one line and exit code 2, as for the
-other client commands (:mod:`server.cli_client`).
+other client commands (:mod:`kvstore.cli_client`).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from kvstore.cli_client import _client_args, _request
 from kvstore.cli_kit import CommandError
-from server.cli_client import _client_args, _request
 
 _SEPARATORS = re.compile(r"[\s,]+")
 
