@@ -31,7 +31,7 @@ from kvstore.config import StoreConfig, TierConfig
 from kvstore.namespace import Layout, Namespace
 from kvstore.store import Store
 from kvstore.tiers.base import BlockMeta
-from kvstore.tiers.disk_records import encode_key, pack_value
+from kvstore.tiers.disk.records import encode_key, pack_value
 
 KiB, MiB = 1 << 10, 1 << 20
 SIZES = (64 * KiB, 256 * KiB, 1 * MiB)

@@ -49,7 +49,7 @@ from kvstore.checksum import checksum
 from kvstore.tiers.base import BlockMeta
 from kvstore.tiers.device import DeviceTier
 from kvstore.tiers.disk import DiskTier
-from kvstore.tiers.disk_records import encode_key, pack_value
+from kvstore.tiers.disk.records import encode_key, pack_value
 from kvstore.tiers.host import HostTier
 from kvstore.tiers.slab import SlabTier
 

@@ -21,7 +21,7 @@ def test_put_and_read_walks_have_no_cycle(found: dict[str, Walk]) -> None:
     for name, walk in found.items():
         assert walk.cycles == [], f"{name}: modules calling each other: {walk.cycles}"
         # the walk reaches the bottom: the request really demoted to / read from the disk
-        assert "tiers/disk" in walk.modules and walk.modules[0] == "store/facade", name
+        assert "tiers/disk/tier" in walk.modules and walk.modules[0] == "store/facade", name
 
 
 def test_walks_stop_less_often_than_the_mixin_store(found: dict[str, Walk]) -> None:

@@ -1,5 +1,5 @@
 """The S3 catalog as the store's index of what this node holds in S3: metas, the stored run of a
-hash chain, a namespace's keys, random samples for eviction (as ``tiers/disk_index`` does for
+hash chain, a namespace's keys, random samples for eviction (as ``tiers/disk/index`` does for
 the disk tier's file).
 
 Each function runs inside one read transaction the caller opens
@@ -15,7 +15,7 @@ from typing import cast
 import lmdb
 
 from kvstore.tiers.base import BlockMeta
-from kvstore.tiers.lmdb_sample import sample_keys
+from kvstore.tiers.lmdb_keys import keys_with, sample_keys
 from kvstore.tiers.s3.catalog_records import LIVE, decode_key, live_meta, ns_prefix
 from kvstore.types import BlockKey
 
@@ -36,19 +36,10 @@ def leading(txn: lmdb.Transaction, prefix: bytes, hashes: Sequence[bytes]) -> in
 
 
 def namespace_keys(txn: lmdb.Transaction, namespace: str) -> list[BlockKey]:
-    prefix = ns_prefix(LIVE, namespace)
-    cur = txn.cursor()
-    out: list[BlockKey] = []
-    if not cur.set_range(prefix):
-        return out
-    for raw in map(bytes, cur.iternext(keys=True, values=False)):
-        if not raw.startswith(prefix):
-            break
-        out.append(decode_key(raw))
-    return out
+    return [decode_key(raw) for raw, _ in keys_with(txn, ns_prefix(LIVE, namespace))]
 
 
 def sample(txn: lmdb.Transaction, weights: dict[str, int], n: int,
            rng: random.Random) -> list[BlockKey]:
-    """About ``n`` live keys at random (:func:`~kvstore.tiers.lmdb_sample.sample_keys`)."""
+    """About ``n`` live keys at random (:func:`~kvstore.tiers.lmdb_keys.sample_keys`)."""
     return sample_keys(txn, weights, n, rng, lambda ns: ns_prefix(LIVE, ns), decode_key)

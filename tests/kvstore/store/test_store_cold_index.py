@@ -14,7 +14,7 @@ import pytest
 from kvstore.checksum import checksum
 from kvstore.tiers.base import BlockMeta
 from kvstore.tiers.disk import DiskTier
-from kvstore.tiers.disk_records import encode_key
+from kvstore.tiers.disk.records import encode_key
 
 from .conftest import BLOCK, NS, StoreFactory, blocks
 

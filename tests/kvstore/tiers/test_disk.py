@@ -17,7 +17,7 @@ from kvstore.checksum import checksum
 from kvstore.errors import TierUnavailableError
 from kvstore.tiers.base import BlockMeta
 from kvstore.tiers.disk import DiskTier
-from kvstore.tiers.disk_records import HEADER, decode_key, encode_key, pack_value, unpack_header
+from kvstore.tiers.disk.records import HEADER, decode_key, encode_key, pack_value, unpack_header
 from tests.kvstore.tiers.contract import KiB, TierContract, block, item, key
 
 REPO = Path(__file__).resolve().parents[3]

@@ -11,7 +11,7 @@ import pytest
 
 from kvstore.testing.lmdb_pages import damage_leaf, damage_value, leaves
 from kvstore.tiers.disk import DiskTier
-from kvstore.tiers.disk_records import encode_key
+from kvstore.tiers.disk.records import encode_key
 from tests.kvstore.tiers.contract import KiB, block, item, key
 
 N = 256  # one get batch of the data plane

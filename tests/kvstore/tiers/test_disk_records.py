@@ -12,7 +12,7 @@ import pytest
 
 from kvstore.tiers.base import BlockMeta
 from kvstore.tiers.disk import DiskTier
-from kvstore.tiers.disk_records import (
+from kvstore.tiers.disk.records import (
     BATCH_CHECK,
     HEADER,
     KeyPrefixes,

@@ -26,10 +26,10 @@ from typing import Any, TypeVar
 import lmdb
 
 from kvstore.errors import DiskFullError, TierUnavailableError
-from kvstore.tiers.disk_damage import DAMAGE_ERRORS, DiskPageError
+from kvstore.tiers.disk.damage import DAMAGE_ERRORS, DiskPageError
 from kvstore.tiers.remap_gate import RemapGate
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("kvstore.tiers.disk")
 
 T = TypeVar("T")
 
@@ -90,9 +90,9 @@ class DiskEnv:
         memoryviews into the map, valid until ``body`` returns), under the remap gate. Raises
         ``RuntimeError`` once closed, :class:`DiskPageError` if LMDB fails on a damaged page,
         :class:`TierUnavailableError` if it fails otherwise; what ``body`` raises that is
-        not an LMDB error (:class:`~kvstore.tiers.disk_damage.PageDamage`) passes. ``body`` is
-        a function of the modules below the tier (:mod:`~kvstore.tiers.disk_index`,
-        :mod:`~kvstore.tiers.disk_writes`), so no call comes back into the tier."""
+        not an LMDB error (:class:`~kvstore.tiers.disk.damage.PageDamage`) passes. ``body`` is
+        a function of the modules below the tier (:mod:`~kvstore.tiers.disk.index`,
+        :mod:`~kvstore.tiers.disk.writes`), so no call comes back into the tier."""
         # A method taking a callable rather than a context manager: a generator-based one
         # costs as much as the LMDB lookups of a small batch (get_many, a lookup's chain).
         gate = self._gate
@@ -111,7 +111,7 @@ class DiskEnv:
 
     def write(self, body: Callable[..., object], *args: Any) -> None:
         """Run ``body(txn, *args)`` in one committed write txn (again after growing the map
-        when it is full; :mod:`~kvstore.tiers.disk_writes` has the bodies).
+        when it is full; :mod:`~kvstore.tiers.disk.writes` has the bodies).
         Caller holds :attr:`lock`. Raises :class:`DiskFullError` when the file system is full
         (and remembers it in :attr:`full`), :class:`DiskPageError` when LMDB fails on a
         damaged page, :class:`TierUnavailableError` on other failures; what ``body`` raises

@@ -1,10 +1,10 @@
 """The bodies of the disk tier's write transactions: a batch of blocks stored, a batch of
 keys deleted, each with the namespace counts changed in the same transaction.
 
-They are functions of the transaction that :meth:`kvstore.tiers.disk_env.DiskEnv.write` runs
+They are functions of the transaction that :meth:`kvstore.tiers.disk.env.DiskEnv.write` runs
 (again, after growing the map, if it was full), so the environment calls into this module
 and never back into the tier. When LMDB fails on one key's damaged pages they raise
-:class:`~kvstore.tiers.disk_damage.PageDamage` naming it: the tier then remembers the key as
+:class:`~kvstore.tiers.disk.damage.PageDamage` naming it: the tier then remembers the key as
 damaged and runs the transaction again without it.
 """
 
@@ -14,9 +14,9 @@ import lmdb
 
 from kvstore.errors import CapacityError
 from kvstore.tiers.base import BlockMeta
-from kvstore.tiers.disk_counts import DiskCounts
-from kvstore.tiers.disk_damage import DAMAGE_ERRORS, PageDamage, values
-from kvstore.tiers.disk_records import HEADER, MAGIC, VERSION, payload_sizes, payloads
+from kvstore.tiers.disk.counts import DiskCounts
+from kvstore.tiers.disk.damage import DAMAGE_ERRORS, PageDamage, values
+from kvstore.tiers.disk.records import HEADER, MAGIC, VERSION, payload_sizes, payloads
 
 
 def put_all(txn: lmdb.Transaction, blocks: dict[bytes, tuple[memoryview, BlockMeta]],
@@ -68,5 +68,5 @@ def stored(txn: lmdb.Transaction, raws: list[bytes]) -> list[bytes]:
 
 def read_payloads(txn: lmdb.Transaction, raws: list[bytes]) -> tuple[list[bytes | None],
                                                                     list[int]]:
-    """:func:`~kvstore.tiers.disk_records.payloads` of the values of ``raws``."""
+    """:func:`~kvstore.tiers.disk.records.payloads` of the values of ``raws``."""
     return payloads(values(txn, raws))

@@ -1,22 +1,22 @@
 """Disk tier: one LMDB environment, key = namespace + NUL + hash, value = header + bytes.
 
 Durability: each ``put_many``/``delete`` is one write transaction, atomic and durable when it
-returns (:mod:`kvstore.tiers.disk_env` opens, grows, and keeps reads apart from a remap).
+returns (:mod:`kvstore.tiers.disk.env` opens, grows, and keeps reads apart from a remap).
 
-The value starts with a fixed header (:mod:`kvstore.tiers.disk_records`: magic, version,
+The value starts with a fixed header (:mod:`kvstore.tiers.disk.records`: magic, version,
 layout id, checksum, payload size). A value whose magic is wrong is not ours (or is damaged):
 reads treat it as absent and scans skip it. Payload checksums are checked by the store
 (``verify_reads``), never here.
 
 The file is its own index (an :class:`~kvstore.tiers.base.IndexedTier`): the store asks it, not
-a map in RAM, whether it holds a block and with which meta (:mod:`kvstore.tiers.disk_index`: a
+a map in RAM, whether it holds a block and with which meta (:mod:`kvstore.tiers.disk.index`: a
 B-tree lookup and the 64-byte header, never the payload), so a restart reads nothing per block.
 What must be known without a lookup, the blocks and payload bytes of each namespace, is kept in
 count records written in the same transaction as the blocks; a file from before them is scanned
 once, at its first open, to write them (on a handle with readahead off: reading one header page
 per value would otherwise pull in the whole file).
 
-A damaged page costs only the keys on it (:mod:`kvstore.tiers.disk_damage`): reads, puts
+A damaged page costs only the keys on it (:mod:`kvstore.tiers.disk.damage`): reads, puts
 and deletes go on without the keys LMDB fails on, which read as absent from then on; the
 store takes them (:meth:`DiskTier.take_damaged`) to count them as corrupt, and
 :meth:`DiskTier.health` shows what was found.
@@ -33,10 +33,11 @@ from contextlib import closing
 from dataclasses import asdict
 from typing import Any, TypeVar
 
-from kvstore.tiers import disk_index, disk_writes
 from kvstore.tiers.base import BlockMeta, Buffer, IndexedTier
-from kvstore.tiers.disk_counts import DiskCounts, headers
-from kvstore.tiers.disk_damage import (
+from kvstore.tiers.disk import index as disk_index
+from kvstore.tiers.disk import writes as disk_writes
+from kvstore.tiers.disk.counts import DiskCounts, headers
+from kvstore.tiers.disk.damage import (
     DamageCause,
     DamagedKeys,
     DamageReport,
@@ -46,11 +47,11 @@ from kvstore.tiers.disk_damage import (
     less,
     without,
 )
-from kvstore.tiers.disk_env import MAP_SLACK, DiskEnv, open_env
-from kvstore.tiers.disk_records import HEADER, KeyPrefixes, decode_key
+from kvstore.tiers.disk.env import MAP_SLACK, DiskEnv, open_env
+from kvstore.tiers.disk.records import HEADER, KeyPrefixes, decode_key
 from kvstore.types import BlockKey, CorruptCause
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("kvstore.tiers.disk")
 
 T = TypeVar("T")
 _BAD_HEADER = "bad header (not a valid kvstore header)"
@@ -111,7 +112,7 @@ class DiskTier(IndexedTier):
 
     def delete(self, keys: Sequence[BlockKey]) -> None:
         """Delete ``keys``; a key on a damaged page cannot be (LMDB must read the page to
-        delete it) and stays a miss (:mod:`~kvstore.tiers.disk_damage`)."""
+        delete it) and stays a miss (:mod:`~kvstore.tiers.disk.damage`)."""
         raws = list(dict.fromkeys(self._raws(keys)))
         _, found = self._read_around(disk_writes.stored, raws)
         if not found:

@@ -1,15 +1,16 @@
-"""Random keys of an LMDB file whose keys are grouped by namespace prefix and end in a block
-hash (the disk tier's file, the S3 tier's catalog), for the sampled eviction policies.
+"""Keys of an LMDB file whose keys are grouped by namespace prefix and end in a block hash (the
+disk tier's file, the S3 tier's catalog): every key under a prefix, and random keys for the
+sampled eviction policies.
 
-A namespace is drawn by its block count, then the cursor seeks to a random hash in it (block
-hashes are uniform, so the key after that point is close to uniform) and takes the
-:data:`SAMPLE_RUN` keys from there, wrapping to the namespace's first key past its last.
+For a sample, a namespace is drawn by its block count, then the cursor seeks to a random hash
+in it (block hashes are uniform, so the key after that point is close to uniform) and takes
+the :data:`SAMPLE_RUN` keys from there, wrapping to the namespace's first key past its last.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import lmdb
 
@@ -17,6 +18,18 @@ from kvstore.tiers.base import Buffer
 from kvstore.types import BlockKey
 
 SAMPLE_RUN = 4  # keys taken after each random seek: a seek costs more than a step
+
+
+def keys_with(txn: lmdb.Transaction, prefix: bytes) -> Iterator[tuple[bytes, Buffer]]:
+    """Every (encoded key, value) whose key starts with ``prefix``, in key order."""
+    cur = txn.cursor()
+    if not cur.set_range(prefix):
+        return
+    for raw, value in cur:
+        raw = bytes(raw)
+        if not raw.startswith(prefix):
+            return
+        yield raw, value
 
 
 def sample_keys(txn: lmdb.Transaction, weights: dict[str, int], n: int, rng: random.Random,

@@ -10,14 +10,14 @@ block's payload is never touched. A value that is not ours (bad header) counts a
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import lmdb
 
-from kvstore.tiers.base import BlockMeta, Buffer
-from kvstore.tiers.disk_damage import DAMAGE_ERRORS, PageDamage, values
-from kvstore.tiers.disk_records import MAGIC, decode_key, payload_size, unpack_headers
-from kvstore.tiers.lmdb_sample import sample_keys
+from kvstore.tiers.base import BlockMeta
+from kvstore.tiers.disk.damage import DAMAGE_ERRORS, PageDamage, values
+from kvstore.tiers.disk.records import MAGIC, decode_key, payload_size, unpack_headers
+from kvstore.tiers.lmdb_keys import keys_with, sample_keys
 from kvstore.types import BlockKey
 
 
@@ -55,18 +55,6 @@ def leading(txn: lmdb.Transaction, prefix: bytes, hashes: Sequence[bytes],
     return n
 
 
-def keys_with(txn: lmdb.Transaction, prefix: bytes) -> Iterator[tuple[bytes, Buffer]]:
-    """Every (encoded key, value) whose key starts with ``prefix``, in key order."""
-    cur = txn.cursor()
-    if not cur.set_range(prefix):
-        return
-    for raw, value in cur:
-        raw = bytes(raw)
-        if not raw.startswith(prefix):
-            return
-        yield raw, value
-
-
 def keys_from(txn: lmdb.Transaction, prefix: bytes, out: list[bytes], backward: bool) -> None:
     """Append to ``out`` every encoded key starting with ``prefix`` whose value is ours, in
     key order, or from the last backwards. LMDB's error at a damaged page passes (a cursor
@@ -89,6 +77,6 @@ def keys_from(txn: lmdb.Transaction, prefix: bytes, out: list[bytes], backward: 
 
 def sample(txn: lmdb.Transaction, weights: dict[str, int], n: int,
            rng: random.Random) -> list[BlockKey]:
-    """About ``n`` stored keys at random (:func:`~kvstore.tiers.lmdb_sample.sample_keys`)."""
+    """About ``n`` stored keys at random (:func:`~kvstore.tiers.lmdb_keys.sample_keys`)."""
     return sample_keys(txn, weights, n, rng, lambda ns: ns.encode() + b"\x00", decode_key,
                        lambda value: payload_size(value) is not None)

@@ -16,9 +16,9 @@ import lmdb
 
 from kvstore.errors import TierUnavailableError
 from kvstore.tiers.base import BlockMeta
-from kvstore.tiers.disk_index import keys_with
-from kvstore.tiers.disk_records import COUNTS, COUNTS_PREFIX, INDEX_MARK, counts_key, decode_key
-from kvstore.tiers.disk_records import unpack_header as header_of
+from kvstore.tiers.disk.records import COUNTS, COUNTS_PREFIX, INDEX_MARK, counts_key, decode_key
+from kvstore.tiers.disk.records import unpack_header as header_of
+from kvstore.tiers.lmdb_keys import keys_with
 
 log = logging.getLogger("kvstore.tiers.disk")
 
