@@ -15,6 +15,8 @@ from typing import Any, NamedTuple
 
 import httpx
 
+from engines.messages import PrefillReply, PrefillRequest
+
 
 class Handoff(NamedTuple):
     """What crosses from the prefill worker to the decode worker."""
@@ -29,13 +31,11 @@ async def prefill(client: httpx.AsyncClient, url: str, prompt_ids: list[int],
                   cache_salt: str | None = None) -> Handoff:
     """Have ``url`` compute and store the prompt's blocks (hashed with ``cache_salt``).
     Raises ``httpx.HTTPError``."""
-    body: dict[str, Any] = {"prompt_ids": prompt_ids}
-    if cache_salt is not None:
-        body["cache_salt"] = cache_salt
-    r = await client.post(f"{url}/prefill", json=body)
+    body = PrefillRequest(prompt_ids=prompt_ids, cache_salt=cache_salt)
+    r = await client.post(f"{url}/prefill", json=body.model_dump(exclude_none=True))
     r.raise_for_status()
-    doc = r.json()
-    return Handoff(doc["prompt_ids"], doc["block_hashes"], doc["namespace"], doc["latency_s"])
+    doc = PrefillReply.model_validate_json(r.content)
+    return Handoff(doc.prompt_ids, doc.block_hashes, doc.namespace, doc.latency_s)
 
 
 def decode_body(handoff: Handoff, body: dict[str, Any]) -> dict[str, Any]:

@@ -38,12 +38,18 @@ from engines.access import Access
 from engines.decoder.runner import Engine
 from engines.decoder.sampler import SamplingParams
 from engines.engine_loop import EngineLoop, Pending
+from engines.messages import (
+    MAX_SALT_CHARS,
+    KVEvent,
+    KVEvents,
+    PrefillReply,
+    PrefillRequest,
+    WorkerInfo,
+)
 from engines.worker_control import ROLES, WorkerControl, install
 from engines.worker_metrics import WorkerMetrics
 
 __all__ = ["ROLES", "EngineLoop", "Pending", "create_app"]
-
-MAX_SALT_CHARS = 1024  # a cache_salt's characters
 
 
 class GenerateRequest(BaseModel):
@@ -63,11 +69,6 @@ class GenerateRequest(BaseModel):
     def params(self) -> SamplingParams:
         return SamplingParams(self.max_tokens, self.temperature, self.top_p, self.seed,
                               self.ignore_eos, tuple(self.stop_token_ids))
-
-
-class PrefillRequest(BaseModel):
-    prompt_ids: list[int] = Field(min_length=1)
-    cache_salt: str | None = Field(None, min_length=1, max_length=MAX_SALT_CHARS)
 
 
 async def bad_request(_: Request, exc: Exception) -> JSONResponse:
@@ -197,7 +198,7 @@ def create_app(engine: Engine, role: str = "both", token: str | None = None) -> 
         return StreamingResponse(events(), media_type="text/event-stream")
 
     @app.post("/prefill")
-    async def prefill(req: PrefillRequest) -> dict[str, Any]:
+    async def prefill(req: PrefillRequest) -> PrefillReply:
         """Compute the prompt's KV and store its full blocks; the reply is the handoff."""
         control.refuse("prefill")
         if engine.connector is None:
@@ -209,26 +210,27 @@ def create_app(engine: Engine, role: str = "both", token: str | None = None) -> 
         first = await collect(p)
         hashes = prompt_hashes(req.prompt_ids, req.cache_salt)
         out = summary(p, started, "prefill")
-        return {"prompt_ids": req.prompt_ids, "block_hashes": _hex(hashes),
-                "namespace": engine.namespace, "first_token": first[0],
-                "cached_tokens": out["cached_tokens"], "latency_s": out["latency_s"]}
+        return PrefillReply(prompt_ids=req.prompt_ids, block_hashes=_hex(hashes),
+                            namespace=engine.namespace, first_token=first[0],
+                            cached_tokens=out["cached_tokens"], latency_s=out["latency_s"])
 
     @app.get("/info")
-    async def info() -> dict[str, Any]:
+    async def info() -> WorkerInfo:
         e = engine.ecfg
-        return {"role": control.role, "model_id": engine.model_cfg.model_id,
-                "block_size": e.block_size, "hash_algo": e.hash_algo, "hash_seed": e.hash_seed,
-                "namespace": engine.namespace, "block_bytes": engine.block_bytes,
-                "num_blocks": e.num_blocks, "kvstore": engine.connector is not None,
-                "device": e.device, "rates": engine.rates.as_dict(),
-                "max_model_len": min(engine.model_cfg.max_position_embeddings,
-                                     e.num_blocks * e.block_size)}
+        return WorkerInfo(
+            role=control.role, model_id=engine.model_cfg.model_id, block_size=e.block_size,
+            hash_algo=e.hash_algo, hash_seed=e.hash_seed, namespace=engine.namespace,
+            block_bytes=engine.block_bytes, num_blocks=e.num_blocks,
+            kvstore=engine.connector is not None, device=str(e.device),
+            rates=engine.rates.as_dict(),
+            max_model_len=min(engine.model_cfg.max_position_embeddings,
+                              e.num_blocks * e.block_size))
 
     # /kv/events and /stats wait for the engine lock, which a forward step holds: plain
     # ``def`` routes (a worker thread), so that the wait never stalls the event loop and with
     # it every stream this worker is sending.
     @app.get("/kv/events")
-    def kv_events(since: int = 0) -> dict[str, Any]:
+    def kv_events(since: int = 0) -> KVEvents:
         """Residency events after cursor ``since``. ``resync`` is true (and ``resident``
         lists every resident hash) when events the caller has not seen were dropped."""
         with loop.lock:
@@ -238,9 +240,9 @@ def create_app(engine: Engine, role: str = "both", token: str | None = None) -> 
             resync = since > cursor or (since < oldest - 1 and since < cursor)
             resident = _hex(engine.blocks.resident_hashes()) if resync else []
             rates = engine.rates.as_dict()
-        return {"cursor": cursor, "resync": resync, "resident": resident, "rates": rates,
-                "events": [{"seq": e.seq, "stored": e.stored, "hash": e.block_hash.hex()}
-                           for e in events]}
+        return KVEvents(cursor=cursor, resync=resync, resident=resident, rates=rates,
+                        events=[KVEvent(seq=e.seq, stored=e.stored, hash=e.block_hash.hex())
+                                for e in events])
 
     @app.get("/stats")
     def stats() -> dict[str, Any]:
@@ -259,6 +261,5 @@ def create_app(engine: Engine, role: str = "both", token: str | None = None) -> 
         return JSONResponse({"ok": ok, "role": control.role}, status_code=200 if ok else 503)
 
     # len() of the scheduler's list and of the pending dict is safe without the engine lock
-    install(app, control, lambda: {"inflight": len(loop.pending),
-                                   "waiting": len(engine.scheduler.waiting)})
+    install(app, control, lambda: (len(loop.pending), len(engine.scheduler.waiting)))
     return app

@@ -23,20 +23,17 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from fastapi import FastAPI, Header, HTTPException
-from pydantic import BaseModel, Field
 
 from engines.access import Access
+from engines.messages import FinishedRow, LatencyReport, RoleReply, RoleRequest
 
 ROLES = ("both", "prefill", "decode")
 ROLE_HEADER = "x-kvstore-role"
 LATENCY_KEEP = 4096  # finished requests remembered for /latency
 
-
-class RoleRequest(BaseModel):
-    role: str = Field(description="both, prefill or decode")
 
 
 class Finished(NamedTuple):
@@ -75,14 +72,14 @@ class WorkerControl:
             raise HTTPException(409, "this worker only prefills; send /generate to a decoder",
                                 headers={ROLE_HEADER: self.role})
 
-    def switch(self, role: str) -> dict[str, Any]:
+    def switch(self, role: str) -> RoleReply:
         if role not in ROLES:
             raise HTTPException(400, f"role must be one of {', '.join(ROLES)}; got {role!r}")
         if role == "prefill" and not self.can_prefill:
             raise HTTPException(409, "role prefill needs --kvstore: its blocks go to the store")
         old, self.role = self.role, role
         self.switches += old != role
-        return {"role": role, "previous": old, "switches": self.switches}
+        return RoleReply(role=role, previous=old, switches=self.switches)
 
     def record(self, kind: str, ttft_s: float | None, first_at: float | None,
                tokens: int) -> None:
@@ -96,25 +93,28 @@ class WorkerControl:
             self._cursor += 1
             self._log.append(Finished(self._cursor, time.time(), kind, ttft_s, itl, tokens))
 
-    def since(self, cursor: int) -> dict[str, Any]:
+    def since(self, cursor: int, inflight: int, waiting: int) -> LatencyReport:
+        """The requests finished after ``cursor``, with the load given."""
         with self._lock:
-            rows = [f._asdict() for f in self._log if f.seq > cursor]
-            return {"cursor": self._cursor, "role": self.role, "finished": rows}
+            rows = [FinishedRow(**f._asdict()) for f in self._log if f.seq > cursor]
+            return LatencyReport(cursor=self._cursor, role=self.role, finished=rows,
+                                 inflight=inflight, waiting=waiting)
 
 def install(app: FastAPI, control: WorkerControl,
-            load: Callable[[], dict[str, int]] = dict) -> None:
+            load: Callable[[], tuple[int, int]] = lambda: (0, 0)) -> None:
     """Add ``POST /admin/role`` and ``GET /latency`` to the worker's app; ``load`` gives the
-    queue figures ``/latency`` adds (read without the engine's lock: a planner polls often)."""
+    requests in flight and waiting that ``/latency`` adds (read without the engine's lock: a
+    planner polls often)."""
 
     @app.post("/admin/role")
     async def set_role(req: RoleRequest,
-                       authorization: str | None = Header(None)) -> dict[str, Any]:
+                       authorization: str | None = Header(None)) -> RoleReply:
         """Switch the role for new requests; requests in flight finish under the old one."""
         control.access.check_admin(authorization)
         return control.switch(req.role)
 
     @app.get("/latency")
-    async def latency(since: int = 0) -> dict[str, Any]:
+    async def latency(since: int = 0) -> LatencyReport:
         """Requests finished after cursor ``since`` (``ttft_s``, ``itl_s``, ``kind``) and the
         load now (``inflight``, ``waiting``)."""
-        return {**control.since(since), **load()}
+        return control.since(since, *load())

@@ -18,6 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import httpx
+from pydantic import ValidationError
+
+from engines.messages import LatencyReport, WorkerInfo
 
 POOLS = ("prefill", "decode")
 ITL_MIN_TOKENS = 8  # a mean over fewer gaps is noise (the first steps share a batch with prefills)
@@ -144,16 +147,17 @@ class Observer:
     async def _read(self, w: WorkerSeen) -> None:
         try:
             if not w.kvstore:
-                w.kvstore = bool((await self.client.get(f"{w.url}/info", timeout=5.0))
-                                 .json().get("kvstore"))
-            lat = (await self.client.get(f"{w.url}/latency", params={"since": w.cursor},
-                                         timeout=5.0)).json()
-        except (httpx.HTTPError, ValueError):
+                r = await self.client.get(f"{w.url}/info", timeout=5.0)
+                w.kvstore = WorkerInfo.model_validate_json(r.content).kvstore
+            r = await self.client.get(f"{w.url}/latency", params={"since": w.cursor},
+                                      timeout=5.0)
+            lat = LatencyReport.model_validate_json(r.content)
+        except (httpx.HTTPError, ValidationError):  # no answer, or not a worker's
             w.up = False
             return
-        if lat["role"] != w.role:
+        if lat.role != w.role:
             w.samples.clear()  # judged afresh in its new pool
-        w.role, w.cursor = lat["role"], lat["cursor"]
-        for f in lat["finished"]:
-            w.samples.append((f["at"], f["kind"], f["ttft_s"], f["itl_s"], f["tokens"]))
-        w.inflight, w.waiting = int(lat["inflight"]), int(lat["waiting"])
+        w.role, w.cursor = lat.role, lat.cursor
+        for f in lat.finished:
+            w.samples.append((f.at, f.kind, f.ttft_s, f.itl_s, f.tokens))
+        w.inflight, w.waiting = lat.inflight, lat.waiting

@@ -29,9 +29,11 @@ from collections.abc import AsyncGenerator, Callable
 from typing import Any, NamedTuple
 
 import httpx
+from pydantic import ValidationError
 
 from engines import disagg
 from engines.access import bearer
+from engines.messages import WorkerInfo
 from engines.router import forward
 from engines.router import workers as worker_view
 from engines.router.accounts import Accounts
@@ -109,15 +111,14 @@ class Router:
         try:
             r = await self.client.get(f"{w.url}/info", timeout=2.0)
             r.raise_for_status()
-            info = r.json()
-            role = info["role"]
-            w.rates = info.get("rates") or w.rates
+            info = WorkerInfo.model_validate_json(r.content)
+            role = info.role
+            w.rates = info.rates or w.rates
             if self.hasher is None:
-                self.hasher = BlockHasher(info["hash_algo"], info["hash_seed"],
-                                          info["block_size"])
-                self.namespace, self.model_id = info["namespace"], info["model_id"]
-                self.max_model_len = int(info.get("max_model_len", 0))
-        except (httpx.HTTPError, ValueError, KeyError):
+                self.hasher = BlockHasher(info.hash_algo, info.hash_seed, info.block_size)
+                self.namespace, self.model_id = info.namespace, info.model_id
+                self.max_model_len = info.max_model_len
+        except (httpx.HTTPError, ValidationError):  # no answer, or not a worker's
             if not w.known:  # a known worker's role stays as last heard; /health judges it
                 w.mark_unknown()
             return False

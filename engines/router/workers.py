@@ -17,13 +17,18 @@ again.
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import httpx
+from pydantic import ValidationError
+
+from engines.messages import KVEvents
+
+log = logging.getLogger(__name__)
 
 RETRY_S = 5.0  # seconds a failed worker is skipped before it is tried again
 POLL_S = 1.0  # seconds between background health and residency polls
@@ -57,7 +62,7 @@ class Worker:
     resident: set[bytes] = field(default_factory=set)
     # blocks of requests sent here and not finished: resident soon, before their events come
     promised: dict[bytes, int] = field(default_factory=dict)
-    rates: dict[str, Any] = field(default_factory=dict)  # measured, from /info and /kv/events
+    rates: Mapping[str, float | None] = field(default_factory=dict)  # /info, /kv/events
     routed: int = 0
     failures: int = 0
     prompt_tokens: int = 0
@@ -137,17 +142,21 @@ async def sync(client: httpx.AsyncClient, w: Worker) -> None:
         r.raise_for_status()
     except (httpx.HTTPError, ValueError):
         return
-    doc = r.json()
-    w.rates = doc.get("rates") or w.rates
-    if doc["resync"] or doc["cursor"] < w.cursor:  # dropped events, or a restarted worker
-        w.resident = {bytes.fromhex(h) for h in doc["resident"]}
-    for e in doc["events"]:
-        h = bytes.fromhex(e["hash"])
-        if e["stored"]:
+    try:
+        doc = KVEvents.model_validate_json(r.content)
+    except ValidationError:
+        log.warning("worker %s: /kv/events is not a worker's answer", w.url)
+        return
+    w.rates = doc.rates or w.rates
+    if doc.resync or doc.cursor < w.cursor:  # dropped events, or a restarted worker
+        w.resident = {bytes.fromhex(h) for h in doc.resident}
+    for e in doc.events:
+        h = bytes.fromhex(e.hash)
+        if e.stored:
             w.resident.add(h)
         else:
             w.resident.discard(h)
-    w.cursor = doc["cursor"]
+    w.cursor = doc.cursor
 
 
 async def poll_forever(client: httpx.AsyncClient, workers: Callable[[], list[Worker]],

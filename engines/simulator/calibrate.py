@@ -26,6 +26,7 @@ from typing import Any
 
 import httpx
 
+from engines.messages import WorkerInfo
 from engines.simulator.rates import SimRates
 
 MIN_GAP_S = 1e-6  # below this a slope is noise: the rate is taken as unbounded
@@ -82,17 +83,16 @@ def measure(url: str, *, short: int = 16, long: int = 240, tokens: int = 32, bat
                 docs = list(pool.map(lambda p: _generate(client, url, p, tokens)[0],
                                      [_prompt(rng, short, vocab) for _ in range(batch)]))
             together.append(statistics.median(_itl(d, tokens) for d in docs))
-        info = client.get(f"{url}/info").json()
+        info = WorkerInfo.model_validate_json(client.get(f"{url}/info").content)
     one, many = statistics.median(alone), statistics.median(together)
     decode = (batch - 1) / (many - one) if many - one > MIN_GAP_S else UNBOUNDED
     overhead = max(0.0, one - 1 / decode)
     chunks = -(-long // max_batch_tokens) - -(-short // max_batch_tokens)
     gap = statistics.median(ttft[long]) - statistics.median(ttft[short]) - chunks * overhead
     prefill = (long - short) / gap if gap > MIN_GAP_S else UNBOUNDED
-    rates = info.get("rates") or {}
     return SimRates.from_dict({
         "prefill_tokens_per_s": prefill, "decode_tokens_per_s": decode,
-        "load_tokens_per_s": rates.get("load_tokens_per_s"), "step_overhead_s": overhead,
+        "load_tokens_per_s": info.rates.get("load_tokens_per_s"), "step_overhead_s": overhead,
         "request_overhead_s": max(0.0, statistics.median(http))})
 
 

@@ -22,6 +22,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from engines.messages import MAX_SALT_CHARS
 from engines.router.api.errors import APIError, unsupported
 
 MAX_N = 16  # choices per prompt
@@ -30,7 +31,6 @@ SAMPLING_EPS = 1e-5  # temperature or top_p below this: greedy (vLLM's _SAMPLING
 MAX_TEMPERATURE = 2.0  # OpenAI's range
 MAX_STOPS = 16  # stop strings per request (OpenAI allows 4)
 MAX_STOP_CHARS = 1024  # characters per stop string
-MAX_SALT_CHARS = 1024  # characters of a cache_salt
 SEED_RANGE = (-(1 << 63), (1 << 63) - 1)  # int64, as OpenAI's seed; seed + j stays in uint64
 
 

@@ -1,0 +1,101 @@
+"""What a worker and its callers (the router, the SLO planner, the calibrator) say to each
+other, one type per message, used by both sides: the worker answers with these models and the
+callers validate what they read with the same ones, so that a field renamed on one side fails
+on the other at once, and a worker that answers with something else is one clear error.
+
+- ``GET /info`` -> :class:`WorkerInfo`: role, the hash recipe, the cache's shape, the rates.
+- ``GET /kv/events?since=N`` -> :class:`KVEvents`: residency changes after cursor ``N``.
+- ``POST /prefill`` (:class:`PrefillRequest`) -> :class:`PrefillReply`: the handoff.
+- ``GET /latency?since=N`` -> :class:`LatencyReport`: requests finished after ``N``, the load.
+- ``POST /admin/role`` (:class:`RoleRequest`) -> :class:`RoleReply`.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+MAX_SALT_CHARS = 1024  # a cache_salt's characters
+
+
+class WorkerInfo(BaseModel):
+    """How to route to a worker and hash for it."""
+
+    role: str = Field(description="both, prefill or decode")
+    model_id: str
+    block_size: int = Field(description="tokens per block")
+    hash_algo: str
+    hash_seed: str | None
+    namespace: str = Field(description="the kvstore namespace its blocks go to")
+    block_bytes: int
+    num_blocks: int
+    kvstore: bool = Field(description="whether it saves to and loads from kvstore")
+    device: str
+    rates: dict[str, float | None] = Field(
+        description="its measured prefill, decode and load rates (None: not measured yet)")
+    max_model_len: int = Field(description="the longest sequence it serves, in tokens")
+
+
+class KVEvent(BaseModel):
+    """A block that became resident (``stored``) in a worker's cache, or left it."""
+
+    seq: int
+    stored: bool
+    hash: str = Field(description="the block hash, hex")
+
+
+class KVEvents(BaseModel):
+    """Residency events after the cursor asked for. ``resync`` is true (and ``resident``
+    lists every resident hash) when events the caller has not seen were dropped."""
+
+    cursor: int
+    resync: bool
+    resident: list[str]
+    rates: dict[str, float | None]
+    events: list[KVEvent]
+
+
+class PrefillRequest(BaseModel):
+    prompt_ids: list[int] = Field(min_length=1)
+    cache_salt: str | None = Field(default=None, min_length=1, max_length=MAX_SALT_CHARS)
+
+
+class PrefillReply(BaseModel):
+    """The handoff: the blocks a prefill worker computed and stored, for a decode worker."""
+
+    prompt_ids: list[int]
+    block_hashes: list[str] = Field(description="hex, in chain order")
+    namespace: str
+    first_token: int
+    cached_tokens: int
+    latency_s: float
+
+
+class FinishedRow(BaseModel):
+    """One finished request as the planner sees it."""
+
+    seq: int = Field(description="its cursor")
+    at: float = Field(description="time.time() at the end")
+    kind: str = Field(description="prefill or generate")
+    ttft_s: float
+    itl_s: float | None = Field(description="mean gap between output tokens; None with one")
+    tokens: int
+
+
+class LatencyReport(BaseModel):
+    """Requests finished after the cursor asked for, and the load now."""
+
+    cursor: int
+    role: str
+    finished: list[FinishedRow]
+    inflight: int = Field(description="requests in the engine")
+    waiting: int = Field(description="requests waiting to join the batch")
+
+
+class RoleRequest(BaseModel):
+    role: str = Field(description="both, prefill or decode")
+
+
+class RoleReply(BaseModel):
+    role: str
+    previous: str
+    switches: int
