@@ -18,6 +18,7 @@ from typing import Any, Protocol, cast
 import torch
 
 from engines.decoder import kernels
+from kvstore.namespace import Layout, Namespace
 from kvstore.types import BlockHash, Buffer
 
 log = logging.getLogger(__name__)
@@ -26,7 +27,7 @@ log = logging.getLogger(__name__)
 class BlockStore(Protocol):
     """The slice of kvstore the engine needs. Hashes are raw bytes."""
 
-    def register_namespace(self, name: str, block_bytes: int, layout: dict[str, Any],
+    def register_namespace(self, name: str, block_bytes: int, layout: Layout,
                            hash_algo: str, hash_seed: str | None) -> None: ...
 
     def lookup(self, namespace: str, hashes: Sequence[bytes]) -> int:
@@ -61,12 +62,10 @@ class LocalStore:
     def __init__(self, store: Any) -> None:
         self.store = store
 
-    def register_namespace(self, name: str, block_bytes: int, layout: dict[str, Any],
+    def register_namespace(self, name: str, block_bytes: int, layout: Layout,
                            hash_algo: str, hash_seed: str | None) -> None:
-        from kvstore.namespace import Layout, Namespace
-
         self.store.register_namespace(Namespace(
-            name=name, block_bytes=block_bytes, layout=Layout(**layout),
+            name=name, block_bytes=block_bytes, layout=layout,
             hash_algo=hash_algo, hash_seed=hash_seed,
         ))
 
@@ -107,7 +106,7 @@ class RemoteStore:
 
         self.client = KVStoreClient(url)
 
-    def register_namespace(self, name: str, block_bytes: int, layout: dict[str, Any],
+    def register_namespace(self, name: str, block_bytes: int, layout: Layout,
                            hash_algo: str, hash_seed: str | None) -> None:
         self.client.register_namespace(name, block_bytes, layout, hash_algo=hash_algo,
                                        hash_seed=hash_seed)
@@ -148,7 +147,7 @@ class KVConnector:
     recomputes), a save error is logged and dropped. Counters are for stats endpoints."""
 
     def __init__(self, store: BlockStore, cache: torch.Tensor, namespace: str,
-                 layout: dict[str, Any], hash_algo: str, hash_seed: str | None) -> None:
+                 layout: Layout, hash_algo: str, hash_seed: str | None) -> None:
         self.store, self.cache, self.namespace = store, cache, namespace
         self.block_bytes = cache[0].numel() * cache.element_size()
         store.register_namespace(namespace, self.block_bytes, layout, hash_algo, hash_seed)

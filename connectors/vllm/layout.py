@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from kvstore.hash_algos import none_hash
-from kvstore.namespace import HASH_ALGOS
+from kvstore.namespace import HASH_ALGOS, Layout
 
 _SLUG_RE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -78,20 +78,16 @@ class KVLayout:
         """Bytes of one block across all layers: what the store holds per hash."""
         return self.num_layers * self.page_bytes
 
-    def to_store_layout(self) -> dict[str, Any]:
-        """The layout document the store registers (``kvstore.namespace.Layout`` fields)."""
-        return {
-            "model_id": self.model_id,
-            "num_layers": self.num_layers,
-            "num_kv_heads": self.num_kv_heads,
-            "head_dim": self.head_dim,
-            "block_size": self.block_size,
-            "dtype": self.dtype,
-            "layout_name": self.layout_name,
-            "extra": {"tp_rank": self.tp_rank, "tp_size": self.tp_size, "engine": "vllm",
-                      **{k: getattr(self, k) for k in _OPTIONAL
-                         if getattr(self, k) != _DEFAULTS[k]}},
-        }
+    def to_store_layout(self) -> Layout:
+        """The layout the store registers for this namespace."""
+        return Layout(
+            model_id=self.model_id, num_layers=self.num_layers, num_kv_heads=self.num_kv_heads,
+            head_dim=self.head_dim, block_size=self.block_size, dtype=self.dtype,
+            layout_name=self.layout_name,
+            extra={"tp_rank": self.tp_rank, "tp_size": self.tp_size, "engine": "vllm",
+                   **{k: getattr(self, k) for k in _OPTIONAL
+                      if getattr(self, k) != _DEFAULTS[k]}},
+        )
 
     def namespace(self, override: str | None = None) -> str:
         """The store namespace: ``override`` plus the rank when set, else the model name and a

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from connectors.vllm.config import ConnectorConfig
 from kvstore.client import Grant
+from kvstore.namespace import Layout
 
 if TYPE_CHECKING:
     from kvstore.client import SlabMapping
@@ -75,7 +76,7 @@ class StoreLink:
         cfg: ConnectorConfig,
         namespace: str,
         block_bytes: int,
-        layout: dict[str, Any],
+        layout: Layout,
         hash_algo: str,
         hash_seed: str | None,
         client_factory: Callable[[ConnectorConfig, str], Any] = _default_client,

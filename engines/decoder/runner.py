@@ -24,19 +24,20 @@ from engines.decoder.sampler import SamplingParams, make_generator, sample
 from engines.decoder.scheduler import Scheduler, Sequence
 from engines.store_io import BlockStore, KVConnector
 from kvstore.keys import BlockHasher
+from kvstore.namespace import Layout
 
 _ids = itertools.count()
 log = logging.getLogger(__name__)
 
 
-def cache_layout(cfg: ModelConfig, ecfg: EngineConfig, dtype: torch.dtype) -> dict[str, Any]:
+def cache_layout(cfg: ModelConfig, ecfg: EngineConfig, dtype: torch.dtype) -> Layout:
     """The kvstore namespace layout of this engine's blocks (identity of the byte layout)."""
-    return {
-        "model_id": cfg.model_id, "num_layers": cfg.num_layers,
-        "num_kv_heads": cfg.num_kv_heads, "head_dim": cfg.head_dim,
-        "block_size": ecfg.block_size, "dtype": str(dtype).removeprefix("torch."),
-        "layout_name": "engines.decoder:block,layer,kv,token,head,dim",
-    }
+    return Layout(
+        model_id=cfg.model_id, num_layers=cfg.num_layers, num_kv_heads=cfg.num_kv_heads,
+        head_dim=cfg.head_dim, block_size=ecfg.block_size,
+        dtype=str(dtype).removeprefix("torch."),
+        layout_name="engines.decoder:block,layer,kv,token,head,dim",
+    )
 
 
 class Engine:
@@ -236,10 +237,13 @@ class Engine:
         return t(toks), batch, sampling
 
 
-def _namespace_name(layout: dict[str, Any], nbytes: int) -> str:
+def _namespace_name(layout: Layout, nbytes: int) -> str:
     import hashlib
     import json
 
-    digest = hashlib.sha256(json.dumps(layout, sort_keys=True).encode()).hexdigest()[:12]
-    model = "".join(c if c.isalnum() or c in "._-" else "-" for c in layout["model_id"])[:64]
+    doc = layout.to_dict()
+    if not doc["extra"]:  # named as before the layout was typed: the same blocks, found again
+        del doc["extra"]
+    digest = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:12]
+    model = "".join(c if c.isalnum() or c in "._-" else "-" for c in layout.model_id)[:64]
     return f"engine.{model or 'model'}.{nbytes}.{digest}"

@@ -10,7 +10,7 @@ reconnect-and-retry-once rule are the sync client's, since they live in the core
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import httpx
@@ -22,6 +22,7 @@ from kvstore.client.errors import KVStoreClientError, ProtocolError
 from kvstore.client.exchange import Exchange, Steps
 from kvstore.client.stream_conn import AsyncConn
 from kvstore.client.transfer import check_put
+from kvstore.namespace import Layout
 from kvstore.protocol import Buffer
 from kvstore.protocol.stats import StoreStats
 from kvstore.types import BlockHash, PutResult
@@ -42,7 +43,8 @@ class AsyncKVStoreClient:
         self._closed = False
 
     # -- public API (see KVStoreClient for each contract) ---------------------------------
-    async def register_namespace(self, name: str, block_bytes: int, layout: dict[str, Any],
+    async def register_namespace(self, name: str, block_bytes: int,
+                                 layout: Layout | Mapping[str, Any],
                                  hash_algo: str = "sha256", hash_seed: str | None = None,
                                  tenant: str | None = None) -> dict[str, Any]:
         return await self._run(calls.register, name, block_bytes, layout, hash_algo,

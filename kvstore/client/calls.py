@@ -5,10 +5,11 @@ any call the same way."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kvstore.client.exchange import Call, Link, Steps
+from kvstore.namespace import Layout
 from kvstore.protocol import (
     Delete,
     DeleteNamespace,
@@ -33,10 +34,12 @@ from kvstore.protocol.stats import StoreStats
 from kvstore.types import BlockHash
 
 
-def register(_: Link, name: str, block_bytes: int, layout: dict[str, Any], hash_algo: str,
-             hash_seed: str | None, tenant: str | None) -> Steps[dict[str, Any]]:
-    header, _blocks = yield Call(Register(name, block_bytes, layout, hash_algo, hash_seed,
-                                          tenant))
+def register(_: Link, name: str, block_bytes: int, layout: Layout | Mapping[str, Any],
+             hash_algo: str, hash_seed: str | None, tenant: str | None) -> Steps[dict[str, Any]]:
+    """``layout``: the namespace's :class:`~kvstore.namespace.Layout` (a mapping of its
+    fields is taken too; the server checks it)."""
+    doc = layout.to_dict() if isinstance(layout, Layout) else dict(layout)
+    header, _blocks = yield Call(Register(name, block_bytes, doc, hash_algo, hash_seed, tenant))
     reply = RegisterReply.from_header(header)
     return {**reply.namespace, "created": reply.created}
 

@@ -15,7 +15,7 @@ reconnects (and remaps the new slab) and retries once; if the server stays away,
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import httpx
@@ -29,6 +29,7 @@ from kvstore.client.grant import Grant
 from kvstore.client.shm import SlabMapping
 from kvstore.client.socket_conn import FrameSocket
 from kvstore.client.transfer import check_put
+from kvstore.namespace import Layout
 from kvstore.protocol import Buffer
 from kvstore.protocol.stats import StoreStats
 from kvstore.types import BlockHash, PutResult
@@ -48,7 +49,8 @@ class KVStoreClient:
         self._closed = False
 
     # -- public API -----------------------------------------------------------------------
-    def register_namespace(self, name: str, block_bytes: int, layout: dict[str, Any],
+    def register_namespace(self, name: str, block_bytes: int,
+                           layout: Layout | Mapping[str, Any],
                            hash_algo: str = "sha256", hash_seed: str | None = None,
                            tenant: str | None = None) -> dict[str, Any]:
         """Register (or confirm) a namespace. Returns its definition plus ``created``.

@@ -64,11 +64,12 @@ def test_namespace_names_model_and_separates_layouts() -> None:
     assert ranked.namespace("team") == "team.tp1of2" and LAYOUT.namespace("team") == "team"
 
 
-def test_store_layout_document_matches_the_store_fields() -> None:
+def test_store_layout_is_the_stores_type_and_round_trips() -> None:
     from kvstore.namespace import Layout
 
-    doc = LAYOUT.to_store_layout()
-    assert Layout(**doc).dtype == "bfloat16"  # the store accepts it as is
+    layout = LAYOUT.to_store_layout()
+    assert isinstance(layout, Layout) and layout.dtype == "bfloat16"
+    assert Layout(**layout.to_dict()) == layout  # what the wire carries is the same layout
 
 
 def test_hash_recipe_follows_vllm_seed_rules() -> None:

@@ -77,7 +77,7 @@ def test_gemma_shaped_groups_form_one_sliding_and_one_full_segment() -> None:
     # windows are kept before every 4th block
     assert (sliding.window_blocks, sliding.stride_blocks) == (2, 4)
     assert (sliding.layout.num_layers, sliding.layout.block_bytes) == (3, 3 * 16384)
-    assert sliding.layout.to_store_layout()["extra"]["kind"] == "sliding"
+    assert sliding.layout.to_store_layout().extra["kind"] == "sliding"
     names = _names([sliding, full])
     assert names[0].startswith("vllm.tiny.sliding.") and names[1].startswith("vllm.tiny.full.")
     # the full-attention layer's KV depends on the windows below it: another window, another
@@ -199,6 +199,6 @@ def test_unsupported_groups_are_refused_by_name() -> None:
 
 def test_layout_digest_ignores_unset_fields() -> None:
     plain = KVLayout("m", 2, 2, 32, 32, "float32", "x")
-    assert "kind" not in plain.to_store_layout()["extra"]
+    assert "kind" not in plain.to_store_layout().extra
     assert plain.namespace() != KVLayout("m", 2, 2, 32, 32, "float32", "x",
                                          kind="sliding", window=64).namespace()
