@@ -17,7 +17,7 @@ import json
 import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from kvstore.errors import BlockSizeError, NamespaceConflictError, UnknownNamespaceError
 from kvstore.hash_algos import ALGOS
@@ -276,3 +276,11 @@ def _check_extra(extra: Any) -> None:
         raise ValueError(f"layout.extra is not valid JSON: {exc}") from None
     if size > MAX_EXTRA_BYTES:
         raise ValueError(f"layout.extra is {size} bytes as JSON, over {MAX_EXTRA_BYTES}")
+
+
+class Registered(NamedTuple):
+    """What registering a namespace did: the namespace as the server holds it (under the name
+    its caller uses) and whether this call created it."""
+
+    namespace: Namespace
+    created: bool

@@ -22,7 +22,7 @@ from kvstore.client.errors import KVStoreClientError, ProtocolError
 from kvstore.client.exchange import Exchange, Steps
 from kvstore.client.stream_conn import AsyncConn
 from kvstore.client.transfer import check_put
-from kvstore.namespace import Layout
+from kvstore.namespace import Layout, Registered
 from kvstore.protocol import Buffer
 from kvstore.protocol.stats import StoreStats
 from kvstore.types import BlockHash, PutResult
@@ -46,7 +46,7 @@ class AsyncKVStoreClient:
     async def register_namespace(self, name: str, block_bytes: int,
                                  layout: Layout | Mapping[str, Any],
                                  hash_algo: str = "sha256", hash_seed: str | None = None,
-                                 tenant: str | None = None) -> dict[str, Any]:
+                                 tenant: str | None = None) -> Registered:
         return await self._run(calls.register, name, block_bytes, layout, hash_algo,
                                hash_seed, tenant)
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from kvstore.client.errors import ProtocolError
 from kvstore.client.exchange import Call, Link, Steps
-from kvstore.namespace import Layout
+from kvstore.namespace import Layout, Namespace, Registered
 from kvstore.protocol import (
     Delete,
     DeleteNamespace,
@@ -35,13 +36,18 @@ from kvstore.types import BlockHash
 
 
 def register(_: Link, name: str, block_bytes: int, layout: Layout | Mapping[str, Any],
-             hash_algo: str, hash_seed: str | None, tenant: str | None) -> Steps[dict[str, Any]]:
+             hash_algo: str, hash_seed: str | None, tenant: str | None) -> Steps[Registered]:
     """``layout``: the namespace's :class:`~kvstore.namespace.Layout` (a mapping of its
     fields is taken too; the server checks it)."""
     doc = layout.to_dict() if isinstance(layout, Layout) else dict(layout)
     header, _blocks = yield Call(Register(name, block_bytes, doc, hash_algo, hash_seed, tenant))
     reply = RegisterReply.from_header(header)
-    return {**reply.namespace, "created": reply.created}
+    try:
+        namespace = Namespace.from_dict(reply.namespace)
+    except (TypeError, ValueError) as exc:
+        raise ProtocolError(f"register answered with no namespace it could name: {exc}") \
+            from None
+    return Registered(namespace, reply.created)
 
 
 def lookup(_: Link, ns: str, hashes: Sequence[BlockHash]) -> Steps[tuple[int, list[str]]]:

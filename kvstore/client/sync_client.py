@@ -29,7 +29,7 @@ from kvstore.client.grant import Grant
 from kvstore.client.shm import SlabMapping
 from kvstore.client.socket_conn import FrameSocket
 from kvstore.client.transfer import check_put
-from kvstore.namespace import Layout
+from kvstore.namespace import Layout, Registered
 from kvstore.protocol import Buffer
 from kvstore.protocol.stats import StoreStats
 from kvstore.types import BlockHash, PutResult
@@ -52,8 +52,9 @@ class KVStoreClient:
     def register_namespace(self, name: str, block_bytes: int,
                            layout: Layout | Mapping[str, Any],
                            hash_algo: str = "sha256", hash_seed: str | None = None,
-                           tenant: str | None = None) -> dict[str, Any]:
-        """Register (or confirm) a namespace. Returns its definition plus ``created``.
+                           tenant: str | None = None) -> Registered:
+        """Register (or confirm) a namespace. Returns its definition and whether this call
+        created it.
         Raises :class:`NamespaceConflictError` if it exists with another definition."""
         return self._run(calls.register, name, block_bytes, layout, hash_algo, hash_seed,
                          tenant)

@@ -89,7 +89,7 @@ def test_two_tenants_both_have_chat(server: ServerProc) -> None:
         with KVStoreClient(server.url, token, use_shm=False) as client:
             # re-registering one's own is idempotent, whatever the other tenant holds
             again = client.register_namespace("chat", size, layout)
-            assert again["name"] == "chat" and not again["created"]
+            assert again.namespace.name == "chat" and not again.created
     r = httpx.get(server.url + "/v1/namespaces", headers=bearer(TOK_A), timeout=30)
     assert [ns["name"] for ns in r.json()["namespaces"]] == ["chat"]  # not b's b-only
     # the admin sees both, each with its tenant, and names them tenant~name

@@ -81,7 +81,7 @@ def test_data_plane_requires_token_and_enforces_tenants(secured: ServerProc) -> 
     name = "dp-tenant-" + os.urandom(3).hex()
     with KVStoreClient(secured.url, token=TOK_A) as a, \
             KVStoreClient(secured.url, token=TOK_B) as b:
-        assert a.register_namespace(name, 16, {})["tenant"] == "a"
+        assert a.register_namespace(name, 16, {}).namespace.tenant == "a"
         assert a.put(name, [b"h" * 32], [b"y" * 16]).stored == 1
         with pytest.raises(UnknownNamespaceError):  # a's name is unknown to b
             b.get(name, [b"h" * 32])

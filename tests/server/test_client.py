@@ -35,8 +35,8 @@ def blk(i: int) -> bytes:
 @pytest.mark.parametrize("use_shm", [True, False])
 def test_roundtrip_over_both_paths(server: ServerProc, ns_name: str, use_shm: bool) -> None:
     with KVStoreClient(server.url, use_shm=use_shm) as c:
-        assert c.register_namespace(ns_name, BLOCK, {"model_id": "m"})["created"] is True
-        assert c.register_namespace(ns_name, BLOCK, {"model_id": "m"})["created"] is False
+        assert c.register_namespace(ns_name, BLOCK, {"model_id": "m"}).created is True
+        assert c.register_namespace(ns_name, BLOCK, {"model_id": "m"}).created is False
         hashes = [h(i, ns_name) for i in range(12)]
         assert c.put(ns_name, hashes, [blk(i) for i in range(12)]) == \
             PutResult(12, 0, 0)
