@@ -15,10 +15,13 @@ import re
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
+
+from pydantic import ValidationError
 
 from kvstore.cli_client import _client_args, _request
 from kvstore.cli_kit import CommandError
+from kvstore.protocol.explain import ExplainedBlock, ExplainOut
 
 _SEPARATORS = re.compile(r"[\s,]+")
 
@@ -85,7 +88,15 @@ def run_explain(args: argparse.Namespace) -> int:
         page = _request(args, "POST", "/v1/explain", {**body, "offset": doc["next_offset"]})
         doc = {**doc, "blocks": doc["blocks"] + page["blocks"],
                "next_offset": page["next_offset"]}
-    print(json.dumps(doc, indent=2) if args.json else format_explain(doc))
+    if args.json:
+        print(json.dumps(doc, indent=2))
+        return 0
+    try:
+        answer = ExplainOut.model_validate(doc)
+    except ValidationError as exc:
+        raise CommandError(f"{args.url}/v1/explain did not answer with an explanation: "
+                           f"{exc.errors()[0]['msg']}") from None
+    print(format_explain(answer))
     return 0
 
 
@@ -93,16 +104,14 @@ def _when(at: float) -> str:
     return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def _where(block: dict[str, Any]) -> str:
+def _where(block: ExplainedBlock) -> str:
     """The fate of a block in words, the same for every block of a run (a ghost's time aside)."""
-    others = ", ".join(f"{o['namespace']} ({', '.join(o['differs'])} differs)"
-                       for o in block["other"])
-    if block["status"] == "stored":
-        return ", ".join(block["tiers"])
-    if block["status"] == "evicted":
-        ghost = block["ghost"]
-        return f"{ghost['why']} from {ghost['tier']}" + (f"; tokens in {others}" if others
-                                                         else "")
+    others = ", ".join(f"{o.namespace} ({', '.join(o.differs)} differs)" for o in block.other)
+    if block.status == "stored":
+        return ", ".join(block.tiers)
+    if block.status == "evicted" and block.ghost is not None:
+        ghost = block.ghost
+        return f"{ghost.why} from {ghost.tier}" + (f"; tokens in {others}" if others else "")
     return others or "-"
 
 
@@ -110,39 +119,48 @@ def _span(first: int, last: int) -> str:
     return str(first) if first == last else f"{first}-{last}"
 
 
-def format_explain(doc: dict[str, Any]) -> str:
+class _Run(NamedTuple):
+    """Consecutive blocks with the same status and place."""
+
+    first: ExplainedBlock
+    last: ExplainedBlock
+    where: str
+    at: float | None  # the latest ghost time of the run
+
+
+def format_explain(doc: ExplainOut) -> str:
     """A heading (recipe, prefix hit, counts), one row per run of consecutive blocks with the
     same status and place, then the hints."""
-    r = doc["recipe"]
-    seed = "unset" if r["hash_seed"] is None else repr(r["hash_seed"])
-    n = sum(doc["counts"].values())
-    miss = "none" if doc["first_miss"] is None else f"block {doc['first_miss']}"
+    r = doc.recipe
+    seed = "unset" if r.hash_seed is None else repr(r.hash_seed)
+    n = sum(doc.counts.values())
+    miss = "none" if doc.first_miss is None else f"block {doc.first_miss}"
     lines = [
-        f"namespace {doc['namespace']}: {r['hash_algo']}, PYTHONHASHSEED {seed}, "
-        f"block size {r['block_size']}",
-        f"{doc['tokens']} tokens: {n} full blocks + {doc['tail_tokens']} tail tokens; prefix "
-        f"hit {doc['prefix_blocks']} blocks ({doc['prefix_tokens']} tokens); first miss: {miss}",
-        ", ".join(f"{status} {count}" for status, count in doc["counts"].items()),
+        f"namespace {doc.namespace}: {r.hash_algo}, PYTHONHASHSEED {seed}, "
+        f"block size {r.block_size}",
+        f"{doc.tokens} tokens: {n} full blocks + {doc.tail_tokens} tail tokens; prefix "
+        f"hit {doc.prefix_blocks} blocks ({doc.prefix_tokens} tokens); first miss: {miss}",
+        ", ".join(f"{status} {count}" for status, count in doc.counts.items()),
     ]
-    runs: list[list[Any]] = []  # [first, last, status, where, latest ghost time]
-    for b in doc["blocks"]:
-        where, at = _where(b), (b["ghost"] or {}).get("at")
-        if runs and runs[-1][2] == b["status"] and runs[-1][3] == where:
-            runs[-1][1] = b
-            if at is not None:
-                runs[-1][4] = max(runs[-1][4] or at, at)
+    runs: list[_Run] = []
+    for b in doc.blocks:
+        where, at = _where(b), b.ghost.at if b.ghost is not None else None
+        if runs and runs[-1].first.status == b.status and runs[-1].where == where:
+            prev = runs[-1].at
+            runs[-1] = runs[-1]._replace(last=b, at=prev if at is None else max(prev or at, at))
         else:
-            runs.append([b, b, b["status"], where, at])
+            runs.append(_Run(b, b, where, at))
     table = [("blocks", "tokens", "status", "where")]
-    for first, last, status, where, at in runs:
-        table.append((_span(first["index"], last["index"]),
-                      _span(first["start"], last["end"] - 1), status,
-                      f"{where}, last at {_when(at)}" if at is not None else where))
+    for run in runs:
+        table.append((_span(run.first.index, run.last.index),
+                      _span(run.first.start, run.last.end - 1), run.first.status,
+                      f"{run.where}, last at {_when(run.at)}" if run.at is not None
+                      else run.where))
     if runs:
         widths = [max(len(row[i]) for row in table) for i in range(3)]
         lines.append("")
         lines += ["  ".join(cell.ljust(w) for cell, w in zip(row[:3], widths, strict=True))
                   + "  " + row[3] for row in table]
-    if doc["hints"]:
-        lines += ["", "hints:"] + [f"  - {hint}" for hint in doc["hints"]]
+    if doc.hints:
+        lines += ["", "hints:"] + [f"  - {hint}" for hint in doc.hints]
     return "\n".join(lines)

@@ -7,9 +7,10 @@ from fastapi import APIRouter, Request
 
 from kvstore.errors import KVStoreError
 from kvstore.explain import explain
+from kvstore.protocol.explain import ExplainOut
 from server.errors import InvalidRequestError
 from server.rest.deps import PrincipalDep, StoreDep, errors
-from server.rest.explain_schemas import MAX_EXPLAIN_BLOCKS, ExplainIn, ExplainOut
+from server.rest.explain_schemas import MAX_EXPLAIN_BLOCKS, ExplainIn
 from server.tenant_view import resolve, shown_name, visible
 
 router = APIRouter(prefix="/v1", tags=["operations"])

@@ -1,25 +1,22 @@
-"""The ``/v1/explain`` request and answer: a prompt's token ids in, each of its blocks'
-status (stored, evicted, another recipe, never seen) out. Part of the OpenAPI document, like
-:mod:`server.rest.schemas`."""
+"""The ``/v1/explain`` request: a prompt's token ids (and what else its hashes depend on). The
+answer, each of its blocks' status, is :class:`kvstore.protocol.explain.ExplainOut`, which the
+command line reads too. Part of the OpenAPI document, like :mod:`server.rest.schemas`."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, Strict
 
-from kvstore.explain import Explanation, Prompt
+from kvstore.explain import Prompt
 from kvstore.keys import MMHash
-from server.rest.fields import Count, Int, NamespaceRef
+from kvstore.protocol.explain import MAX_EXPLAIN_ROWS
+from server.rest.fields import Int, NamespaceRef
 
 MAX_EXPLAIN_TOKENS = 1 << 18  # tokens of one explained prompt
 MAX_EXPLAIN_BLOCKS = 1 << 14  # full blocks of one explained prompt (max_batch, if less)
-MAX_EXPLAIN_ROWS = 1024  # block rows of one answer: the rest are pages (offset)
 MAX_MM_INPUTS = 1024  # multimodal inputs of one explained prompt
 TokenId = Annotated[int, Strict(), Field(ge=0, lt=1 << 32)]  # JSON 1.0 and true are refused
-Why = Literal["evicted", "deleted", "corrupt", "lost"]
-BlockStatus = Literal["stored", "evicted", "other_recipe", "never_seen"]
-RecipeField = Literal["hash_algo", "hash_seed", "block_size"]
 
 
 class MMHashIn(BaseModel):
@@ -55,76 +52,3 @@ class ExplainIn(BaseModel):
     def to_prompt(self) -> Prompt:
         return Prompt(self.tokens, self.cache_salt, self.lora_name, self.lora_path,
                       tuple(MMHash(m.identifier, m.offset, m.length) for m in self.mm_hashes))
-
-
-class RecipeOut(BaseModel):
-    hash_algo: str
-    hash_seed: str | None = Field(description="PYTHONHASHSEED; null: unset")
-    block_size: Count = Field(description="tokens per block")
-
-
-class GhostOut(BaseModel):
-    at: float = Field(description="when the block left the store, Unix time in seconds")
-    tier: str = Field(description="the tier it left from (for a delete: its top tier)")
-    why: Why
-
-
-class OtherRecipeOut(BaseModel):
-    namespace: str
-    differs: list[RecipeField] = Field(description="what differs from this namespace's recipe")
-
-
-class ExplainedBlock(BaseModel):
-    index: Count
-    start: Count = Field(description="first token of the block")
-    end: Count = Field(description="one past its last token")
-    hash: str = Field(description="the block's hash under the namespace's recipe, hex")
-    status: BlockStatus
-    tiers: list[str] = Field(description="every tier holding the block, top first")
-    ghost: GhostOut | None = Field(description="how it left the store (status evicted)")
-    other: list[OtherRecipeOut] = Field(description="namespaces with another recipe that "
-                                        "hold its tokens (a block not stored here)")
-
-
-class ElsewhereOut(BaseModel):
-    namespace: str
-    recipe: RecipeOut
-    differs: list[RecipeField]
-    blocks: Count = Field(description="blocks missing here whose tokens it holds")
-
-
-class ExplainOut(BaseModel):
-    """A prompt explained block by block against one namespace."""
-
-    namespace: str
-    recipe: RecipeOut = Field(description="how the chain was computed: the namespace's")
-    tokens: Count
-    tail_tokens: Count = Field(description="tokens after the last full block: never stored")
-    prefix_blocks: Count = Field(description="leading blocks stored: what an engine can load")
-    prefix_tokens: Count
-    first_miss: Count | None = Field(description="index of the first block not stored; null: "
-                                     "every block is")
-    counts: dict[BlockStatus, Count]
-    hints: list[str] = Field(description="what the statuses mean and what to change")
-    elsewhere: list[ElsewhereOut]
-    blocks: list[ExplainedBlock] = Field(description="the blocks from offset, at most limit")
-    next_offset: Count | None = Field(description="the offset of the next page of blocks; "
-                                      "null: none left")
-
-    @classmethod
-    def of(cls, ex: Explanation, offset: int = 0, limit: int = MAX_EXPLAIN_ROWS) -> ExplainOut:
-        """The answer for ``ex``, with block rows ``offset`` to ``offset + limit``."""
-        page = ex.blocks[offset:offset + limit]
-        after = offset + len(page)
-        return cls.model_validate({
-            **{k: getattr(ex, k) for k in ("namespace", "tokens", "tail_tokens",
-                                           "prefix_blocks", "prefix_tokens", "first_miss",
-                                           "counts", "hints")},
-            "recipe": ex.recipe._asdict(),
-            "elsewhere": [{**e._asdict(), "recipe": e.recipe._asdict()} for e in ex.elsewhere],
-            "blocks": [{"index": b.index, "start": b.start, "end": b.end, "hash": b.hash.hex(),
-                        "status": b.status, "tiers": b.tiers,
-                        "ghost": b.ghost._asdict() if b.ghost else None,
-                        "other": [o._asdict() for o in b.other]} for b in page],
-            "next_offset": after if after < len(ex.blocks) else None,
-        })

@@ -18,9 +18,10 @@ from kvstore.namespace import (
     Layout,
     Namespace,
 )
+from kvstore.protocol.explain import ExplainOut
 from kvstore.protocol.stats import Counts
 from kvstore.types import BlockHash
-from server.rest.explain_schemas import MAX_EXPLAIN_TOKENS, MAX_MM_INPUTS, ExplainIn, ExplainOut
+from server.rest.explain_schemas import MAX_EXPLAIN_TOKENS, MAX_MM_INPUTS, ExplainIn
 from server.rest.fields import (
     HEX_PATTERN,
     MAX_BATCH,
