@@ -56,9 +56,9 @@ from engines.router.app import create_app as router_app
 from engines.router.core import Router
 from engines.simulator.shift import Arrival, two_phase_trace
 from engines.store_io import open_store
+from engines.testing import ThreadServer
 from engines.tiny_model import llama_config, write_checkpoint
 from engines.worker import create_app as worker_app
-from kvstore.testing.engines import ThreadServer
 from kvstore.testing.proc import console_script
 from kvstore.testing.server import ServerProc
 

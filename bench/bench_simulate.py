@@ -64,7 +64,7 @@ def calibrate(rates_out: str | None) -> SimRates:
     from engines.router.core import Router
     from engines.simulator.calibrate import measure, measure_route
     from engines.simulator.traffic import targets
-    from kvstore.testing.engines import ThreadServer, engine_proc
+    from engines.testing import ThreadServer, engine_proc
 
     wl = workload(vocab=500)
     shape = default_shape(wl)

@@ -52,8 +52,8 @@ from engines.router.app import create_app as router_app
 from engines.router.core import Router
 from engines.router.cost import RATE_KEYS
 from engines.simulator import traffic
+from engines.testing import ThreadServer, engine_proc
 from engines.workload import Request, WorkloadConfig, generate, reuse_bound
-from kvstore.testing.engines import ThreadServer, engine_proc
 
 POLICIES = ("round-robin", "least-loaded", "session", "kv")
 # workers per pool: with 2, round-robin lands a chat's next turn on the worker holding its

@@ -14,7 +14,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from kvstore.testing.engines import ThreadServer
+from engines.testing import ThreadServer
 from kvstore.testing.traffic import busy_server
 from tests.engines.conftest import make_checkpoint
 

@@ -17,8 +17,8 @@ import pytest
 from engines.decoder.config import EngineConfig
 from engines.decoder.runner import Engine
 from engines.decoder.sampler import SamplingParams
+from engines.testing import engine_proc, router_proc
 from kvstore.testing.cli import assert_one_line
-from kvstore.testing.engines import engine_proc, router_proc
 from kvstore.testing.proc import ROOT, console_script, free_port
 
 ENGINE = console_script("kvstore-engine", "engines.cli")

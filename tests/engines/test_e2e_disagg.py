@@ -15,7 +15,7 @@ import pytest
 from engines.decoder.config import EngineConfig
 from engines.decoder.runner import Engine
 from engines.decoder.sampler import SamplingParams
-from kvstore.testing.engines import engine_proc, router_proc
+from engines.testing import engine_proc, router_proc
 from kvstore.testing.server import ServerProc
 
 pytestmark = pytest.mark.slow

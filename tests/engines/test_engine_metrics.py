@@ -16,8 +16,8 @@ from engines.decoder.config import EngineConfig
 from engines.decoder.runner import Engine
 from engines.router.app import create_app as router_app
 from engines.router.core import Router
+from engines.testing import ThreadServer
 from engines.worker import create_app as worker_app
-from kvstore.testing.engines import ThreadServer
 
 ECFG = EngineConfig(block_size=4, num_blocks=96, max_batch_tokens=64)
 PREFIX = list(range(11, 31))

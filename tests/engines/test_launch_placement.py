@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from kvstore.testing.engines import Proc
+from engines.testing import Proc
 from kvstore.testing.proc import free_port
 
 

@@ -13,7 +13,7 @@ from fastapi import FastAPI
 
 from engines.messages import KVEvents, WorkerInfo
 from engines.router.core import Router
-from kvstore.testing.engines import ThreadServer
+from engines.testing import ThreadServer
 
 
 @pytest.fixture(scope="module")

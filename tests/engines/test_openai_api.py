@@ -18,7 +18,7 @@ import pytest
 
 from engines.router.app import create_app as router_app
 from engines.router.core import Router
-from kvstore.testing.engines import ThreadServer, engine_proc, router_proc
+from engines.testing import ThreadServer, engine_proc, router_proc
 from tests.engines.conftest import WORDS, make_tokenizer
 
 pytestmark = pytest.mark.slow

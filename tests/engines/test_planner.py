@@ -21,9 +21,9 @@ from engines.decoder.runner import Engine
 from engines.router.app import create_app as router_app
 from engines.router.core import Router
 from engines.store_io import open_store
+from engines.testing import ThreadServer
 from engines.worker import create_app as worker_app
 from kvstore.testing.cli import assert_one_line, port_in_use
-from kvstore.testing.engines import ThreadServer
 from kvstore.testing.proc import console_script, free_port
 from kvstore.testing.server import ServerProc
 

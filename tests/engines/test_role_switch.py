@@ -21,9 +21,9 @@ from engines.decoder.sampler import SamplingParams
 from engines.router.app import create_app as router_app
 from engines.router.core import Router
 from engines.store_io import open_store
+from engines.testing import ThreadServer, engine_proc
 from engines.worker import create_app as worker_app
 from kvstore.testing.cli import assert_one_line
-from kvstore.testing.engines import ThreadServer, engine_proc
 from kvstore.testing.proc import console_script
 from kvstore.testing.server import ServerProc
 

@@ -15,8 +15,8 @@ from engines.decoder.runner import Engine
 from engines.decoder.sampler import SamplingParams
 from engines.router.app import create_app as router_app
 from engines.router.core import Router
+from engines.testing import ThreadServer as LiveServer
 from engines.worker import create_app as worker_app
-from kvstore.testing.engines import ThreadServer as LiveServer
 from kvstore.testing.proc import free_port
 from tests.engines.conftest import WORDS, make_tokenizer
 

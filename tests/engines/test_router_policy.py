@@ -18,10 +18,10 @@ from engines.decoder.runner import Engine
 from engines.router.app import create_app as router_app
 from engines.router.core import Router
 from engines.store_io import LocalStore
+from engines.testing import ThreadServer
 from engines.worker import create_app as worker_app
 from kvstore.config import StoreConfig, TierConfig
 from kvstore.store import Store
-from kvstore.testing.engines import ThreadServer
 
 ECFG = EngineConfig(block_size=4, num_blocks=128, max_batch_tokens=64)
 

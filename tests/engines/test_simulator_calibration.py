@@ -30,9 +30,9 @@ from engines.simulator.calibrate import measure, measure_route
 from engines.simulator.fleet import FleetConfig, Outcome, simulate
 from engines.simulator.rates import SimRates
 from engines.simulator.traffic import default_shape, sized, targets, workload
+from engines.testing import Proc, ThreadServer, engine_proc
 from engines.tiny_model import llama_config, write_checkpoint
 from engines.workload import Request, generate
-from kvstore.testing.engines import Proc, ThreadServer, engine_proc
 
 # bench/ is not a package: its scripts import one another from their folder
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))

@@ -17,10 +17,10 @@ from engines.decoder.config import EngineConfig
 from engines.decoder.runner import Engine
 from engines.decoder.sampler import SamplingParams
 from engines.store_io import LocalStore
+from engines.testing import ThreadServer as LiveServer
 from engines.worker import create_app
 from kvstore.config import StoreConfig, TierConfig
 from kvstore.store import Store
-from kvstore.testing.engines import ThreadServer as LiveServer
 
 ECFG = EngineConfig(block_size=4, num_blocks=96, max_batch_tokens=32)
 PROMPT = [3, 14, 15, 92, 65, 35, 89, 79, 32, 38, 46, 26, 43, 38, 32, 79, 50, 28, 8]

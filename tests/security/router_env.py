@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 
 import httpx
 
-from kvstore.testing.engines import Proc, engine_proc, router_proc
+from engines.testing import Proc, engine_proc, router_proc
 from tests.engines.conftest import make_checkpoint, make_tokenizer
 
 

@@ -19,8 +19,8 @@ from engines.decoder.config import EngineConfig
 from engines.decoder.runner import Engine
 from engines.decoder.sampler import SamplingParams, make_generator, sample
 from engines.decoder.scheduler import Sequence
+from engines.testing import Proc, engine_proc, router_proc
 from engines.tiny_model import WIDE_LOGITS, llama_config, write_checkpoint
-from kvstore.testing.engines import Proc, engine_proc, router_proc
 
 VOCAB = 97
 ECFG = EngineConfig(block_size=4, num_blocks=128, max_batch_tokens=64)

@@ -15,10 +15,10 @@ import pytest
 
 from engines.decoder.config import EngineConfig
 from engines.decoder.runner import Engine
+from engines.testing import Proc, ThreadServer, engine_proc, router_proc
 from engines.tiny_model import WIDE_LOGITS, llama_config, write_checkpoint
 from engines.worker import create_app as worker_app
 from kvstore.testing.cli import assert_one_line
-from kvstore.testing.engines import Proc, ThreadServer, engine_proc, router_proc
 from kvstore.testing.proc import console_script, free_port
 
 WORKER_TOKEN = "worker-s3cret"

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from kvstore.testing.engines import engine_proc, router_proc
+from engines.testing import engine_proc, router_proc
 from kvstore.testing.server import ServerProc
 from tests.engines.conftest import make_checkpoint
 

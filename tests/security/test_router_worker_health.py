@@ -14,7 +14,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
-from kvstore.testing.engines import Proc, ThreadServer, router_proc
+from engines.testing import Proc, ThreadServer, router_proc
 
 
 class FailingWorker:
