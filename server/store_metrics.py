@@ -11,11 +11,11 @@ Names: ``kvstore_<key>`` for totals, ``kvstore_tier_<key>{tier}``,
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from kvstore.protocol.health import StoreHealth
 from kvstore.protocol.stats import StoreStats, TierStats
 from kvstore.store.counters import COUNTERS
 
@@ -35,7 +35,7 @@ BACKEND = {
     "discovered": ("counter", "blocks adopted from other nodes"),
 }
 Stats = Callable[[], StoreStats]
-Health = Callable[[], dict[str, Any]]
+Health = Callable[[], StoreHealth]
 
 
 def _family(name: str, kind: str, text: str,
@@ -109,14 +109,14 @@ class HealthCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         try:
-            doc = self._health()
+            health = self._health()
         except Exception:
-            doc = {"ok": False, "tiers": {}}
+            health = StoreHealth(ok=False)
         up = GaugeMetricFamily("kvstore_up", "1 when the store can serve")
-        up.add_metric([], float(bool(doc.get("ok"))))
+        up.add_metric([], float(health.ok))
         yield up
         tiers = GaugeMetricFamily("kvstore_tier_up", "1 when the tier's back end serves",
                                   labels=["tier"])
-        for name, tier in doc.get("tiers", {}).items():
-            tiers.add_metric([name], float(bool(tier.get("ok"))))
+        for name, tier in health.tiers.items():
+            tiers.add_metric([name], float(tier.ok))
         yield tiers

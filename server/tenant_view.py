@@ -19,10 +19,10 @@ requests (``capacity_bytes`` stays the store's, which is configuration, not acti
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 from kvstore.errors import UnknownNamespaceError
 from kvstore.namespace import TENANT_SEP, Namespace, store_name
+from kvstore.protocol.health import StoreHealth
 from kvstore.protocol.stats import StoreStats, TotalStats
 from kvstore.store import StoreAPI
 from server.auth import Principal
@@ -96,15 +96,11 @@ def visible_stats(store: StoreAPI, principal: Principal) -> StoreStats:
     return StoreStats(totals=totals, namespaces=namespaces)
 
 
-def visible_health(health: dict[str, Any], principal: Principal) -> dict[str, Any]:
-    """The store's health document as ``principal`` may see it: the admin all of it; a tenant
-    whether the store and each tier are ok, nothing of the tiers' block counts, free slots,
-    paths or damage (they hold every tenant's blocks)."""
-    if principal.admin:
-        return health
-    tiers = health.get("tiers") or {}
-    return {"ok": bool(health.get("ok")),
-            "tiers": {name: {"ok": bool(t.get("ok"))} for name, t in tiers.items()}}
+def visible_health(health: StoreHealth, principal: Principal) -> StoreHealth:
+    """The store's health as ``principal`` may see it: the admin all of it; a tenant whether
+    the store and each tier are ok, nothing of the tiers' block counts, free slots, paths or
+    damage (they hold every tenant's blocks)."""
+    return health if principal.admin else health.only_ok()
 
 
 def _registered(store: StoreAPI, name: str) -> Namespace | None:

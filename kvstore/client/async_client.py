@@ -24,6 +24,7 @@ from kvstore.client.stream_conn import AsyncConn
 from kvstore.client.transfer import check_put
 from kvstore.namespace import Layout, Registered
 from kvstore.protocol import Buffer
+from kvstore.protocol.health import StoreHealth
 from kvstore.protocol.stats import StoreStats
 from kvstore.types import BlockHash, PutResult
 
@@ -92,7 +93,7 @@ class AsyncKVStoreClient:
         """The server's counters as this token may see them (``GET /v1/stats``)."""
         return await self._run(calls.stats)
 
-    async def health(self) -> dict[str, Any]:
+    async def health(self) -> StoreHealth:
         return await self._run(calls.health)
 
     async def close(self) -> None:

@@ -31,6 +31,7 @@ from kvstore.protocol import (
     Stats,
     StatsReply,
 )
+from kvstore.protocol.health import StoreHealth
 from kvstore.protocol.stats import StoreStats
 from kvstore.types import BlockHash
 
@@ -85,9 +86,9 @@ def stats(_: Link) -> Steps[StoreStats]:
     return StoreStats.model_validate(StatsReply.from_header(header).stats)
 
 
-def health(_: Link) -> Steps[dict[str, Any]]:
+def health(_: Link) -> Steps[StoreHealth]:
     header, _blocks = yield Call(Health())
-    return HealthReply.from_header(header).health
+    return StoreHealth.model_validate(HealthReply.from_header(header).health)
 
 
 def delete_namespace(_: Link, name: str) -> Steps[int]:

@@ -31,6 +31,7 @@ from kvstore.client.socket_conn import FrameSocket
 from kvstore.client.transfer import check_put
 from kvstore.namespace import Layout, Registered
 from kvstore.protocol import Buffer
+from kvstore.protocol.health import StoreHealth
 from kvstore.protocol.stats import StoreStats
 from kvstore.types import BlockHash, PutResult
 
@@ -114,7 +115,9 @@ class KVStoreClient:
         """The server's counters as this token may see them (``GET /v1/stats``)."""
         return self._run(calls.stats)
 
-    def health(self) -> dict[str, Any]:
+    def health(self) -> StoreHealth:
+        """Whether the server's store can serve, and its tiers' health as this token may see
+        it (``/healthz`` with the token)."""
         return self._run(calls.health)
 
     # -- granted reads (see kvstore.client.grant) -----------------------------------------

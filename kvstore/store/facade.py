@@ -15,11 +15,11 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future
-from typing import Any
 
 from kvstore.config import StoreConfig
 from kvstore.errors import UnknownNamespaceError
 from kvstore.namespace import Namespace
+from kvstore.protocol.health import StoreHealth
 from kvstore.protocol.stats import StoreStats
 from kvstore.store.index import make_keys
 from kvstore.store.lifecycle import Lifecycle
@@ -286,7 +286,7 @@ class Store:
         self._reader.settle()  # what S3 adopted or lost on its own, counted first
         return self._report.stats()
 
-    def health(self) -> dict[str, Any]:
+    def health(self) -> StoreHealth:
         return self._report.health(self._life.closed)
 
     def check_integrity(self) -> None:

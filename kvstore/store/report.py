@@ -4,9 +4,8 @@ nothing."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from kvstore.errors import KVStoreError
+from kvstore.protocol.health import StoreHealth, TierHealth
 from kvstore.protocol.stats import Counts, StoreStats, TierStats, TotalStats
 from kvstore.store.counters import Tally
 from kvstore.store.damage import DamageSweep
@@ -102,19 +101,20 @@ class Report:
             kept = len(self._ghosts)
         return Trace(tiers, ghosts, kept, self._ghosts.capacity)
 
-    def health(self, closed: bool) -> dict[str, Any]:
-        tiers: dict[str, Any] = {}
+    def health(self, closed: bool) -> StoreHealth:
+        tiers: dict[str, TierHealth] = {}
         ok = not closed
         for tier in self._stack.tiers:
             try:
-                doc = dict(tier.health())
+                health = TierHealth.model_validate({"ok": False, **tier.health()})
             except Exception as exc:  # a health probe must never take the server down
-                doc = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
-            tiers[tier.name] = doc
+                health = TierHealth.model_validate(
+                    {"ok": False, "error": f"{type(exc).__name__}: {exc}"})
+            tiers[tier.name] = health
             # the shared S3 tier degrades the store but does not stop it from serving
-            if not doc.get("ok", False) and tier.name != "s3":
+            if not health.ok and tier.name != "s3":
                 ok = False
-        return {"ok": ok, "tiers": tiers}
+        return StoreHealth(ok=ok, tiers=tiers)
 
     def check_integrity(self) -> None:
         """Raise :class:`IntegrityError` if the index, tiers and policies disagree."""

@@ -230,8 +230,8 @@ class Ops:
 
     async def health(self, session: Session, req: Health, _: memoryview) -> Answer:
         assert session.principal is not None  # the same view as REST's /healthz with a token
-        doc = await self.run(self.store.health)
-        return HealthReply(visible_health(doc, session.principal)), []
+        health = await self.run(self.store.health)
+        return HealthReply(visible_health(health, session.principal).doc()), []
 
     async def flush(self, session: Session, req: Flush, _: memoryview) -> Answer:
         await self.run(self.store.flush)

@@ -15,11 +15,12 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from kvstore.protocol.health import StoreHealth
 from server.auth import Authenticator, Principal
 from server.metrics import tenant_registry
 from server.rest.deps import PrincipalDep, StoreDep, errors
 from server.rest.gate import bearer_token
-from server.rest.schemas import HealthOut, HealthStatusOut
+from server.rest.schemas import HealthStatusOut
 from server.tenant_view import visible_health, visible_stats
 
 router = APIRouter(tags=["health"])
@@ -37,8 +38,8 @@ def _caller(request: Request) -> Principal | None:
 
 @router.get(
     "/healthz",
-    response_model=HealthOut | HealthStatusOut,
-    responses={503: {"model": HealthOut | HealthStatusOut,
+    response_model=StoreHealth | HealthStatusOut,
+    responses={503: {"model": StoreHealth | HealthStatusOut,
                      "description": "a tier cannot serve, or shutting down"},
                **errors(401)},
 )
@@ -47,25 +48,17 @@ def healthz(request: Request, store: StoreDep) -> Any:
     each tier's health too (a tenant's token: only whether each tier is ok)."""
     caller = _caller(request)
     try:
-        doc = store.health()
+        health = store.health()
     except Exception as exc:  # a broken back end must read as unhealthy, not as a 500
-        doc = {"ok": False, "tiers": {}, "error": str(exc)}
+        health = StoreHealth(ok=False, error=str(exc))
     if request.app.state.closing:
-        doc = {**doc, "ok": False, "closing": True}
-    health = HealthOut.model_validate(doc)
+        health = health.model_copy(update={"ok": False, "closing": True})
     status = 200 if health.ok else 503
     if caller is None:
-        shown: HealthStatusOut = HealthStatusOut(ok=health.ok, closing=health.closing)
-    elif not caller.admin:
-        shown = HealthOut.model_validate({**visible_health(doc, caller),
-                                          "closing": health.closing})
-    else:
-        shown = health
-    body = shown.model_dump()
-    for key in ("closing", "error"):  # absent rather than null, as before they were fields
-        if body.get(key) is None:
-            body.pop(key, None)
-    return JSONResponse(body, status_code=status)
+        shown = HealthStatusOut(ok=health.ok, closing=health.closing)
+        return JSONResponse(shown.model_dump(exclude_none=True), status_code=status)
+    # absent rather than null: closing and error
+    return JSONResponse(visible_health(health, caller).doc(), status_code=status)
 
 
 @router.get(

@@ -132,30 +132,11 @@ class NamespaceShown(NamespaceOut):
     stats: Counts = Field(description="the namespace's row of /v1/stats")
 
 
-class TierHealthOut(BaseModel):
-    """One tier's health: ``ok``, and for the admin what the tier reports besides (its block
-    counts, free slots, path, why it is not ok)."""
-
-    model_config = ConfigDict(extra="allow")
-
-    ok: bool
-
-
 class HealthStatusOut(BaseModel):
     """``/healthz`` without a token: whether the server can serve, nothing about its data."""
 
     ok: bool
     closing: bool | None = Field(None, description="true while shutting down; else absent")
-
-
-class HealthOut(HealthStatusOut):
-    """``/healthz`` with a token: each tier's health too (a tenant's token: only whether
-    each tier is ok, since the tiers hold every tenant's blocks)."""
-
-    model_config = ConfigDict(extra="allow")
-
-    error: str | None = Field(None, description="why the store's health could not be read")
-    tiers: dict[str, TierHealthOut]
 
 
 class ErrorBody(BaseModel):

@@ -82,7 +82,7 @@ def test_stale_unix_socket_is_replaced(store_short_dir: Path) -> None:
     try:
         assert path.is_socket()
         with KVStoreClient(proc.url, transport="unix") as client:
-            assert client.health()["ok"]
+            assert client.health().ok
     finally:
         proc.stop()
 

@@ -61,7 +61,7 @@ def test_roundtrip_over_both_paths(server: ServerProc, ns_name: str, use_shm: bo
         assert c.get(ns_name, hashes[:1]) == [None]
         stats = c.stats()
         assert stats.namespaces[ns_name].blocks == 11
-        assert c.health()["ok"] is True
+        assert c.health().ok is True
         c.flush()
 
 
@@ -126,7 +126,7 @@ def test_async_client(server: ServerProc, ns_name: str) -> None:
             await c.prefetch(ns_name, hashes, wait=False)
             assert await c.delete(ns_name, hashes[:1]) == 1
             await c.prefetch(ns_name, hashes)
-            assert (await c.health())["ok"]
+            assert (await c.health()).ok
             assert ns_name in (await c.stats()).namespaces
         for use_shm in (True, False):
             async with AsyncKVStoreClient(server.url, use_shm=use_shm) as c:

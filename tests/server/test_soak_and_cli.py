@@ -83,6 +83,6 @@ def test_serve_reads_yaml_and_python_dash_m(tmp_path: Path) -> None:
                 time.sleep(0.3)
         assert r.json()["tiers"]["host"]["capacity_bytes"] == 32 << 20
         with KVStoreClient(srv.url) as c:
-            assert c.health()["ok"]
+            assert c.health().ok
     finally:
         assert srv.stop() == 0

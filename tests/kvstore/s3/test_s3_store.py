@@ -76,14 +76,14 @@ def test_prefetch_pulls_shared_blocks_into_the_host_tier(make_store: Callable[..
 def test_store_keeps_serving_when_s3_is_unreachable(make_store: Callable[..., Store]) -> None:
     store = make_store(endpoint_url="http://127.0.0.1:9")  # nothing listens
     health = store.health()
-    assert health["ok"] is True and health["tiers"]["s3"]["ok"] is False
-    assert health["tiers"]["s3"]["reason"] == "unavailable"
+    assert health.ok is True and health.tiers["s3"].ok is False
+    assert health.doc()["tiers"]["s3"]["reason"] == "unavailable"
     hashes = [os.urandom(32) for _ in range(10)]
     data = [os.urandom(BLOCK) for _ in range(10)]
     store.put("m", hashes, data)  # overflows into the write-back queue, never blocks
     assert store.get("m", hashes[-4:]) == data[-4:]  # still in host
-    wait_for(lambda: store.health()["tiers"]["s3"]["pending"] == 0, what="queue drained")
-    assert store.health()["tiers"]["s3"]["dropped"] >= 1
+    wait_for(lambda: store.health().doc()["tiers"]["s3"]["pending"] == 0, what="queue drained")
+    assert store.health().doc()["tiers"]["s3"]["dropped"] >= 1
     assert store.get("m", hashes[:1]) == [None]  # demoted and dropped: a miss, not an error
 
 

@@ -120,7 +120,7 @@ def test_stats_count_hits_and_misses_per_tier_and_namespace(make_store: StoreFac
 def test_health_reports_every_tier(make_store: StoreFactory) -> None:
     store = make_store(device=2)
     health = store.health()
-    assert health["ok"] is True
-    assert set(health["tiers"]) == {"device", "host", "disk"}
+    assert health.ok is True
+    assert set(health.tiers) == {"device", "host", "disk"}
     store.close()
-    assert store.health()["ok"] is False
+    assert store.health().ok is False

@@ -43,8 +43,8 @@ def test_a_damaged_page_costs_the_store_only_its_block(
     assert again.get("m", hashes[BAD:BAD + 3]) == [None, None, data[BAD + 2]]
 
     health = again.health()
-    assert health["ok"] is True  # the rest of the file serves
-    damage = health["tiers"]["disk"]["damage"]
+    assert health.ok is True  # the rest of the file serves
+    damage = health.doc()["tiers"]["disk"]["damage"]  # the disk tier's own report
     assert damage["by_cause"] == {"disk_page": 1}
     assert "MDB_CORRUPTED" in damage["last_error"]
     again.check_integrity()
