@@ -80,9 +80,9 @@ class DirectPut:
     def commit(self, nowait: bool = False) -> PutResult:
         """Publish the received blocks (the store's ``commit_write``, given the checksums of
         the bytes as they landed; it refuses those that differ from the client's ``sums``);
-        if that fails (other
-        than :class:`~kvstore.errors.WouldBlock`, which changes nothing and is retried), the
-        places are freed: only this put's commit or abort ever frees them."""
+        if that fails (other than :class:`~kvstore.errors.WouldBlock`, which changes nothing
+        and is retried), the places are freed: only this put's commit or abort ever frees
+        them."""
         try:
             result: PutResult = self.store.commit_write(
                 self.ns, self.hashes, owner=self.owner, nowait=nowait, sums=self.sums,
