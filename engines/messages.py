@@ -8,6 +8,7 @@ on the other at once, and a worker that answers with something else is one clear
 - ``POST /prefill`` (:class:`PrefillRequest`) -> :class:`PrefillReply`: the handoff.
 - ``GET /latency?since=N`` -> :class:`LatencyReport`: requests finished after ``N``, the load.
 - ``POST /admin/role`` (:class:`RoleRequest`) -> :class:`RoleReply`.
+- the router's ``GET /stats`` -> :class:`RouterStats` (for its exporter and the planner).
 """
 
 from __future__ import annotations
@@ -99,3 +100,33 @@ class RoleReply(BaseModel):
     role: str
     previous: str
     switches: int
+
+
+class RoutedWorker(BaseModel):
+    """One worker as the router sees it (a row of :class:`RouterStats`)."""
+
+    role: str
+    up: bool
+    inflight: int = Field(description="requests running")
+    queued_tokens: int = Field(description="estimated tokens of work running")
+    rates: dict[str, float | None]
+    routed: int
+    failures: int
+    prompt_tokens: int = Field(description="prompt tokens routed to it")
+    hit_tokens: int = Field(description="prefix tokens it did not compute")
+    resident_blocks: int = Field(description="blocks the router knows it holds")
+
+
+class RouterStats(BaseModel):
+    """The router's ``GET /stats``: its totals, the prefix hit rate and each worker by URL
+    (read by its Prometheus exporter and by the SLO planner)."""
+
+    policy: str
+    requests: int
+    failed: int = Field(description="requests no worker served")
+    retries: int = Field(description="attempts moved to another worker")
+    prompt_tokens: int
+    hit_tokens: int
+    store_prefix_tokens: int = Field(description="prompt tokens kvstore held when routed")
+    prefix_hit_rate: float
+    workers: dict[str, RoutedWorker]

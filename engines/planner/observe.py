@@ -15,12 +15,12 @@ import math
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import httpx
 from pydantic import ValidationError
 
-from engines.messages import LatencyReport, WorkerInfo
+from engines.messages import LatencyReport, RouterStats, WorkerInfo
 
 POOLS = ("prefill", "decode")
 ITL_MIN_TOKENS = 8  # a mean over fewer gaps is noise (the first steps share a batch with prefills)
@@ -132,11 +132,15 @@ class Observer:
         Raises ``httpx.HTTPError`` when the router does not answer."""
         r = await self.client.get(f"{self.router}/stats", timeout=5.0)
         r.raise_for_status()
-        listed: dict[str, Any] = r.json()["workers"]
+        try:
+            listed = RouterStats.model_validate_json(r.content).workers
+        except ValidationError as exc:  # a router's answer, or nothing the planner can use
+            raise httpx.HTTPError(f"{self.router}/stats is not a router's answer: {exc}") \
+                from None
         workers = self.view.workers
-        for url, doc in listed.items():
+        for url, seen in listed.items():
             w = workers.setdefault(url, WorkerSeen(url))
-            w.up = bool(doc["up"])
+            w.up = seen.up
         for url in list(workers):
             if url not in listed:
                 del workers[url]

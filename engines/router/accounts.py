@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from engines.messages import RoutedWorker, RouterStats
 from engines.router.workers import Worker
 
 
@@ -17,8 +18,12 @@ class Accounts:
     """The router's totals; owned by its asyncio loop."""
 
     def __init__(self) -> None:
-        self.totals = {"requests": 0, "failed": 0, "retries": 0, "prompt_tokens": 0,
-                       "hit_tokens": 0, "store_prefix_tokens": 0}
+        self.requests = 0
+        self.failures = 0  # requests no worker served
+        self.retries = 0
+        self.prompt_tokens = 0
+        self.hit_tokens = 0
+        self.store_prefix_tokens = 0
 
     def served(self, w: Worker, doc: dict[str, Any], prompt_tokens: int,
                store_tokens: int) -> None:
@@ -28,30 +33,29 @@ class Accounts:
         w.up, w.routed = True, w.routed + 1
         w.prompt_tokens += prompt_tokens
         w.hit_tokens += hit
-        t = self.totals
-        t["requests"] += 1
-        t["prompt_tokens"] += prompt_tokens
-        t["hit_tokens"] += hit
-        t["store_prefix_tokens"] += store_tokens
+        self.requests += 1
+        self.prompt_tokens += prompt_tokens
+        self.hit_tokens += hit
+        self.store_prefix_tokens += store_tokens
 
     def retried(self) -> None:
         """A worker failed a request that another one will be asked to serve."""
-        self.totals["retries"] += 1
+        self.retries += 1
 
     def failed(self) -> None:
         """A request failed: every worker failed it, or a healthy worker failed it alone."""
-        self.totals["failed"] += 1
+        self.failures += 1
 
-    def stats(self, policy: str, workers: list[Worker]) -> dict[str, Any]:
+    def stats(self, policy: str, workers: list[Worker]) -> RouterStats:
         """The ``GET /stats`` document: the totals, the prefix hit rate and each worker."""
-        t = self.totals
-        return {
-            "policy": policy, **t,
-            "prefix_hit_rate": t["hit_tokens"] / t["prompt_tokens"] if t["prompt_tokens"] else 0,
-            "workers": {w.url: {"role": w.role, "up": w.up, "inflight": w.inflight,
-                                "queued_tokens": w.queued, "rates": w.rates,
-                                "routed": w.routed, "failures": w.failures,
-                                "prompt_tokens": w.prompt_tokens, "hit_tokens": w.hit_tokens,
-                                "resident_blocks": len(w.resident)}
-                        for w in workers},
-        }
+        return RouterStats(
+            policy=policy, requests=self.requests, failed=self.failures, retries=self.retries,
+            prompt_tokens=self.prompt_tokens, hit_tokens=self.hit_tokens,
+            store_prefix_tokens=self.store_prefix_tokens,
+            prefix_hit_rate=self.hit_tokens / self.prompt_tokens if self.prompt_tokens else 0,
+            workers={w.url: RoutedWorker(
+                role=w.role, up=w.up, inflight=w.inflight, queued_tokens=w.queued,
+                rates=dict(w.rates), routed=w.routed, failures=w.failures,
+                prompt_tokens=w.prompt_tokens, hit_tokens=w.hit_tokens,
+                resident_blocks=len(w.resident)) for w in workers},
+        )

@@ -12,6 +12,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from engines.access import Access
+from engines.messages import RouterStats
 from engines.router.api import errors
 from engines.router.api.errors import APIError
 from engines.router.api.limits import BodyCap, Limits
@@ -50,7 +51,7 @@ def create_app(router: Router, tokenizer_dir: str | Path | None = None,
     app.include_router(make_routes(router, tokenizer, served_model_name, limits))
 
     @app.get("/stats")
-    async def stats() -> dict[str, Any]:
+    async def stats() -> RouterStats:
         return router.stats()
 
     @app.get("/health")

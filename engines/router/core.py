@@ -33,7 +33,7 @@ from pydantic import ValidationError
 
 from engines import disagg
 from engines.access import bearer
-from engines.messages import WorkerInfo
+from engines.messages import RouterStats, WorkerInfo
 from engines.router import forward
 from engines.router import workers as worker_view
 from engines.router.accounts import Accounts
@@ -229,7 +229,7 @@ class Router:
         """Pull ``w``'s residency events since the last pull."""
         await worker_view.sync(self.client, w)
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> RouterStats:
         return self.accounts.stats(self.policy, self.workers + self.prefill)
 
     # -- internals ----------------------------------------------------------------------------

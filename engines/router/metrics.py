@@ -43,25 +43,26 @@ class RoutingCollector(Collector):
         self._router = router
 
     def collect(self) -> Iterator[Metric]:
-        doc = self._router.stats()
-        policy, workers = doc["policy"], doc["workers"]
+        stats = self._router.stats()
+        policy, workers = stats.policy, stats.workers
         decisions = CounterMetricFamily("kvstore_router_decisions",
                                         "routing decisions by outcome",
                                         labels=["policy", "worker", "outcome"])
         for url, w in workers.items():
-            decisions.add_metric([policy, url, "routed"], w["routed"])
-            decisions.add_metric([policy, url, "failed"], w["failures"])
-        decisions.add_metric([policy, "none", "no_worker"], doc["failed"])
+            decisions.add_metric([policy, url, "routed"], w.routed)
+            decisions.add_metric([policy, url, "failed"], w.failures)
+        decisions.add_metric([policy, "none", "no_worker"], stats.failed)
         yield decisions
         requests = CounterMetricFamily("kvstore_router_requests", "requests served",
                                        labels=["policy"])
-        requests.add_metric([policy], doc["requests"])
+        requests.add_metric([policy], stats.requests)
         yield requests
         yield CounterMetricFamily("kvstore_router_retries",
-                                  "attempts moved to another worker", value=doc["retries"])
+                                  "attempts moved to another worker", value=stats.retries)
         yield CounterMetricFamily("kvstore_router_store_prefix_tokens",
                                   "prompt tokens kvstore held when routed",
-                                  value=doc["store_prefix_tokens"])
+                                  value=stats.store_prefix_tokens)
+        rows = {url: w.model_dump() for url, w in workers.items()}  # a family per field
         per_worker = (("prompt_tokens", "counter", "prompt tokens routed"),
                       ("hit_tokens", "counter", "prefix tokens the worker did not compute"),
                       ("inflight", "gauge", "requests running"),
@@ -71,13 +72,13 @@ class RoutingCollector(Collector):
             name = f"kvstore_router_{key}" if kind == "counter" else f"kvstore_router_worker_{key}"
             family = (CounterMetricFamily(name, text, labels=["worker"]) if kind == "counter"
                       else GaugeMetricFamily(name, text, labels=["worker"]))
-            for url, w in workers.items():
-                family.add_metric([url], w[key])
+            for url, row in rows.items():
+                family.add_metric([url], row[key])
             yield family
         up = GaugeMetricFamily("kvstore_router_worker_up", "1 while the worker takes requests",
                                labels=["worker", "role"])
         for url, w in workers.items():
-            up.add_metric([url, w["role"]], float(bool(w["up"])))
+            up.add_metric([url, w.role], float(w.up))
         yield up
 
 
