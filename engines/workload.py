@@ -34,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -80,7 +81,7 @@ class WorkloadConfig:
             raise ValueError("vocab must exceed first_token")
 
     def scaled(self, factor: float, outputs: float | None = None,
-               **changes: object) -> WorkloadConfig:
+               **changes: Any) -> WorkloadConfig:
         """Every length (prompt parts, outputs, caps) times ``factor``, at least 1 token;
         with ``outputs``, the output lengths (answers, which a chat's history also carries,
         and their cap) times that instead; ``changes`` replace fields after scaling."""
@@ -89,7 +90,7 @@ class WorkloadConfig:
         out = factor if outputs is None else outputs
         sized = {n: max(1, round(getattr(self, n) * f))
                  for names, f in ((prompts, factor), (answers, out)) for n in names}
-        return dataclasses.replace(self, **{**sized, **changes})  # type: ignore[arg-type]
+        return dataclasses.replace(self, **{**sized, **changes})
 
 
 @dataclass(frozen=True, slots=True)

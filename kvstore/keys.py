@@ -26,7 +26,7 @@ import pickle
 from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import countOf
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import cbor2
 
@@ -191,7 +191,9 @@ class BlockHasher:
         first = lora + salt
         prev = hash_fn((prev, toks[:bs], tuple(first) if first else None))
         out.append(BlockHash(prev))
-        _chain(self.algo, toks, bs, end, prev, tuple(lora) if lora else None, out)
+        # BlockHash is bytes at run time: the hot loop appends digests as they come
+        _chain(self.algo, toks, bs, end, prev, tuple(lora) if lora else None,
+               cast("list[bytes]", out))
         return out
 
 
@@ -202,7 +204,7 @@ def _chain(
     end: int,
     prev: bytes,
     extra: tuple[Any, ...] | None,
-    out: list[BlockHash],
+    out: list[bytes],
 ) -> None:
     """Append to ``out`` the hashes of blocks ``[bs, end)`` of ``toks``, chained on ``prev``,
     all with the same ``extra`` keys.
@@ -217,12 +219,12 @@ def _chain(
         dumps, protocol = pickle.dumps, PICKLE_PROTOCOL
         for start in range(bs, end, bs):
             prev = new(dumps((prev, toks[start : start + bs], extra), protocol)).digest()
-            append(prev)  # type: ignore[arg-type]  # BlockHash is bytes at run time
+            append(prev)
     else:
         cbor_dumps = cbor2.dumps
         for start in range(bs, end, bs):
             prev = new(cbor_dumps((prev, toks[start : start + bs], extra), canonical=True)).digest()
-            append(prev)  # type: ignore[arg-type]
+            append(prev)
 
 
 def block_hashes(

@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from kvstore.client import KVStoreClient
 from kvstore.testing.seaweed import SeaweedServer
@@ -112,7 +113,7 @@ class Traffic:
 
 @contextlib.contextmanager
 def busy_server(root: Path, *flags: str, token: str | None = None, s3: bool = True,
-                **traffic: object) -> Iterator[tuple[ServerProc, Traffic]]:
+                **traffic: Any) -> Iterator[tuple[ServerProc, Traffic]]:
     """A ``kvstore serve`` with small host and disk tiers (128 blocks each) over an S3 tier on
     a throwaway SeaweedFS (unless ``s3`` is False), and :class:`Traffic` running against it;
     everything stops on exit. ``flags`` go to ``kvstore serve``."""
@@ -132,7 +133,7 @@ def busy_server(root: Path, *flags: str, token: str | None = None, s3: bool = Tr
                             disk_capacity="2MiB")
         stack.callback(server.stop)
         server.start()
-        load = Traffic(server.url, token, **traffic)  # type: ignore[arg-type]
+        load = Traffic(server.url, token, **traffic)
         stack.callback(load.stop)
         load.start()
         yield server, load
