@@ -132,7 +132,8 @@ def bench_ttft_reuse(model: Path, quick: bool, tmp: Path,
             if i:  # the first round is warm-up
                 for k in samples:
                     samples[k].append(ttft[k])
-        hit = with_store.stats()["kvstore"]["loaded_blocks"]
+        counts = with_store.stats().kvstore
+        hit = counts.loaded_blocks if counts is not None else 0
         store.close()
     finally:
         server.stop()

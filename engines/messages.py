@@ -8,6 +8,7 @@ on the other at once, and a worker that answers with something else is one clear
 - ``POST /prefill`` (:class:`PrefillRequest`) -> :class:`PrefillReply`: the handoff.
 - ``GET /latency?since=N`` -> :class:`LatencyReport`: requests finished after ``N``, the load.
 - ``POST /admin/role`` (:class:`RoleRequest`) -> :class:`RoleReply`.
+- ``GET /stats`` -> :class:`WorkerStats` (its counters and its engine's, for its exporter).
 - the router's ``GET /stats`` -> :class:`RouterStats` (for its exporter and the planner).
 """
 
@@ -130,3 +131,45 @@ class RouterStats(BaseModel):
     store_prefix_tokens: int = Field(description="prompt tokens kvstore held when routed")
     prefix_hit_rate: float
     workers: dict[str, RoutedWorker]
+
+
+class ConnectorCounts(BaseModel):
+    """What an engine's kvstore connector did: lookups, blocks the store held, loaded into the
+    cache and saved from it, and store errors (each one a miss or a dropped save)."""
+
+    lookups: int
+    hit_blocks: int
+    loaded_blocks: int
+    saved_blocks: int
+    errors: int
+
+
+class EngineStats(BaseModel):
+    """An engine's counters (tokens by where their KV came from, preemptions, steps) and its
+    batch and cache now."""
+
+    prompt_tokens: int
+    local_hit_tokens: int = Field(description="prompt tokens found in its own cache")
+    store_hit_tokens: int = Field(description="prompt tokens loaded from kvstore")
+    computed_tokens: int
+    preemptions: int
+    steps: int
+    free_blocks: int
+    running: int
+    waiting: int
+    rates: dict[str, float | None]
+    kvstore: ConnectorCounts | None = Field(default=None,
+                                            description="absent for an engine without kvstore")
+
+
+class WorkerStats(BaseModel):
+    """A worker's ``GET /stats``: its role, request and token counters, and its engine's."""
+
+    role: str
+    requests: int
+    prefills: int
+    generated_tokens: int
+    cached_tokens: int
+    role_switches: int
+    engine: EngineStats
+    inflight: int = Field(description="requests in the engine")

@@ -45,6 +45,7 @@ from engines.messages import (
     PrefillReply,
     PrefillRequest,
     WorkerInfo,
+    WorkerStats,
 )
 from engines.worker_control import ROLES, WorkerControl, install
 from engines.worker_metrics import WorkerMetrics
@@ -95,10 +96,10 @@ def create_app(engine: Engine, role: str = "both", token: str | None = None) -> 
     control = WorkerControl(role, can_prefill=engine.connector is not None, access=access)
     counters = {"requests": 0, "prefills": 0, "generated_tokens": 0, "cached_tokens": 0}
 
-    def snapshot() -> dict[str, Any]:
+    def snapshot() -> WorkerStats:
         with loop.lock:
-            return {"role": control.role, **counters, "role_switches": control.switches,
-                    "engine": engine.stats(), "inflight": len(loop.pending)}
+            return WorkerStats(role=control.role, **counters, role_switches=control.switches,
+                               engine=engine.stats(), inflight=len(loop.pending))
 
     metrics = WorkerMetrics(snapshot)
     loop = EngineLoop(engine, metrics)
@@ -245,7 +246,7 @@ def create_app(engine: Engine, role: str = "both", token: str | None = None) -> 
                                 for e in events])
 
     @app.get("/stats")
-    def stats() -> dict[str, Any]:
+    def stats() -> WorkerStats:
         return snapshot()
 
     @app.get("/metrics", response_class=Response)

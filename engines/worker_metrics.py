@@ -25,6 +25,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from engines.decoder.scheduler import Sequence
+from engines.messages import WorkerStats
 
 TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1)
@@ -37,20 +38,19 @@ ENGINE_GAUGES = ("running", "waiting", "free_blocks")
 class WorkerCollector(Collector):
     """The worker's stats document as metric families, read at each scrape."""
 
-    def __init__(self, stats: Callable[[], dict[str, Any]]) -> None:
+    def __init__(self, stats: Callable[[], WorkerStats]) -> None:
         self._stats = stats
 
     def collect(self) -> Iterator[Metric]:
-        doc = self._stats()
-        engine, role = doc.get("engine", {}), [doc["role"]]
-        rows: list[tuple[str, str, Any]] = [(k, "counter", doc.get(k)) for k in COUNTERS]
-        rows += [(k, "counter", engine.get(k)) for k in ENGINE_COUNTERS]
-        rows += [(f"store_{k}", "counter", v) for k, v in engine.get("kvstore", {}).items()]
-        rows += [(k, "gauge", engine.get(k)) for k in ENGINE_GAUGES]
-        rows.append(("inflight", "gauge", doc.get("inflight")))
+        stats = self._stats()
+        doc, engine = stats.model_dump(), stats.engine.model_dump()  # a family per field
+        role = [stats.role]
+        rows: list[tuple[str, str, Any]] = [(k, "counter", doc[k]) for k in COUNTERS]
+        rows += [(k, "counter", engine[k]) for k in ENGINE_COUNTERS]
+        rows += [(f"store_{k}", "counter", v) for k, v in (engine["kvstore"] or {}).items()]
+        rows += [(k, "gauge", engine[k]) for k in ENGINE_GAUGES]
+        rows.append(("inflight", "gauge", stats.inflight))
         for key, kind, value in rows:
-            if value is None:
-                continue
             name = f"kvstore_worker_{key}"
             family = (CounterMetricFamily(name, key, labels=["role"]) if kind == "counter"
                       else GaugeMetricFamily(name, key, labels=["role"]))
@@ -61,7 +61,7 @@ class WorkerCollector(Collector):
 class WorkerMetrics:
     """The worker's registry and its latency histograms."""
 
-    def __init__(self, stats: Callable[[], dict[str, Any]]) -> None:
+    def __init__(self, stats: Callable[[], WorkerStats]) -> None:
         self.registry = CollectorRegistry()
         self.registry.register(WorkerCollector(stats))
         self.ttft = Histogram("kvstore_worker_ttft_seconds", "arrival to first token",

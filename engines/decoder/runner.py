@@ -12,7 +12,6 @@ import logging
 import time
 from collections.abc import Sequence as Seq
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -22,6 +21,7 @@ from engines.decoder.paged_kv import BlockManager, allocate_cache, block_bytes
 from engines.decoder.rates import Rates
 from engines.decoder.sampler import SamplingParams, make_generator, sample
 from engines.decoder.scheduler import Scheduler, Sequence
+from engines.messages import ConnectorCounts, EngineStats
 from engines.store_io import BlockStore, KVConnector
 from kvstore.keys import BlockHasher
 from kvstore.namespace import Layout
@@ -189,14 +189,14 @@ class Engine:
         self.blocks = BlockManager(self.ecfg.num_blocks)
         self.scheduler.blocks = self.blocks
 
-    def stats(self) -> dict[str, Any]:
-        out: dict[str, Any] = dict(self.scheduler.stats)
-        out.update(steps=self.steps, free_blocks=self.blocks.num_free,
-                   running=len(self.scheduler.running), waiting=len(self.scheduler.waiting))
-        out["rates"] = self.rates.as_dict()
-        if self.connector is not None:
-            out["kvstore"] = dataclasses.asdict(self.connector.stats)
-        return out
+    def stats(self) -> EngineStats:
+        connector = self.connector
+        return EngineStats(
+            **self.scheduler.stats, steps=self.steps, free_blocks=self.blocks.num_free,
+            running=len(self.scheduler.running), waiting=len(self.scheduler.waiting),
+            rates=self.rates.as_dict(),
+            kvstore=None if connector is None
+            else ConnectorCounts(**dataclasses.asdict(connector.stats)))
 
     def _build(self, plan: list[tuple[Sequence, int]]) -> tuple[torch.Tensor, AttnBatch,
                                                                   list[Sequence]]:
