@@ -44,7 +44,7 @@ from kvstore.types import BlockKey
 
 POLICIES = ("lru", "lfu", "s3fifo", "sampled_lru", "sampled_lfu", "sampled_s3fifo")
 EXACT = ("lru", "lfu", "s3fifo")  # what a disk tier may be configured with
-DISK_TARGET = 0.98  # a stand-in's hit rate against the exact policy's (issue 15: within 2%)
+DISK_TARGET = 0.98  # a stand-in's hit rate against the exact policy's (within 2%)
 CAPACITIES = (100, 250, 500, 1000, 2000)  # blocks; the same rows in --quick and full runs
 TIMING_CAPACITY = 500
 

@@ -18,7 +18,7 @@ warm-up:
 Puts are ``put_many`` of the chain followed by ``flush()`` (every object and pointer
 uploaded); gets are ``get_many`` of the chain (every block verified against its checksum).
 Rows: ``s3 put``/``s3 get`` against raw grouped (target 0.90, DESIGN.md section 6), and
-``chain put``/``chain get`` against per block (get target 3.0, issue 15; put informational).
+``chain put``/``chain get`` against per block (get target 3.0; put informational).
 ``first read`` is what another node pays the first time: a fresh tier on the same prefix
 looks the chain up (``discover(prefix=True)``) and reads it, grouped against per block
 (informational).
@@ -59,7 +59,7 @@ from kvstore.types import BlockKey
 
 KiB, MiB = 1 << 10, 1 << 20
 TARGET = 0.90  # of raw boto3 doing the same requests (DESIGN.md section 6)
-CHAIN_TARGET = 3.0  # chain read, grouped vs one object per block (issue 15)
+CHAIN_TARGET = 3.0  # chain read, grouped vs one object per block
 GET_ROUNDS = 3  # get rounds per repetition
 
 

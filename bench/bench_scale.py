@@ -1,7 +1,7 @@
 """Does the index scale: RAM per block and time to first answer after a restart, at 1M, 4M and
 16M blocks held only on disk or only in S3, and lookup latency at each size?
 
-Targets (issue 15, item 2): RAM per disk-only block <= 100 bytes; a restarted store answers
+Targets: RAM per disk-only block <= 100 bytes; a restarted store answers
 within 1 s whatever the block count. Each size is one LMDB file of tiny blocks (64 bytes: the
 index does not care about payload size) written once through the disk tier; then a fresh
 process opens a disk-only store on it and is timed from ``Store(...)`` to its first answer (a

@@ -17,11 +17,11 @@ Rows (each against a baseline measured in the same run, BENCH.md):
 Targets: shared-memory put >= 0.70 of memcpy, shared-memory get (each copy verified against
 the block's checksum, hashed a chunk at a time as it is copied) >= 0.85 of memcpy, beside
 "memcpy then xxh3" (a copy, then a hash of it: the naive floor of a verified copy); TCP data
-plane faster than Redis (issue 3); TCP and Unix socket put and get (into preallocated
+plane faster than Redis; TCP and Unix socket put and get (into preallocated
 buffers, as the raw socket receives) >= 0.80 of the raw socket of the same kind, REST get of
-one 2 MiB block >= 0.50 of the raw TCP socket (issue 15); aggregate with the most clients >=
+one 2 MiB block >= 0.50 of the raw TCP socket; aggregate with the most clients >=
 0.90 of one client's, and get p99 beside demoting puts at most 2x the p99 alone (ratio >=
-0.50; issue 15).
+0.50).
 Cases are interleaved (A B C ... A B C) and medians taken after a warm-up. The server and
 Redis run on loopback ports of this machine and are stopped at the end.
 

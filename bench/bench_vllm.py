@@ -64,7 +64,7 @@ from kvstore.testing.proc import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 BLOCK = 32
-TTFT_TARGET = 5.0  # kvstore TTFT on a hit vs recomputation (issue 5)
+TTFT_TARGET = 5.0  # kvstore TTFT on a hit vs recomputation
 TTFT_ROUNDS = 3  # interleaved samples per repetition of a repeatable TTFT case
 GPU_OFFLOAD_BYTES = 8 << 30  # host RAM for vLLM's own offloading connectors (GPU only)
 Samples = dict[str, list[float]]  # "case|engine" (seconds) and "case|engine|hit" (tokens)

@@ -1,5 +1,6 @@
-"""Pieces every benchmark shares: machine facts, interleaved timing, the JSON report of
-``shared/BENCH.md`` and a plain table."""
+"""Pieces every benchmark shares: machine facts, interleaved timing, the JSON report every
+bench writes (each row a case, its value and unit, its baseline and ratio, its target) and a
+plain table."""
 
 from __future__ import annotations
 

@@ -310,7 +310,7 @@ METRICS = (("TTFT p50", "ttft_p50", "s", False), ("goodput", "goodput", "request
            ("prefix hit rate", "hit_rate", "fraction", True),
            ("TTFT p99", "ttft_p99", "s", False), ("ITL p50", "itl_p50", "s", False),
            ("throughput", "tokens_per_s", "tokens/s", True))
-# ratio targets of KV-aware against each baseline (issue 17): >= 1.3x round-robin on TTFT p50
+# ratio targets of KV-aware against each baseline: >= 1.3x round-robin on TTFT p50
 # and goodput, better than every other policy there, never below round-robin on hit rate
 TARGETS = {("ttft_p50", "round-robin"): 1.3, ("goodput", "round-robin"): 1.3,
            ("ttft_p50", "least-loaded"): 1.0, ("goodput", "least-loaded"): 1.0,

@@ -159,7 +159,7 @@ class ServerSettings(BaseSettings):
     # uvloop (the default where it is installed) halves the event loop's cost per frame
     event_loop: Literal["auto", "uvloop", "asyncio"] = Field(
         "auto", description="event loop: auto (uvloop where installed), uvloop or asyncio")
-    # -- secrets from files, and the REST plane's bounds (issue 14) ------------------------
+    # -- secrets from files, and the REST plane's bounds ------------------------
     token_file: str | None = Field(None, description="file holding the admin token (mode "
                                    "0600); keeps it out of the process list")
     tenant_tokens_file: str | None = Field(None, description="file holding the JSON map "

@@ -1,4 +1,4 @@
-"""The command lines document themselves (issue 16): ``--help`` of every command shows each
+"""The command lines document themselves: ``--help`` of every command shows each
 flag's meaning and default (``kvstore serve``'s generated from the settings' descriptions), and
 ``kvstore``, ``kvstore-engine`` and ``kvstore-router`` answer ``--version``."""
 

@@ -1,4 +1,4 @@
-"""The shell quick-starts of ``README.md`` and ``engines/README.md`` run as written (issue 16).
+"""The shell quick-starts of ``README.md`` and ``engines/README.md`` run as written.
 
 A quick start is the fenced blocks that follow a ``<!-- quickstart NAME ... -->`` comment in a
 markdown file (the comment is invisible to a reader): the blocks of one NAME run in order, in one

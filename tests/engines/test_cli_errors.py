@@ -1,7 +1,7 @@
 """``kvstore-engine`` and ``kvstore-router`` refuse a start that cannot work with one line on
 stderr naming the flag, exit code 2, no traceback; the router started before its workers
 waits for them (503 with a message until one answers) and passes a worker's refusal on as the
-worker's own message (issue 16)."""
+worker's own message."""
 
 from __future__ import annotations
 

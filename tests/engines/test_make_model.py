@@ -1,6 +1,6 @@
 """``kvstore-engine make-model`` writes a random Llama and its tokenizer that the built-in
 engine, ``transformers`` (model and ``AutoTokenizer``, chat template included) load, the same
-bytes for the same seed; arguments that cannot work are one line and exit code 2 (issue 16)."""
+bytes for the same seed; arguments that cannot work are one line and exit code 2."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 ``--served-model-name``) and a real ``kvstore-engine serve`` worker on loopback: text and
 token-id completions, chat through the chat template, streaming with usage, cached tokens on
 a repeated prompt, stop strings, ``n``, refused parameters and a wrong model in OpenAI's
-error shape, ``/v1/models`` (issue 17)."""
+error shape, ``/v1/models``."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A full disk (issue 14, item 11), on a real small tmpfs: one clear error naming the full
+"""A full disk, on a real small tmpfs: one clear error naming the full
 disk (logged once, not once per block), a durable put refused with that reason, health
 degraded, and an honest count of the blocks a shutdown could not write.
 

@@ -1,4 +1,4 @@
-"""Pins are bounded (issue 14, item 14): a lease is cut to the server's ``max_lease_s`` on
+"""Pins are bounded: a lease is cut to the server's ``max_lease_s`` on
 every path that pins (``pin``, ``shm_lookup`` grants), a lease that is not a finite positive
 number is an error frame, each tenant holds at most ``max_pinned_bytes_per_tenant`` pinned
 (all or nothing, ``pin_quota``), and a client's grants go ``grant_grace_s`` after its last

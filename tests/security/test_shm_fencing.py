@@ -1,4 +1,4 @@
-"""Shared-memory extents are fenced by generation (issue 14, item 8): a client that copies
+"""Shared-memory extents are fenced by generation: a client that copies
 into extents after their lease ran out, or out of them, never changes or takes another
 block's bytes; the server refuses the late commit and the late read is a miss."""
 

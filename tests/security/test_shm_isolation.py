@@ -1,4 +1,4 @@
-"""Who may map the host slab (issue 14, item 4): the slab is an anonymous memfd (no name in
+"""Who may map the host slab: the slab is an anonymous memfd (no name in
 /dev/shm), handed over the Unix socket only after an authenticated ``hello``, and only to a
 principal trusted with every block in it (the admin token when tenant tokens are set). Tenant
 clients fall back to the socket and cannot reach another tenant's blocks through any path."""

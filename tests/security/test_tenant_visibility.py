@@ -1,4 +1,4 @@
-"""What tenants can see of each other (issue 14, item 10): a tenant's ``/metrics`` and
+"""What tenants can see of each other: a tenant's ``/metrics`` and
 ``/v1/stats`` cover only its own namespaces (the admin sees all), and tokens can come from
 files so that they stay out of the process list."""
 

@@ -1,6 +1,6 @@
 """Fencing of the shared-memory path in the store: a commit that names the generation its
 extents were handed out with is refused once those slots were freed (and maybe reused) since,
-so a late writer's bytes never become a block (issue 14, item 8)."""
+so a late writer's bytes never become a block."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Leases are bounded (issue 14, item 14): every pinning call is cut to ``max_lease_s`` and
+"""Leases are bounded: every pinning call is cut to ``max_lease_s`` and
 refuses a lease that is not a finite, positive number; pins taken for a tenant count against
 its quota of pinned bytes, all or nothing; ``cut_leases`` shortens one owner's pins."""
 
