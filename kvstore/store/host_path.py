@@ -268,16 +268,10 @@ class HostPath:
 
     def _seal(self, keys: list[BlockKey], sent: list[int | None] | None,
               landed: list[int | None] | None = None) -> list[BlockKey]:
-        """Record the checksum of each reserved block's bytes (``landed[i]`` where given,
-        else hashed as they lie); those whose bytes differ from the writer's checksum in
-        ``sent`` are unreserved (lock held)."""
-        got: list[int | None] = list(landed) if landed is not None else [None] * len(keys)
-        todo = [i for i, c in enumerate(got) if c is None]
-        if todo:
-            hashed = self._stack.slab().sums([self._held(keys[i]).extents for i in todo])
-            for i, h in zip(todo, hashed, strict=True):
-                got[i] = h
-        sums = self._checks.sealed([c for c in got if c is not None], sent)
+        """Record each reserved block's checksum (see :meth:`Checks.sealed`); those whose
+        bytes differ from the writer's checksum in ``sent`` are unreserved (lock held)."""
+        sums = self._checks.sealed([self._held(k).extents for k in keys], sent,
+                                   landed or [None] * len(keys))
         for key, csum, entry in zip(keys, sums, self._ledger.get_many(keys), strict=True):
             if csum is None:
                 self._reservations.free(key)

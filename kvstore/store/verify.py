@@ -27,6 +27,7 @@ from kvstore.store.index import fmt_key
 from kvstore.store.ledger import Ledger
 from kvstore.store.stack import TierStack
 from kvstore.tiers.base import Buffer
+from kvstore.tiers.slots import Extents
 from kvstore.types import BlockKey, CorruptCause
 
 log = logging.getLogger("kvstore.store")
@@ -61,17 +62,22 @@ class Checks:
             ok[i] = csum == sums[i]
         return ok
 
-    @staticmethod
-    def sealed(sums: Sequence[int], sent: Sequence[int | None] | None) -> list[int | None]:
-        """The checksum to record for each block just written into the slab (``sums``: of
-        the bytes in its places now, or as a socket receive saw them land), or None where
-        the client's checksum (``sent``) differs: the block is refused. Without ``sent``
-        every block is taken as it lies (a late copy before the commit cannot be told from
-        the writer's own)."""
+    def sealed(self, extents: Sequence[Extents], sent: Sequence[int | None] | None,
+               landed: Sequence[int | None]) -> list[int | None]:
+        """The checksum to record for each block just written into the slab at ``extents``:
+        ``landed[i]`` (as a socket receive saw its bytes land) where given, else of its bytes
+        as they lie now; None where the client's checksum (``sent``) differs: the block is
+        refused. Without ``sent`` every block is taken as it is (a late copy before the
+        commit cannot be told from the writer's own)."""
+        got = list(landed)
+        todo = [i for i, c in enumerate(got) if c is None]
+        for i, csum in zip(todo, self._stack.slab().sums([extents[i] for i in todo]),
+                           strict=True):
+            got[i] = csum
         if sent is None:
-            return list(sums)
+            return got
         return [s if want is None or want == s else None
-                for s, want in zip(sums, sent, strict=True)]
+                for s, want in zip(got, sent, strict=True)]
 
     def check_host(self, keys: Sequence[BlockKey], cause: CorruptCause) -> int:
         """Hash the host copies of ``keys`` where they lie and drop the blocks whose bytes no
