@@ -5,13 +5,13 @@ reads it (:mod:`kvstore.cli_explain`)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
 from kvstore.explain import Explanation
+from kvstore.protocol.stats import Count
 
-Count = Annotated[int, Field(ge=0)]
 Why = Literal["evicted", "deleted", "corrupt", "lost"]
 BlockStatus = Literal["stored", "evicted", "other_recipe", "never_seen"]
 RecipeField = Literal["hash_algo", "hash_seed", "block_size"]

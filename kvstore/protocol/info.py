@@ -4,11 +4,9 @@ it (:mod:`kvstore.client.discovery` turns it into the route a client takes)."""
 
 from __future__ import annotations
 
-from typing import Annotated
-
 from pydantic import BaseModel, Field
 
-Count = Annotated[int, Field(ge=0)]
+from kvstore.protocol.stats import Count
 
 
 class ShmInfo(BaseModel):

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, Field
 
-Count = Annotated[int, Field(ge=0)]
+Count = Annotated[int, Field(ge=0)]  # a count or a size: never negative (every document)
 
 
 class Counts(BaseModel):

@@ -7,6 +7,8 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field
 
+from kvstore.protocol.stats import Count  # noqa: F401 - the REST schemas take it from here
+
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@+=-]{0,127}$"
 # a name in a request: a plain one, or (the admin's way to name a tenant's) tenant~name
 REF_PATTERN = (r"^(?:[A-Za-z0-9][A-Za-z0-9._:@+=-]{0,127}~)?"
@@ -26,4 +28,3 @@ HexHash = Annotated[str, Field(pattern=HEX_PATTERN, description="block hash, 1-6
 NamespaceName = Annotated[str, Field(pattern=NAME_PATTERN, description="namespace name")]
 NamespaceRef = Annotated[str, Field(pattern=REF_PATTERN, description="namespace name (the "
                                     "admin names a tenant's as tenant~name)")]
-Count = Annotated[int, Field(ge=0)]
