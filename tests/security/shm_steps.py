@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
+from collections.abc import Callable
 from typing import Any
 
 from kvstore.client import KVStoreClient
@@ -74,3 +76,38 @@ def flip(client: KVStoreClient, ns: str, hashes: list[bytes]) -> None:
         assert ext is not None
         off = int(ext[0][0]) + 100
         slab.buf[off] ^= 0xFF
+
+
+def vllm_side(url: str, namespace: str) -> tuple[Any, Callable[[], Any], Any]:
+    """A vLLM connector's worker side over a real server, its CPU caches registered (2 layers
+    of 8 blocks): ``(side, make_link, layout)``; ``make_link()`` opens another store link of
+    the same namespace (the scheduler side's). Needs vllm (the caller skips without it)."""
+    import torch
+
+    from connectors.vllm.config import ConnectorConfig
+    from connectors.vllm.layout import KVLayout
+    from connectors.vllm.store_link import StoreLink
+    from connectors.vllm.worker_side import WorkerSide
+
+    layout = KVLayout("m", 2, 2, 32, 32, "float32", "cpu-test")
+    cfg = ConnectorConfig(url, timeout_s=2.0)
+
+    def make_link() -> StoreLink:
+        return StoreLink(cfg, namespace, layout.block_bytes, layout.to_store_layout(),
+                         "sha256", None)
+
+    side = WorkerSide(layout, make_link, 5.0)
+    side.register_kv_caches({f"layer.{i}": torch.zeros(8, 2, 32, 64) for i in range(2)}, 8)
+    return side, make_link, layout
+
+
+def granted_load(req_id: str, hashes: list[bytes], grant: Any, namespace: str,
+                 **extra: Any) -> Any:
+    """The connector metadata that loads ``hashes`` into cache blocks 1.. from ``grant``
+    (``extra``: more fields of the transfer, such as ``sums``)."""
+    from connectors.vllm.metadata import BlockTransfer, KVStoreConnectorMetadata
+
+    return KVStoreConnectorMetadata(loads=[BlockTransfer(
+        req_id, list(range(1, len(hashes) + 1)), hashes, notify=False, extents=grant.extents,
+        instance=grant.instance, granted_at=time.monotonic(), granted_ns=namespace,
+        gens=grant.gens, **extra)])

