@@ -7,18 +7,19 @@ metrics) can stand in for it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from typing import Protocol
 
 from kvstore.namespace import Namespace
 from kvstore.protocol.health import StoreHealth
 from kvstore.protocol.stats import StoreStats
+from kvstore.store.placement import PlacementSink
 from kvstore.tiers import Tier
 from kvstore.tiers.base import Buffer
 from kvstore.tiers.slab import SlabInfo, SlabShare
 from kvstore.tiers.slots import Fenced, FencedPlaces, Granted
-from kvstore.types import BlockHash, CorruptCause, LookupResult, PutResult, Trace
+from kvstore.types import BlockHash, BlockKey, CorruptCause, LookupResult, PutResult, Trace
 
 
 class StoreAPI(Protocol):
@@ -77,6 +78,8 @@ class StoreAPI(Protocol):
     def health(self) -> StoreHealth: ...
     def check_integrity(self) -> None: ...
     def tier_names(self) -> list[str]: ...
+    def watch_placement(self, sink: PlacementSink | None) -> None: ...
+    def placements(self, chunk: int = ...) -> Iterator[list[tuple[BlockKey, int]]]: ...
     def tier(self, name: str) -> Tier: ...
     def flush(self) -> None: ...
     def close(self) -> int: ...

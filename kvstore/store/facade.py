@@ -13,7 +13,7 @@ answers (reads, the host path), which then takes it itself.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 
 from kvstore.config import StoreConfig
@@ -24,11 +24,12 @@ from kvstore.protocol.stats import StoreStats
 from kvstore.store.index import make_keys
 from kvstore.store.lifecycle import Lifecycle
 from kvstore.store.parts import Parts
+from kvstore.store.placement import PlacementSink
 from kvstore.tiers import Tier
 from kvstore.tiers.base import Buffer
 from kvstore.tiers.slab import SlabInfo, SlabShare
 from kvstore.tiers.slots import Fenced, FencedPlaces, Granted
-from kvstore.types import BlockHash, CorruptCause, LookupResult, PutResult, Trace
+from kvstore.types import BlockHash, BlockKey, CorruptCause, LookupResult, PutResult, Trace
 
 
 class Store:
@@ -297,6 +298,24 @@ class Store:
 
     def tier_names(self) -> list[str]:
         return list(self._stack.names)
+
+    # -- placement (what a cluster node publishes) ---------------------------------------------
+    def watch_placement(self, sink: PlacementSink | None) -> None:
+        """Tell ``sink`` of every change in where blocks lie from now on (None: no one)."""
+        with self._lock:
+            self._ledger.sink = sink
+
+    def placements(self, chunk: int = 4096) -> Iterator[list[tuple[BlockKey, int]]]:
+        """Every published block with its tier mask, ``chunk`` blocks at a time, each chunk
+        read under the lock (reads and writes go on between chunks)."""
+        for ns in self._book.all():
+            with self._lock:
+                keys = self._ledger.keys_of(ns.name)
+            for i in range(0, len(keys), chunk):
+                with self._lock:
+                    entries = self._ledger.visible_many(keys[i:i + chunk])
+                yield [(k, e.tiers) for k, e in zip(keys[i:i + chunk], entries, strict=True)
+                       if e is not None]
 
     def tier(self, name: str) -> Tier:
         return self._stack.tiers[self._stack.pos(name)]

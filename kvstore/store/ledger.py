@@ -25,6 +25,7 @@ from kvstore.store.candidates import Candidates
 from kvstore.store.cold import ColdIndex
 from kvstore.store.counters import NamespaceUsage
 from kvstore.store.index import BlockIndex, Entry
+from kvstore.store.placement import PlacementSink
 from kvstore.store.prefix import stored_prefix
 from kvstore.types import BlockKey
 
@@ -43,6 +44,7 @@ class Ledger:
         self._top_name_by_mask = top_name_by_mask
         self._tier_bytes = [0] * len(policies)  # payload bytes of the copies each tier holds
         self._watched: dict[BlockKey, int] = {}  # see watch()
+        self.sink: PlacementSink | None = None  # told of every change in where blocks lie
         for pos, tier in self._cold.catalogs:
             self._tier_bytes[pos] = tier.used_bytes()
             for ns, (blocks, nbytes) in tier.namespace_usage().items():
@@ -200,6 +202,8 @@ class Ledger:
         self._tier_bytes[pos] += added
         self.policies[pos].on_put_many([k for k, _ in blocks], [e.size for _, e in blocks])
         self._file(blocks)
+        if self.sink is not None:
+            self.sink.placed([(k, e.tiers) for k, e in blocks])
 
     def drop_copy(self, pos: int, key: BlockKey, entry: Entry) -> None:
         """Tier ``pos`` no longer holds a copy of the block."""
@@ -215,6 +219,8 @@ class Ledger:
                 entry.tiers &= ~bit
         self._tier_bytes[pos] -= dropped
         self._file(blocks)
+        if self.sink is not None:
+            self.sink.placed([(k, e.tiers) for k, e in blocks])
 
     def _file(self, blocks: Sequence[tuple[BlockKey, Entry]]) -> None:
         """Keep each entry in RAM while a memory tier holds the block (or it is pending or has
@@ -273,6 +279,8 @@ class Ledger:
             self._cold.release(key)
         if held and not entry.pending:
             self._count_many([(key, entry)], -1)
+        if self.sink is not None and not entry.pending:
+            self.sink.placed([(key, 0)])
 
     def forget_usage(self, namespace: str) -> None:
         """Drop the usage row of a deleted namespace (its blocks are gone)."""
