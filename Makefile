@@ -10,7 +10,7 @@ VLLM_STAMP := $(VENV)/.vllm-installed
 CONSTRAINTS := requirements/constraints.txt
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: venv vllm chromium serve test lint bench gpu-wheels gpu-check clean constraints
+.PHONY: venv vllm chromium redis serve test lint bench gpu-wheels gpu-check clean constraints
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -51,7 +51,17 @@ $(CHROMIUM):
 
 chromium: $(CHROMIUM)
 
-test: $(STAMP) $(VLLM_STAMP) $(CHROMIUM)
+# The cluster tests start Debian's redis-server (and redis-cli for a Redis Cluster) themselves,
+# on free loopback ports; the service the package may start is not used.
+REDIS := /usr/bin/redis-server
+
+$(REDIS):
+	apt-get update -q
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q redis-server
+
+redis: $(REDIS)
+
+test: $(STAMP) $(VLLM_STAMP) $(CHROMIUM) $(REDIS)
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest $(PYTEST_ARGS)
 

@@ -1,0 +1,138 @@
+"""Membership: each node's slot, heartbeat and report in Redis, and every node's state.
+
+Time is Redis' own (``TIME`` inside the scripts), so the nodes' clocks never need to agree: a
+node is ``up`` while its last heartbeat is at most ``suspect_after_s`` old by Redis' clock,
+``suspect`` up to ``gone_after_s``, then ``gone``; after ``forget_after_s`` any node's
+heartbeat prunes it from the list (its slot is never given to another node).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvstore.cluster.config import ClusterConfig
+from kvstore.cluster.keys import MEMBERS, NEXT_SLOT, REPORTS, SETTINGS, SLOTS
+from kvstore.cluster.link import RedisClient
+from kvstore.protocol.cluster import NodeReport, NodeState, NodeView
+
+MAX_SLOT = (1 << 32) - 1
+
+# KEYS: SLOTS, NEXT_SLOT, SETTINGS; ARGV: node id, index bits. The node's slot (given on first
+# join) and the cluster's index bits (the first node's).
+_JOIN = """
+redis.call('HSETNX', KEYS[3], 'index_bits', ARGV[2])
+local bits = tonumber(redis.call('HGET', KEYS[3], 'index_bits'))
+local s = redis.call('HGET', KEYS[1], ARGV[1])
+if not s then
+  s = redis.call('INCR', KEYS[2])
+  redis.call('HSET', KEYS[1], ARGV[1], s)
+end
+return {tonumber(s), bits}
+"""
+
+# KEYS: MEMBERS, REPORTS; ARGV: node id, report JSON, forget-after ms. Records the beat at
+# Redis' time, prunes nodes silent past forget-after, returns Redis' time in ms.
+_BEAT = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZADD', KEYS[1], now, ARGV[1])
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+local old = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[3]))
+for _, id in ipairs(old) do
+  redis.call('ZREM', KEYS[1], id)
+  redis.call('HDEL', KEYS[2], id)
+end
+return now
+"""
+
+# KEYS: MEMBERS; ARGV: node id, gone-after ms. Dates its last beat back past gone-after.
+_LEAVE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZADD', KEYS[1], now - tonumber(ARGV[2]) - 1, ARGV[1])
+return now
+"""
+
+# KEYS: MEMBERS, REPORTS, SLOTS. Redis' time in ms, then id, last beat, report, slot per node.
+_LIST = """
+local t = redis.call('TIME')
+local out = {tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)}
+local members = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
+for i = 1, #members, 2 do
+  local id = members[i]
+  out[#out + 1] = id
+  out[#out + 1] = members[i + 1]
+  out[#out + 1] = redis.call('HGET', KEYS[2], id) or ''
+  out[#out + 1] = redis.call('HGET', KEYS[3], id) or '0'
+end
+return out
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Roster:
+    """Every listed node at one moment, by Redis' clock."""
+
+    nodes: list[NodeView]
+
+    def up_slots(self) -> dict[int, NodeView]:
+        """The nodes a peer may fetch from, by slot."""
+        return {n.slot: n for n in self.nodes if n.state is NodeState.UP}
+
+
+class Membership:
+    """One node's membership calls. Every method raises ``redis.RedisError`` when Redis does
+    not answer; the caller decides what that means (see :mod:`kvstore.cluster.node`)."""
+
+    def __init__(self, client: RedisClient, config: ClusterConfig) -> None:
+        self._config = config
+        self._join = client.register_script(_JOIN)
+        self._beat = client.register_script(_BEAT)
+        self._list = client.register_script(_LIST)
+        self._leave = client.register_script(_LEAVE)
+
+    def join(self) -> tuple[int, int]:
+        """This node's slot (the same across restarts of the same node id) and the index bits
+        of the cluster: the first node's setting, which every node then uses."""
+        slot, bits = self._join(keys=[SLOTS, NEXT_SLOT, SETTINGS],
+                                args=[self._config.node_id, self._config.index_bits])
+        if not 1 <= int(slot) <= MAX_SLOT:
+            raise ValueError(f"cluster slot {slot} out of range: the cluster has had more "
+                             "node ids than the index can number")
+        return int(slot), int(bits)
+
+    def beat(self, report: NodeReport) -> None:
+        """One heartbeat carrying ``report``."""
+        forget_ms = int(self._config.forget_after_s * 1000)
+        self._beat(keys=[MEMBERS, REPORTS],
+                   args=[self._config.node_id, report.model_dump_json(), forget_ms])
+
+    def leave(self) -> None:
+        """Say the node stopped: it is ``gone`` at once rather than after ``gone_after_s``."""
+        self._leave(keys=[MEMBERS], args=[self._config.node_id,
+                                          int(self._config.gone_after_s * 1000)])
+
+    def roster(self) -> Roster:
+        """Every listed node with its state now."""
+        raw = self._list(keys=[MEMBERS, REPORTS, SLOTS])
+        now_ms = float(raw[0])
+        nodes = []
+        for i in range(1, len(raw), 4):
+            node_id, last, report, slot = raw[i:i + 4]
+            silent = max(0.0, (now_ms - float(last)) / 1000)
+            base = NodeReport.model_validate_json(report) if report else \
+                NodeReport(node_id=_text(node_id), address="", version="", started_at=0)
+            nodes.append(NodeView(**base.model_dump(), slot=max(1, int(slot)),
+                                  state=self._state(silent), silent_s=round(silent, 3)))
+        return Roster(nodes)
+
+    def _state(self, silent_s: float) -> NodeState:
+        if silent_s <= self._config.suspect_after_s:
+            return NodeState.UP
+        if silent_s <= self._config.gone_after_s:
+            return NodeState.SUSPECT
+        return NodeState.GONE
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

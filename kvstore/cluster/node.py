@@ -1,0 +1,185 @@
+"""One server's part in a cluster: a heartbeat thread and a publishing thread beside the store.
+
+The heartbeat thread connects to Redis (again and again while it does not answer), joins
+(takes the node's slot), and beats every ``heartbeat_s`` with a report of the node's tiers.
+The publishing thread sends the store's placement changes every ``publish_s`` and republishes
+everything the node holds when a republication is owed: at start, after Redis was away (it
+may have restarted empty) and after notes were dropped. While Redis does not answer the node
+is ``degraded``: it serves what it holds as a node without a cluster would, and nothing waits
+on Redis but these two threads.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from kvstore.cluster.config import ClusterConfig
+from kvstore.cluster.index import ClusterIndex
+from kvstore.cluster.keys import TIER_CODES
+from kvstore.cluster.link import RedisClient, RedisError, connect, masked
+from kvstore.cluster.members import Membership, Roster
+from kvstore.cluster.publisher import Publisher
+from kvstore.protocol.cluster import (
+    ClusterStatus,
+    NodeReport,
+    RedisView,
+    TierReport,
+)
+from kvstore.store.api import StoreAPI
+
+log = logging.getLogger("kvstore.cluster")
+
+
+class _Link:
+    """What the node holds while Redis answers: the client and the calls over it (the index
+    once the node joined: its bits are the cluster's)."""
+
+    def __init__(self, client: RedisClient, clustered: bool, config: ClusterConfig) -> None:
+        self.client = client
+        self.clustered = clustered
+        self.members = Membership(client, config)
+        self.index = ClusterIndex(client, config.index_bits)
+
+    def join(self, config: ClusterConfig) -> int:
+        slot, bits = self.members.join()
+        if bits != self.index.bits:
+            if bits != config.index_bits:
+                log.warning("index_bits is %d in this cluster, not %d as set here; "
+                            "using %d", bits, config.index_bits, bits)
+            self.index = ClusterIndex(self.client, bits)
+        return slot
+
+
+class ClusterNode:
+    """Runs one node's membership and index publication for ``store``."""
+
+    def __init__(self, config: ClusterConfig, store: StoreAPI, version: str) -> None:
+        self.config = config
+        self._store = store
+        self._version = version
+        self._started_at = time.time()
+        self._publisher = Publisher([TIER_CODES.get(n) for n in store.tier_names()],
+                                    config.max_pending)
+        self._stop = threading.Event()
+        self._state = threading.Lock()  # guards the fields below
+        self._link: _Link | None = None
+        self._slot: int | None = None
+        self._connected = False
+        self._error: str | None = None
+        self._resync_owed = True
+        self._roster: Roster | None = None  # as of the last heartbeat
+        self._threads = [threading.Thread(target=self._run, args=(f, p), name=n, daemon=True)
+                         for f, p, n in ((self._beat_once, config.heartbeat_s, "cluster-beat"),
+                                         (self._publish_once, config.publish_s, "cluster-index"))]
+
+    # -- life --------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._store.watch_placement(self._publisher)
+        for thread in self._threads:
+            thread.start()
+
+    def close(self) -> None:
+        """Stop both threads, publish what is noted and say the node left (best effort)."""
+        self._store.watch_placement(None)
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=10)
+        link, slot = self._link, self._slot
+        if link is None or slot is None:
+            return
+        try:
+            self._publisher.flush(link.index, slot)
+            link.members.leave()
+        except RedisError as exc:
+            log.warning("could not say goodbye to Redis: %s", exc)
+        link.client.close()
+
+    def _run(self, step: Callable[[], None], period_s: float) -> None:
+        while not self._stop.is_set():
+            try:
+                step()
+            except RedisError as exc:
+                self._failed(exc)
+            except Exception:  # a bug must not stop the node's heartbeat for good
+                log.exception("unexpected error in %s", threading.current_thread().name)
+            self._stop.wait(period_s)
+
+    # -- the two threads ---------------------------------------------------------------------
+    def _beat_once(self) -> None:
+        link = self._link
+        if link is None:
+            client, clustered = connect(self.config.url)
+            link = _Link(client, clustered, self.config)
+            with self._state:
+                self._link = link
+        if not self._connected or self._slot is None:
+            slot = link.join(self.config)
+            with self._state:
+                if slot != self._slot:
+                    log.info("node %s joined as slot %d", self.config.node_id, slot)
+                self._slot, self._resync_owed = slot, True
+        link.members.beat(self._report())
+        roster = link.members.roster()
+        with self._state:
+            self._roster = roster
+            if not self._connected:
+                log.info("connected to Redis at %s", masked(self.config.url))
+            self._connected, self._error = True, None
+
+    def _publish_once(self) -> None:
+        with self._state:
+            link, slot, owed = self._link, self._slot, self._resync_owed
+        if link is None or slot is None or not self._connected:
+            return
+        if owed or self._publisher.take_overflow():
+            with self._state:
+                self._resync_owed = False
+            try:
+                done = self._publisher.resync(link.index, slot, self._store.placements(),
+                                              self._stop.is_set)
+            except RedisError:
+                with self._state:
+                    self._resync_owed = True
+                raise
+            if not done:
+                return
+        self._publisher.flush(link.index, slot)
+
+    def _failed(self, exc: Exception) -> None:
+        with self._state:
+            if self._connected or self._error is None:
+                log.warning("Redis at %s does not answer (%s); serving what this "
+                            "node holds until it does", masked(self.config.url), exc)
+            self._connected, self._error = False, str(exc) or type(exc).__name__
+            self._roster = None
+
+    # -- what it says ------------------------------------------------------------------------
+    def _report(self) -> NodeReport:
+        stats = self._store.stats()
+        tiers = [TierReport(name=name, capacity_bytes=t.capacity_bytes, used_bytes=t.bytes,
+                            blocks=t.blocks) for name, t in stats.tiers.items()]
+        return NodeReport(node_id=self.config.node_id, address=self.config.address,
+                          version=self._version, started_at=self._started_at,
+                          blocks=stats.totals.blocks, tiers=tiers)
+
+    def roster(self) -> Roster | None:
+        """Every node as Redis listed it at the last heartbeat (None while Redis does not
+        answer). Asks nothing of Redis: a status or a scrape never waits on it."""
+        with self._state:
+            return self._roster
+
+    def status(self) -> ClusterStatus:
+        roster = self.roster()
+        with self._state:
+            redis = RedisView(url=masked(self.config.url), connected=self._connected,
+                              degraded=not self._connected, error=self._error,
+                              cluster_mode=self._link is not None and self._link.clustered)
+            slot = self._slot
+        c = self.config
+        return ClusterStatus(node_id=c.node_id, slot=slot, redis=redis,
+                             index=self._publisher.view(), heartbeat_s=c.heartbeat_s,
+                             suspect_after_s=c.suspect_after_s, gone_after_s=c.gone_after_s,
+                             nodes=roster.nodes if roster is not None else [])

@@ -1,0 +1,74 @@
+"""Membership in a real Redis: slots that survive restarts, heartbeats on Redis' clock, and
+the up -> suspect -> gone states within the configured times."""
+
+from __future__ import annotations
+
+import time
+
+from kvstore.cluster.link import connect
+from kvstore.cluster.members import Membership
+from kvstore.protocol.cluster import NodeReport, NodeState
+from kvstore.testing.redis_server import RedisServer
+from tests.cluster.conftest import quick
+
+
+def report(node_id: str) -> NodeReport:
+    return NodeReport(node_id=node_id, address="127.0.0.1:1", version="t", started_at=1.0,
+                      blocks=3)
+
+
+def test_slots_are_distinct_and_stable_per_node_id(redis_server: RedisServer) -> None:
+    client, clustered = connect(redis_server.url)
+    assert not clustered
+    a = Membership(client, quick(redis_server.url, "a"))
+    b = Membership(client, quick(redis_server.url, "b"))
+    (slot_a, bits_a), (slot_b, bits_b) = a.join(), b.join()
+    assert slot_a != slot_b and bits_a == bits_b == 16
+    assert Membership(client, quick(redis_server.url, "a")).join() == (slot_a, 16)
+
+
+def test_every_node_takes_the_first_nodes_index_bits(redis_server: RedisServer) -> None:
+    client, _ = connect(redis_server.url)
+    assert Membership(client, quick(redis_server.url, "a", index_bits=12)).join()[1] == 12
+    assert Membership(client, quick(redis_server.url, "b", index_bits=20)).join()[1] == 12
+
+
+def test_a_silent_node_turns_suspect_then_gone_and_a_leaving_one_gone_at_once(
+        redis_server: RedisServer) -> None:
+    client, _ = connect(redis_server.url)
+    a = Membership(client, quick(redis_server.url, "a"))
+    b = Membership(client, quick(redis_server.url, "b"))
+    c = Membership(client, quick(redis_server.url, "c"))
+    for m, name in ((a, "a"), (b, "b"), (c, "c")):
+        m.join()
+        m.beat(report(name))
+    states = {n.node_id: n.state for n in a.roster().nodes}
+    assert states == {"a": NodeState.UP, "b": NodeState.UP, "c": NodeState.UP}
+    c.leave()
+    assert {n.node_id: n.state for n in a.roster().nodes}["c"] is NodeState.GONE
+    seen: dict[str, set[NodeState]] = {"b": set()}
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:  # a keeps beating, b is silent
+        a.beat(report("a"))
+        roster = {n.node_id: n for n in a.roster().nodes}
+        assert roster["a"].state is NodeState.UP
+        seen["b"].add(roster["b"].state)
+        if roster["b"].state is NodeState.GONE:
+            break
+        time.sleep(0.05)
+    assert seen["b"] >= {NodeState.SUSPECT, NodeState.GONE}
+    view = {n.node_id: n for n in a.roster().nodes}["b"]
+    assert view.silent_s > 1.0 and view.blocks == 3 and view.address == "127.0.0.1:1"
+
+
+def test_a_node_silent_past_forget_after_is_pruned(redis_server: RedisServer) -> None:
+    client, _ = connect(redis_server.url)
+    a = Membership(client, quick(redis_server.url, "a", forget_after_s=1.5))
+    b = Membership(client, quick(redis_server.url, "b", forget_after_s=1.5))
+    for m, name in ((a, "a"), (b, "b")):
+        m.join()
+        m.beat(report(name))
+    time.sleep(1.7)
+    a.beat(report("a"))
+    assert [n.node_id for n in a.roster().nodes] == ["a"]
+    assert b.join()[0] == 2  # its slot is kept: records of it in the index stay its own
