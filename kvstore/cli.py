@@ -1,8 +1,8 @@
 """The ``kvstore`` command line's client side: the commands that talk to a running server over
 REST or compute locally (``hash``, ``stats``, ``lookup``, ``namespaces``, ``health``,
-``explain``). Each lives in its own module and has an ``add_*`` function that wires it onto
-``argparse``'s subparsers (heavy imports happen in its handler). The ``kvstore`` program adds
-``serve`` to them (:mod:`server.main`, which can import both sides).
+``explain``, ``cluster``). Each lives in its own module and has an ``add_*`` function that
+wires it onto ``argparse``'s subparsers (heavy imports happen in its handler). The
+``kvstore`` program adds ``serve`` to them (:mod:`server.main`, which can import both sides).
 
 A handler returns the exit code, or raises :class:`~kvstore.cli_kit.CommandError` for a failure
 the user can fix: one line on stderr, exit code 2 (see :mod:`kvstore.cli_kit`).
@@ -14,13 +14,14 @@ import argparse
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from kvstore import cli_client, cli_explain, cli_hash, cli_kit
+from kvstore import cli_client, cli_cluster, cli_explain, cli_hash, cli_kit
 
 AddCommand = Callable[[Any], None]  # wires one subcommand onto argparse's subparsers
 
 CLIENT_COMMANDS: tuple[AddCommand, ...] = (
     cli_client.add_stats_parser, cli_client.add_lookup_parser,
     cli_client.add_namespaces_parser, cli_client.add_health_parser, cli_explain.add_parser,
+    cli_cluster.add_parser,
 )
 
 

@@ -29,10 +29,13 @@ import uvicorn
 
 from kvstore import __version__
 from kvstore.client.discovery import host_id
+from kvstore.cluster.link import masked
+from kvstore.cluster.node import ClusterNode
 from kvstore.protocol.frame import PROTOCOL_VERSION
 from kvstore.protocol.info import ServerInfo, ShmInfo
 from kvstore.store import StoreAPI
 from server.auth import Authenticator
+from server.cluster_metrics import ClusterCollector
 from server.dataplane.server import DataPlane
 from server.metrics import ServerMetrics
 from server.preflight import (
@@ -145,12 +148,35 @@ async def serve(settings: ServerSettings) -> int:
                 log.info("store closed and synced")
 
 
+def start_cluster(settings: ServerSettings, store: StoreAPI) -> ClusterNode | None:
+    """The node's part in its cluster, started (None without ``--cluster``). It connects in
+    the background: a Redis that does not answer yet leaves the node serving, degraded."""
+    config = settings.cluster_config()
+    if config is None:
+        return None
+    node = ClusterNode(config, store, __version__)
+    node.start()
+    return node
+
+
 async def _serve_store(settings: ServerSettings, store: StoreAPI, rest: list[socket.socket],
                        data: list[socket.socket]) -> int:
+    node = start_cluster(settings, store)
+    try:
+        return await _serve_node(settings, store, rest, data, node)
+    finally:
+        if node is not None:
+            await asyncio.to_thread(node.close)
+
+
+async def _serve_node(settings: ServerSettings, store: StoreAPI, rest: list[socket.socket],
+                      data: list[socket.socket], node: ClusterNode | None) -> int:
     info = build_info(settings, store)
     metrics = ServerMetrics(store.stats, store.health)
+    if node is not None:
+        metrics.registry.register(ClusterCollector(node))
     tier = durable_tier(settings)
-    app = create_app(store, settings, info, metrics, tier)
+    app = create_app(store, settings, info, metrics, tier, node)
     plane = DataPlane(store, settings, info.model_dump(), Authenticator(settings), metrics, tier)
     await plane.start(data)
     rest_conns: set[object] = set()
@@ -173,7 +199,9 @@ async def _serve_store(settings: ServerSettings, store: StoreAPI, rest: list[soc
         loop.add_signal_handler(sig, stop, sig)
     print(f"kvstore serving REST http://{settings.host}:{settings.port} data tcp "
           f"{settings.data_port or 'off'} unix {settings.socket_path or 'off'} shm "
-          f"{(info.shm.name or 'memfd') if info.shm else 'off'}", file=sys.stderr, flush=True)
+          f"{(info.shm.name or 'memfd') if info.shm else 'off'}"
+          + (f" cluster {node.config.node_id} via {masked(node.config.url)}" if node else ""),
+          file=sys.stderr, flush=True)
     try:
         await server.serve(sockets=rest)
     finally:

@@ -30,6 +30,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from kvstore.cli_kit import is_loopback
+from kvstore.cluster.config import ClusterConfig
 from kvstore.config import (
     DEFAULT_DISK_CAPACITY,
     DEFAULT_GHOST_ENTRIES,
@@ -44,6 +45,7 @@ from kvstore.config import (
 )
 from kvstore.namespace import check_tenant_name
 from kvstore.policy import POLICIES
+from server.cluster_config import check_cluster, cluster_config_of
 from server.config_file import ConfigFileError, reading, yaml_sources
 from server.store_config import pin_quota_of, store_config_of
 from server.token_files import fill_tokens_from_files
@@ -211,6 +213,22 @@ class ServerSettings(BaseSettings):
                                                     "plane connection may have queued for "
                                                     "prefetch; past it busy")
 
+    cluster: SecretStr | None = Field(None, description="Redis URL of the cluster this node "
+                                      "joins: redis://HOST:PORT/DB, rediss:// for TLS (a "
+                                      "password in it is never shown); none: a node alone")
+    node_id: str | None = Field(None, min_length=1, max_length=200, description="this node's "
+                                "name in the cluster, kept across restarts (default: its "
+                                "advertised address)")
+    advertise: str | None = Field(None, description="HOST:PORT of this node's data plane as "
+                                  "peers dial it (default: the bound host, or this machine's "
+                                  "name when bound to every address, and data_port)")
+    cluster_heartbeat_s: float = Field(1.0, gt=0, le=60, allow_inf_nan=False,
+                                       description="seconds between heartbeats; a node silent "
+                                       "3 of them is suspect, 10 of them gone")
+    cluster_index_bits: int = Field(16, ge=0, le=24, description="block index buckets per "
+                                    "namespace = 2**bits; best near blocks per namespace / 64 "
+                                    "(the first node's value holds for the whole cluster)")
+
     @field_validator("policy")
     @classmethod
     def _known_policy(cls, name: str) -> str:
@@ -252,6 +270,8 @@ class ServerSettings(BaseSettings):
         if self.host_capacity == 0 and self.disk_capacity == 0 and self.device_capacity == 0 \
                 and self.s3_bucket is None:
             raise ValueError("configure at least one tier (host, disk, device or s3 capacity)")
+        if self.cluster is not None:
+            check_cluster(self)
         if self.device != "cpu" and self.device_capacity == 0:
             raise ValueError(f"device {self.device!r} is used only by the device tier: set "
                              "device_capacity too (e.g. --device-capacity 4GiB)")
@@ -303,6 +323,10 @@ class ServerSettings(BaseSettings):
     def store_config(self) -> StoreConfig:
         """See :func:`server.store_config.store_config_of`."""
         return store_config_of(self)
+
+    def cluster_config(self) -> ClusterConfig | None:
+        """See :func:`server.cluster_config.cluster_config_of`."""
+        return cluster_config_of(self)
 
 
 def load_settings(config: str | os.PathLike[str] | None = None, **flags: Any) -> ServerSettings:

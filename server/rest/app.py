@@ -20,6 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.routing import Match
 
+from kvstore.cluster.node import ClusterNode
 from kvstore.errors import KVStoreError, UnknownNamespaceError
 from kvstore.protocol.info import ServerInfo
 from kvstore.store import StoreAPI
@@ -34,7 +35,7 @@ from server.errors import (
     map_error,
 )
 from server.metrics import ServerMetrics
-from server.rest import blocks, dashboard, explain, health, namespaces, ops
+from server.rest import blocks, cluster, dashboard, explain, health, namespaces, ops
 from server.rest.gate import GateMiddleware
 from server.rest.limits import (
     BodyBudget,
@@ -139,7 +140,7 @@ async def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
 
 
 def create_app(store: StoreAPI, settings: ServerSettings, info: ServerInfo, metrics: ServerMetrics,
-               durable_tier: str | None) -> FastAPI:
+               durable_tier: str | None, node: ClusterNode | None = None) -> FastAPI:
     app = FastAPI(
         title="kvstore",
         version=info.version,
@@ -153,12 +154,13 @@ def create_app(store: StoreAPI, settings: ServerSettings, info: ServerInfo, metr
     app.state.registry = metrics.registry
     app.state.durable_tier = durable_tier
     app.state.closing = False
+    app.state.cluster = node
     # block GETs pin what the host slab holds and send it from there (server.rest.slab_body)
     app.state.direct_get = direct_get(store, partial(nowait_first, run_in_threadpool),
                                       run_in_threadpool, settings.frame_timeout_s,
                                       settings.max_lease_s)
     for router in (namespaces.router, ops.router, explain.router, blocks.router, health.router,
-                   dashboard.router):
+                   dashboard.router, cluster.router):
         app.include_router(router)
     for exc_type in _MAPPED:
         app.add_exception_handler(exc_type, _mapped_error)

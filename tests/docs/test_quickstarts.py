@@ -1,4 +1,5 @@
-"""The shell quick-starts of ``README.md`` and ``engines/README.md`` run as written.
+"""The shell quick-starts of ``README.md``, ``engines/README.md`` and ``docs/cluster.md`` run as
+written.
 
 A quick start is the fenced blocks that follow a ``<!-- quickstart NAME ... -->`` comment in a
 markdown file (the comment is invisible to a reader): the blocks of one NAME run in order, in one
@@ -64,6 +65,7 @@ QUICKSTARTS: dict[tuple[str, str], tuple[str, ...]] = {
         r"(?m)^'[^'\n]*' [1-9]\d*$",  # the client's second chat: cached prompt tokens
     ),
     ("engines/README.md", "access"): (r"(?m)^401$", COMPLETION),
+    ("docs/cluster.md", "cluster"): (r"(?m)^n1 \* +up ", r"(?m)^n2 +up ", r"(?m): connected$"),
     ("engines/README.md", "simulate"): (
         r"128 workers, load 2: \d+ requests",  # the last of the simulator's tables
         r"(?m)^round-robin +True ",

@@ -1,0 +1,51 @@
+"""The cluster part that the server's settings describe: the Redis URL, the node's name and
+the data-plane address peers dial, as a :class:`~kvstore.cluster.config.ClusterConfig` (or
+None for a node alone). The other timings follow the heartbeat: a node silent for 3 beats is
+suspect, for 10 gone; the index is published every tenth of a second (or every beat, if
+shorter)."""
+
+from __future__ import annotations
+
+import socket
+from typing import TYPE_CHECKING
+
+from kvstore.cluster.config import ClusterConfig
+from kvstore.cluster.link import check_url
+
+if TYPE_CHECKING:
+    from server.settings import ServerSettings
+
+SUSPECT_BEATS, GONE_BEATS = 3, 10
+
+
+def advertised(s: ServerSettings) -> str:
+    """``advertise``, else the bound host (this machine's name when bound to every address)
+    and the data port."""
+    if s.advertise:
+        return s.advertise
+    host = socket.getfqdn() if s.host in ("0.0.0.0", "::", "") else s.host
+    return f"{host}:{s.data_port}"
+
+
+def check_cluster(s: ServerSettings) -> None:
+    """ValueError naming the setting when the cluster settings cannot work together."""
+    assert s.cluster is not None
+    check_url(s.cluster.get_secret_value())
+    if not s.data_port:
+        raise ValueError("cluster needs the TCP data plane (peers fetch blocks over it): set "
+                         "data_port")
+    host, sep, port = (s.advertise or "").rpartition(":")
+    if s.advertise is not None and (not sep or not host or not port.isdigit()
+                                    or not 0 < int(port) < 65536):
+        raise ValueError(f"advertise {s.advertise!r} must be HOST:PORT")
+
+
+def cluster_config_of(s: ServerSettings) -> ClusterConfig | None:
+    if s.cluster is None:
+        return None
+    address = advertised(s)
+    beat = s.cluster_heartbeat_s
+    return ClusterConfig(url=s.cluster.get_secret_value(), node_id=s.node_id or address,
+                         address=address, heartbeat_s=beat, suspect_after_s=SUSPECT_BEATS * beat,
+                         gone_after_s=GONE_BEATS * beat, forget_after_s=max(3600.0, 100 * beat),
+                         publish_s=min(0.1, beat), index_bits=s.cluster_index_bits)
