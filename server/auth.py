@@ -47,6 +47,9 @@ class Authenticator:
 
     def __init__(self, settings: ServerSettings) -> None:
         self._admin = settings.token.get_secret_value() if settings.token else None
+        # the nodes of a cluster read each other's blocks as the admin would
+        self._cluster = settings.cluster_token.get_secret_value() \
+            if settings.cluster_token else None
         self._tenants = [(t, s.get_secret_value()) for t, s in settings.tenant_tokens.items()]
         self.enabled = settings.auth_enabled()
 
@@ -59,6 +62,8 @@ class Authenticator:
         presented = token.encode()
         found: Principal | None = None
         if self._admin is not None and hmac.compare_digest(presented, self._admin.encode()):
+            found = ADMIN
+        if self._cluster is not None and hmac.compare_digest(presented, self._cluster.encode()):
             found = ADMIN
         for tenant, secret in self._tenants:  # no early exit: timing does not leak which
             if hmac.compare_digest(presented, secret.encode()) and found is None:

@@ -19,7 +19,8 @@ from typing import Any
 from pydantic import ByteSize, ValidationError
 from pydantic.fields import FieldInfo
 
-SECRETS = ("token", "tenant_tokens", "cluster")  # never echo their values in an error
+# never echo their values in an error
+SECRETS = ("token", "tenant_tokens", "cluster", "cluster_token")
 
 
 def flag_of(name: str) -> str:

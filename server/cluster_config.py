@@ -27,6 +27,12 @@ def advertised(s: ServerSettings) -> str:
     return f"{host}:{s.data_port}"
 
 
+def rest_url(s: ServerSettings, address: str) -> str:
+    """The REST base URL peers reach: the advertised host and the REST port."""
+    host = address.rpartition(":")[0]
+    return f"http://{host}:{s.port}"
+
+
 def check_cluster(s: ServerSettings) -> None:
     """ValueError naming the setting when the cluster settings cannot work together."""
     assert s.cluster is not None
@@ -34,6 +40,9 @@ def check_cluster(s: ServerSettings) -> None:
     if not s.data_port:
         raise ValueError("cluster needs the TCP data plane (peers fetch blocks over it): set "
                          "data_port")
+    if s.auth_enabled() and s.cluster_token is None:
+        raise ValueError("a node with tokens needs cluster_token too (set cluster_token_file): "
+                         "the nodes present it to each other")
     host, sep, port = (s.advertise or "").rpartition(":")
     if s.advertise is not None and (not sep or not host or not port.isdigit()
                                     or not 0 < int(port) < 65536):
@@ -46,6 +55,7 @@ def cluster_config_of(s: ServerSettings) -> ClusterConfig | None:
     address = advertised(s)
     beat = s.cluster_heartbeat_s
     return ClusterConfig(url=s.cluster.get_secret_value(), node_id=s.node_id or address,
-                         address=address, heartbeat_s=beat, suspect_after_s=SUSPECT_BEATS * beat,
-                         gone_after_s=GONE_BEATS * beat, forget_after_s=max(3600.0, 100 * beat),
-                         publish_s=min(0.1, beat), index_bits=s.cluster_index_bits)
+                         address=address, rest_url=rest_url(s, address), heartbeat_s=beat,
+                         suspect_after_s=SUSPECT_BEATS * beat, gone_after_s=GONE_BEATS * beat,
+                         forget_after_s=max(3600.0, 100 * beat), publish_s=min(0.1, beat),
+                         index_bits=s.cluster_index_bits)

@@ -31,6 +31,7 @@ from kvstore import __version__
 from kvstore.client.discovery import host_id
 from kvstore.cluster.link import masked
 from kvstore.cluster.node import ClusterNode
+from kvstore.cluster.peers import Peers
 from kvstore.protocol.frame import PROTOCOL_VERSION
 from kvstore.protocol.info import ServerInfo, ShmInfo
 from kvstore.store import StoreAPI
@@ -38,6 +39,7 @@ from server.auth import Authenticator
 from server.cluster_metrics import ClusterCollector
 from server.dataplane.server import DataPlane
 from server.metrics import ServerMetrics
+from server.peer_fill import PeerFill
 from server.preflight import (
     StartupError,
     bind_tcp,
@@ -148,36 +150,40 @@ async def serve(settings: ServerSettings) -> int:
                 log.info("store closed and synced")
 
 
-def start_cluster(settings: ServerSettings, store: StoreAPI) -> ClusterNode | None:
-    """The node's part in its cluster, started (None without ``--cluster``). It connects in
-    the background: a Redis that does not answer yet leaves the node serving, degraded."""
+def start_cluster(settings: ServerSettings, store: StoreAPI) -> PeerFill | None:
+    """The node's part in its cluster, started (None without ``--cluster``): membership, index
+    publication and reads from peers. It connects in the background: a Redis that does not
+    answer yet leaves the node serving, degraded."""
     config = settings.cluster_config()
     if config is None:
         return None
     node = ClusterNode(config, store, __version__)
     node.start()
-    return node
+    token = settings.cluster_token.get_secret_value() if settings.cluster_token else None
+    return PeerFill(node, store, Peers(token))
 
 
 async def _serve_store(settings: ServerSettings, store: StoreAPI, rest: list[socket.socket],
                        data: list[socket.socket]) -> int:
-    node = start_cluster(settings, store)
+    fill = start_cluster(settings, store)
     try:
-        return await _serve_node(settings, store, rest, data, node)
+        return await _serve_node(settings, store, rest, data, fill)
     finally:
-        if node is not None:
-            await asyncio.to_thread(node.close)
+        if fill is not None:
+            await asyncio.to_thread(fill.close)
 
 
 async def _serve_node(settings: ServerSettings, store: StoreAPI, rest: list[socket.socket],
-                      data: list[socket.socket], node: ClusterNode | None) -> int:
+                      data: list[socket.socket], fill: PeerFill | None) -> int:
+    node = fill.node if fill is not None else None
     info = build_info(settings, store)
     metrics = ServerMetrics(store.stats, store.health)
     if node is not None:
         metrics.registry.register(ClusterCollector(node))
     tier = durable_tier(settings)
-    app = create_app(store, settings, info, metrics, tier, node)
-    plane = DataPlane(store, settings, info.model_dump(), Authenticator(settings), metrics, tier)
+    app = create_app(store, settings, info, metrics, tier, node, fill)
+    plane = DataPlane(store, settings, info.model_dump(), Authenticator(settings), metrics, tier,
+                      fill)
     await plane.start(data)
     rest_conns: set[object] = set()
     metrics.watch_connections("rest", rest_conns.__len__)

@@ -222,6 +222,12 @@ class ServerSettings(BaseSettings):
     advertise: str | None = Field(None, description="HOST:PORT of this node's data plane as "
                                   "peers dial it (default: the bound host, or this machine's "
                                   "name when bound to every address, and data_port)")
+    cluster_token: SecretStr | None = Field(None, description="the token the nodes of a "
+                                            "cluster present to each other (accepted as the "
+                                            "admin's). " + _VISIBLE.format(
+                                                "--cluster-token-file", "KVSTORE_CLUSTER_TOKEN"))
+    cluster_token_file: str | None = Field(None, description="file holding the cluster token "
+                                           "(mode 0600)")
     cluster_heartbeat_s: float = Field(1.0, gt=0, le=60, allow_inf_nan=False,
                                        description="seconds between heartbeats; a node silent "
                                        "3 of them is suspect, 10 of them gone")
@@ -309,7 +315,8 @@ class ServerSettings(BaseSettings):
         return f"kvstore-{digest}"
 
     def auth_enabled(self) -> bool:
-        return self.token is not None or bool(self.tenant_tokens)
+        return self.token is not None or bool(self.tenant_tokens) \
+            or self.cluster_token is not None
 
     def tenant_connections(self) -> int:
         """Data plane connections one tenant may hold: ``max_connections_per_tenant``, or by

@@ -1,4 +1,5 @@
-"""Bearer tokens read from files (``token_file``, ``tenant_tokens_file``), so that secrets stay
+"""Bearer tokens read from files (``token_file``, ``tenant_tokens_file``,
+``cluster_token_file``), so that secrets stay
 out of the process list: a flag's value is in ``/proc/<pid>/cmdline``, which every local user
 may read, while a file can be mode 0600 and ``KVSTORE_*`` variables are readable only by the
 same user and root."""
@@ -31,11 +32,15 @@ def read_token_file(path: Any) -> str:
     return token
 
 
-def _single_token(path: Any) -> str:
+def _single_token(path: Any, key: str = "token_file") -> str:
     try:
         return read_token_file(path)
     except ValueError as exc:
-        raise ValueError(f"token_file: {exc}") from None
+        raise ValueError(f"{key}: {exc}") from None
+
+
+def _cluster_token(path: Any) -> str:
+    return _single_token(path, "cluster_token_file")
 
 
 def _tenant_tokens(path: Any) -> dict[str, str]:
@@ -51,14 +56,16 @@ def _tenant_tokens(path: Any) -> dict[str, str]:
 
 
 def fill_tokens_from_files(data: Any) -> Any:
-    """``data`` (the settings' raw input) with ``token`` and ``tenant_tokens`` read from the
-    files that ``token_file`` and ``tenant_tokens_file`` name. Raises ``ValueError`` when a
+    """``data`` (the settings' raw input) with ``token``, ``tenant_tokens`` and
+    ``cluster_token`` read from the files that ``token_file``, ``tenant_tokens_file`` and
+    ``cluster_token_file`` name. Raises ``ValueError`` when a
     secret is given both ways, or a file is missing or malformed."""
     if not isinstance(data, dict):
         return data
     out = dict(data)
     for file_key, key, read in (("token_file", "token", _single_token),
-                                ("tenant_tokens_file", "tenant_tokens", _tenant_tokens)):
+                                ("tenant_tokens_file", "tenant_tokens", _tenant_tokens),
+                                ("cluster_token_file", "cluster_token", _cluster_token)):
         path = out.get(file_key)
         if path is None:
             continue

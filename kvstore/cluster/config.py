@@ -17,12 +17,14 @@ DEFAULT_MAX_PENDING = 1 << 16  # placements kept while Redis is away (~200 B eac
 @dataclass(frozen=True, slots=True)
 class ClusterConfig:
     """One node's part in a cluster. ``url`` is a ``redis://`` or ``rediss://`` URL (a
-    password in it is never shown); ``address`` is the data-plane ``HOST:PORT`` peers dial;
+    password in it is never shown); ``address`` is the data-plane ``HOST:PORT`` peers dial
+    and ``rest_url`` the REST base URL their clients start from;
     ``node_id`` names the node across restarts (its address unless set)."""
 
     url: str
     node_id: str
     address: str
+    rest_url: str = ""
     heartbeat_s: float = DEFAULT_HEARTBEAT_S
     suspect_after_s: float = DEFAULT_SUSPECT_AFTER_S
     gone_after_s: float = DEFAULT_GONE_AFTER_S

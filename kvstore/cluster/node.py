@@ -14,7 +14,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from kvstore.cluster.config import ClusterConfig
 from kvstore.cluster.index import ClusterIndex
@@ -25,12 +26,22 @@ from kvstore.cluster.publisher import Publisher
 from kvstore.protocol.cluster import (
     ClusterStatus,
     NodeReport,
+    NodeView,
+    PeerCounts,
     RedisView,
     TierReport,
 )
 from kvstore.store.api import StoreAPI
 
 log = logging.getLogger("kvstore.cluster")
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """A node a block can be fetched from, and the code of its highest tier holding it."""
+
+    node: NodeView
+    tier: int
 
 
 class _Link:
@@ -71,6 +82,7 @@ class ClusterNode:
         self._error: str | None = None
         self._resync_owed = True
         self._roster: Roster | None = None  # as of the last heartbeat
+        self._fetched_blocks = self._fetched_bytes = 0
         self._threads = [threading.Thread(target=self._run, args=(f, p), name=n, daemon=True)
                          for f, p, n in ((self._beat_once, config.heartbeat_s, "cluster-beat"),
                                          (self._publish_once, config.publish_s, "cluster-index"))]
@@ -162,14 +174,38 @@ class ClusterNode:
         tiers = [TierReport(name=name, capacity_bytes=t.capacity_bytes, used_bytes=t.bytes,
                             blocks=t.blocks) for name, t in stats.tiers.items()]
         return NodeReport(node_id=self.config.node_id, address=self.config.address,
-                          version=self._version, started_at=self._started_at,
-                          blocks=stats.totals.blocks, tiers=tiers)
+                          rest_url=self.config.rest_url, version=self._version,
+                          started_at=self._started_at, blocks=stats.totals.blocks, tiers=tiers)
 
     def roster(self) -> Roster | None:
         """Every node as Redis listed it at the last heartbeat (None while Redis does not
         answer). Asks nothing of Redis: a status or a scrape never waits on it."""
         with self._state:
             return self._roster
+
+    def holders(self, namespace: str, hashes: Sequence[bytes]) -> list[list[Source]]:
+        """For each of ``hashes``, the other nodes that are up and hold it, best tier first
+        (none for each while Redis does not answer). Raises ``RedisError`` if Redis fails."""
+        with self._state:
+            link, me, roster = self._link, self._slot, self._roster
+        if link is None or roster is None or not self._connected:
+            return [[] for _ in hashes]
+        up = roster.up_slots()
+        return [sorted((Source(up[h.slot], h.tier) for h in found
+                        if h.slot != me and h.slot in up), key=lambda s: s.tier)
+                for found in link.index.where(namespace, hashes)]
+
+    def count_fetched(self, blocks: int, nbytes: int) -> None:
+        """Blocks read from peers and kept here."""
+        with self._state:
+            self._fetched_blocks += blocks
+            self._fetched_bytes += nbytes
+
+    def correct(self, node: NodeView, namespace: str, hashes: Sequence[bytes]) -> None:
+        """``node`` answered that it holds none of ``hashes``: remove its records of them."""
+        link = self._link
+        if link is not None:
+            link.index.correct(node.slot, namespace, hashes)
 
     def status(self) -> ClusterStatus:
         roster = self.roster()
@@ -178,8 +214,10 @@ class ClusterNode:
                               degraded=not self._connected, error=self._error,
                               cluster_mode=self._link is not None and self._link.clustered)
             slot = self._slot
+            fetched = PeerCounts(blocks=self._fetched_blocks, bytes=self._fetched_bytes)
         c = self.config
         return ClusterStatus(node_id=c.node_id, slot=slot, redis=redis,
-                             index=self._publisher.view(), heartbeat_s=c.heartbeat_s,
+                             index=self._publisher.view(), fetched=fetched,
+                             heartbeat_s=c.heartbeat_s,
                              suspect_after_s=c.suspect_after_s, gone_after_s=c.gone_after_s,
                              nodes=roster.nodes if roster is not None else [])

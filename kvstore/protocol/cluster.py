@@ -36,6 +36,7 @@ class NodeReport(BaseModel):
 
     node_id: str
     address: str = Field(description="HOST:PORT of its data plane, which peers dial")
+    rest_url: str = Field("", description="its REST base URL, where peers' clients start")
     version: str
     started_at: float = Field(description="Unix time the node joined")
     blocks: Count = 0
@@ -73,6 +74,13 @@ class IndexView(BaseModel):
                            "(a full republication follows)")
 
 
+class PeerCounts(BaseModel):
+    """Blocks this node read from its peers and kept (on a local miss)."""
+
+    blocks: Count = 0
+    bytes: Count = 0
+
+
 class ClusterStatus(BaseModel):
     """``GET /v1/cluster``: this node, its link to Redis and every node it knows of."""
 
@@ -80,6 +88,7 @@ class ClusterStatus(BaseModel):
     slot: int | None = Field(None, description="this node's number (None until it joined)")
     redis: RedisView
     index: IndexView
+    fetched: PeerCounts = Field(default_factory=PeerCounts)
     heartbeat_s: float
     suspect_after_s: float
     gone_after_s: float

@@ -13,8 +13,10 @@ from kvstore.errors import WouldBlock
 from kvstore.namespace import Namespace
 from kvstore.protocol import Buffer, Reply
 from kvstore.store import StoreAPI
+from kvstore.types import BlockHash
 from server.auth import Principal
 from server.dataplane.budget import ByteBudget
+from server.peer_fill import PeerFill
 from server.settings import ServerSettings
 from server.tenant_view import resolve
 
@@ -46,10 +48,11 @@ class OpsContext:
     """The store and settings the op handlers share, and how they reach the store."""
 
     def __init__(self, store: StoreAPI, settings: ServerSettings,
-                 run: Callable[..., Awaitable[Any]]) -> None:
+                 run: Callable[..., Awaitable[Any]], fill: PeerFill | None = None) -> None:
         self.store = store
         self.settings = settings
         self.run = run  # run(fn, *args) in the worker pool
+        self.fill = fill  # reads from the cluster's other nodes (None: a node alone)
         self.budget = ByteBudget(settings.frame_budget_bytes)  # frames and replies in memory
 
     def ns(self, session: Session, name: str) -> Namespace:
@@ -57,6 +60,12 @@ class OpsContext:
         ``UnknownNamespaceError`` if it has none (see :func:`server.tenant_view.resolve`)."""
         assert session.principal is not None  # dispatch refuses these ops before hello
         return resolve(self.store, session.principal, name)
+
+    async def reach(self, ns: Namespace, hashes: list[BlockHash]) -> None:
+        """Bring here first the blocks of ``hashes`` that this node lacks and other nodes of
+        its cluster hold (:mod:`server.peer_fill`); nothing for a node alone."""
+        if self.fill is not None:
+            await self.fill.before_read(self.run, ns, hashes)
 
     async def now(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """``fn(*args, nowait=True)`` here on the event loop, or ``fn(*args)`` in a worker

@@ -73,6 +73,7 @@ from server.dataplane.get_reply import read_within, reply_bound
 from server.dataplane.prefetch_share import PrefetchShare
 from server.dataplane.shm_ops import SharedMemoryOps
 from server.errors import AuthError
+from server.peer_fill import PeerFill
 from server.settings import ServerSettings
 from server.tenant_view import as_seen, to_register, visible, visible_health, visible_stats
 from server.writes import durable_put
@@ -84,8 +85,8 @@ class Ops:
 
     def __init__(self, store: StoreAPI, settings: ServerSettings, auth: Authenticator,
                  info: dict[str, Any], durable_tier: str | None,
-                 run: Callable[..., Awaitable[Any]]) -> None:
-        self.ctx = OpsContext(store, settings, run)
+                 run: Callable[..., Awaitable[Any]], fill: PeerFill | None = None) -> None:
+        self.ctx = OpsContext(store, settings, run, fill)
         self.store = store
         self.settings = settings
         self.auth = auth
@@ -169,6 +170,7 @@ class Ops:
 
     async def get(self, session: Session, req: Get, _: memoryview) -> Answer:
         ns = self.ctx.ns(session, req.ns)
+        await self.ctx.reach(ns, req.hashes)
         limit = self.settings.max_frame_bytes
         need = reply_bound(req.hashes, ns.block_bytes, limit)
         budget = self.ctx.budget
@@ -194,6 +196,7 @@ class Ops:
     # -- index and pins -------------------------------------------------------------------
     async def lookup(self, session: Session, req: Lookup, _: memoryview) -> Answer:
         ns = self.ctx.ns(session, req.ns)
+        await self.ctx.reach(ns, req.hashes)
         result = await self.ctx.now(self.store.lookup, ns.name, req.hashes)
         return LookupReply(result.prefix_blocks, list(result.tiers)), []
 

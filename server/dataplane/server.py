@@ -33,6 +33,7 @@ from server.dataplane.conn import Connection
 from server.dataplane.ops import Ops
 from server.dataplane.shm_ops import GRANT_SUFFIX, READ_SUFFIX
 from server.metrics import ServerMetrics
+from server.peer_fill import PeerFill
 from server.preflight import claim_socket_path
 from server.settings import ServerSettings
 
@@ -45,7 +46,8 @@ class DataPlane:
     """Both listeners, the worker pool, the connection set and the lease reaper."""
 
     def __init__(self, store: StoreAPI, settings: ServerSettings, ops_info: dict[str, Any],
-                 auth: Any, metrics: ServerMetrics, durable_tier: str | None) -> None:
+                 auth: Any, metrics: ServerMetrics, durable_tier: str | None,
+                 fill: PeerFill | None = None) -> None:
         from server.auth import ADMIN
 
         self.store = store
@@ -55,7 +57,7 @@ class DataPlane:
         self.admin = ADMIN
         self.executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="kvstore-data")
         self.buffers = BufferPool(settings.recv_buffer_bytes)
-        self.ops = Ops(store, settings, auth, ops_info, durable_tier, self._run)
+        self.ops = Ops(store, settings, auth, ops_info, durable_tier, self._run, fill)
         self.ops.buffers = self.buffers
         self.connections: set[Connection] = set()
         self.pending: dict[Connection, None] = {}  # not authenticated yet, oldest first

@@ -35,6 +35,7 @@ from server.errors import (
     map_error,
 )
 from server.metrics import ServerMetrics
+from server.peer_fill import PeerFill
 from server.rest import blocks, cluster, dashboard, explain, health, namespaces, ops
 from server.rest.gate import GateMiddleware
 from server.rest.limits import (
@@ -140,7 +141,8 @@ async def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
 
 
 def create_app(store: StoreAPI, settings: ServerSettings, info: ServerInfo, metrics: ServerMetrics,
-               durable_tier: str | None, node: ClusterNode | None = None) -> FastAPI:
+               durable_tier: str | None, node: ClusterNode | None = None,
+               fill: PeerFill | None = None) -> FastAPI:
     app = FastAPI(
         title="kvstore",
         version=info.version,
@@ -155,6 +157,7 @@ def create_app(store: StoreAPI, settings: ServerSettings, info: ServerInfo, metr
     app.state.durable_tier = durable_tier
     app.state.closing = False
     app.state.cluster = node
+    app.state.fill = fill
     # block GETs pin what the host slab holds and send it from there (server.rest.slab_body)
     app.state.direct_get = direct_get(store, partial(nowait_first, run_in_threadpool),
                                       run_in_threadpool, settings.frame_timeout_s,

@@ -16,6 +16,7 @@ from kvstore.types import BlockHash
 from server.auth import Principal
 from server.dataplane.direct_get import DirectGet
 from server.errors import BlockNotFoundError
+from server.peer_fill import PeerFill
 from server.rest.deps import PrincipalDep, StoreDep, errors
 from server.rest.schemas import HEX_PATTERN, REF_PATTERN, DeleteOut, PutOut
 from server.rest.slab_body import SlabResponse
@@ -93,6 +94,9 @@ async def get_block(
     """The block's bytes, or 404 if the store does not hold it (or it failed its checksum);
     ``X-KVStore-Checksum`` gives their xxh3-64."""
     ns, h = _resolve(store, principal, namespace, block_hash_hex)
+    fill: PeerFill | None = request.app.state.fill
+    if fill is not None:  # in a cluster: another node may hold it
+        await fill.before_read(run_in_threadpool, ns, [h])
     direct: DirectGet | None = request.app.state.direct_get
     if direct is None:  # no host slab: one worker-thread hop, its bytes are the body
         data = (await run_in_threadpool(store.get, ns.name, [h]))[0]

@@ -11,6 +11,7 @@ from kvstore.store import StoreAPI
 from kvstore.types import BlockHash
 from server.auth import Principal
 from server.errors import InvalidRequestError
+from server.peer_fill import PeerFill
 from server.rest.deps import PrincipalDep, StoreDep, errors
 from server.rest.schemas import HashesIn, LookupOut, PrefetchOut
 from server.tenant_view import resolve, visible_stats
@@ -37,8 +38,12 @@ def lookup(
     store: StoreDep,
 ) -> LookupOut:
     """The longest cached prefix of a chain of block hashes and the tier of each of its blocks.
-    No side effects (recency and leases are untouched)."""
+    No side effects (recency and leases are untouched), but in a cluster: the run of blocks
+    that other nodes hold beyond this node's prefix is first read here."""
     name, hashes = _checked(request, body, principal, store)
+    fill: PeerFill | None = request.app.state.fill
+    if fill is not None:
+        fill.fill(store.namespace(name), hashes)
     result = store.lookup(name, hashes)
     return LookupOut(prefix_blocks=result.prefix_blocks, tiers=list(result.tiers))
 

@@ -79,10 +79,11 @@ def test_what_a_node_holds_is_published_with_its_tier(
         assert tiers_of(index, slot, first) == [DISK] * 4  # the oldest went down
         store.delete(NS.name, more[:5])
         wait_for(lambda: tiers_of(index, slot, more[:5]) == [None] * 5)
+        wait_for(lambda: [n.blocks for n in node.status().nodes] == [19])  # the next beat
         status = node.status()
         assert status.redis.connected and not status.redis.degraded
         assert [(n.node_id, n.state) for n in status.nodes] == [("a", NodeState.UP)]
-        assert status.nodes[0].blocks == 19 and status.index.pending == 0
+        assert status.index.pending == 0
         assert {t.name for t in status.nodes[0].tiers} == {"host", "disk"}
     finally:
         node.close()

@@ -123,7 +123,7 @@ def test_the_status_is_the_admins_and_a_node_alone_has_none(
     redis = RedisServer(tmp_path / "redis").start()
     try:
         node = make_node("--cluster", redis.url, "--tenant-tokens", '{"acme": "t-acme"}',
-                         "--token", "admin-secret", name="a")
+                         "--token", "admin-secret", "--cluster-token", "peer-secret", name="a")
         r = httpx.get(node.url + "/v1/cluster", headers={"Authorization": "Bearer t-acme"})
         assert r.status_code == 403 and r.json()["error"] == "forbidden"
         r = httpx.get(node.url + "/v1/cluster",
@@ -141,6 +141,7 @@ def test_the_status_is_the_admins_and_a_node_alone_has_none(
     (["--cluster", "http://127.0.0.1:1"], "must start with redis://"),
     (["--cluster", "redis://127.0.0.1:1", "--data-port", "0"], "data_port"),
     (["--cluster", "redis://127.0.0.1:1", "--advertise", "nohost"], "HOST:PORT"),
+    (["--cluster", "redis://127.0.0.1:1", "--token", "a-secret"], "cluster_token"),
 ])
 def test_cluster_settings_that_cannot_work_are_one_line_and_exit_2(
         tmp_path: Path, flags: list[str], says: str) -> None:

@@ -1,0 +1,113 @@
+"""Reading blocks from the other nodes that hold them.
+
+One client per peer, over its TCP data plane with the cluster token (a node whose token does
+not match is refused by the peer, as any client would be). Every block is checked against its
+checksum as it lands (the client's checked get): a damaged or missing block ends the run there
+or is taken from another holder, never served. A peer that fails (dies mid-transfer, times
+out, holds the namespace with another definition) is skipped for the rest of the call and
+another copy is tried; what no peer gives is a miss. Nothing here raises to the caller.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+
+from kvstore.client import KVStoreClient
+from kvstore.client.errors import KVStoreClientError
+from kvstore.cluster.node import ClusterNode, Source
+from kvstore.errors import KVStoreError
+from kvstore.namespace import Namespace
+from kvstore.protocol.cluster import NodeView
+from kvstore.types import BlockHash
+
+log = logging.getLogger("kvstore.cluster")
+
+PEER_TIMEOUT_S = 5.0  # seconds one peer call may take before the peer counts as failed
+_FAILED = (KVStoreClientError, KVStoreError, OSError)
+
+
+class Peers:
+    """Clients to the other nodes, made on first use, dropped when a call to one fails."""
+
+    def __init__(self, token: str | None, timeout_s: float = PEER_TIMEOUT_S) -> None:
+        self._token = token
+        self._timeout_s = timeout_s
+        self._lock = threading.Lock()
+        self._clients: dict[tuple[str, str], KVStoreClient] = {}
+        self._registered: set[tuple[str, str, str]] = set()  # (node, url, namespace)
+
+    def _client(self, node: NodeView) -> KVStoreClient:
+        key = (node.node_id, node.rest_url)
+        with self._lock:
+            client = self._clients.get(key)
+            if client is None:
+                client = KVStoreClient(node.rest_url, self._token, use_shm=False,
+                                       transport="tcp", timeout=self._timeout_s)
+                self._clients[key] = client
+            return client
+
+    def read(self, node: NodeView, ns: Namespace, hashes: Sequence[BlockHash]
+             ) -> list[bytes | None]:
+        """Blocks of ``ns`` from ``node`` (None for each it lacks or that fails its checksum).
+        The namespace is registered there first, once: a peer holding it with another
+        definition refuses (``NamespaceConflictError``), and is not read."""
+        client = self._client(node)
+        mark = (node.node_id, node.rest_url, ns.name)
+        if mark not in self._registered:
+            client.register_namespace(ns.local_name, ns.block_bytes, ns.layout, ns.hash_algo,
+                                      ns.hash_seed, tenant=ns.tenant)
+            with self._lock:
+                self._registered.add(mark)
+        return client.get(ns.name, hashes)
+
+    def forget(self, node: NodeView) -> None:
+        key = (node.node_id, node.rest_url)
+        with self._lock:
+            client = self._clients.pop(key, None)
+            self._registered = {m for m in self._registered if m[:2] != key}
+        if client is not None:
+            client.close()
+
+    def close(self) -> None:
+        with self._lock:
+            clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
+            client.close()
+
+
+def fetch_run(node: ClusterNode, peers: Peers, ns: Namespace, hashes: Sequence[BlockHash]
+              ) -> tuple[list[BlockHash], list[bytes]]:
+    """The longest leading run of ``hashes`` that other nodes hold, read from them: each
+    stretch from one node that holds all of it (the best tier first), a block a node turns
+    out not to hold taken from another, and that node's stale record removed."""
+    sources = node.holders(ns.name, hashes)
+    got: list[bytes] = []
+    i = 0
+    while i < len(hashes) and sources[i]:
+        src = sources[i][0].node
+        j = i + 1
+        while j < len(hashes) and any(s.node.slot == src.slot for s in sources[j]):
+            j += 1
+        try:
+            blocks = peers.read(src, ns, hashes[i:j])
+        except _FAILED as exc:
+            log.warning("peer %s failed reading %d blocks of %s (%s); trying other copies",
+                        src.node_id, j - i, ns.name, exc)
+            peers.forget(src)
+            _drop(sources, src.slot, range(len(sources)))
+            continue
+        k = next((n for n, b in enumerate(blocks) if b is None), len(blocks))
+        got += [b for b in blocks[:k] if b is not None]
+        if k < len(blocks):
+            lacking = [hashes[i + n] for n, b in enumerate(blocks) if b is None]
+            node.correct(src, ns.name, lacking)
+            _drop(sources, src.slot, range(i + k, j))
+        i += k
+    return list(hashes[:len(got)]), got
+
+
+def _drop(sources: list[list[Source]], slot: int, at: range) -> None:
+    for i in at:
+        sources[i] = [s for s in sources[i] if s.node.slot != slot]

@@ -1,0 +1,160 @@
+"""Reads that reach the whole cluster, on three real ``kvstore serve`` nodes and a real
+``redis-server``: a chain one node holds comes byte-identical from another (socket get, shared
+memory, lookup), a stale index record is a miss and is removed, a holder killed with ``kill -9``
+costs a miss within a bounded time and never an error, and a tenant reads through a peer only
+its own blocks."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from kvstore.client import KVStoreClient
+from kvstore.cluster.index import ClusterIndex
+from kvstore.cluster.keys import TIER_CODES
+from kvstore.cluster.link import connect
+from kvstore.protocol.cluster import ClusterStatus, NodeState
+from kvstore.testing.redis_server import RedisServer
+from kvstore.testing.server import ServerProc
+from tests.cluster.test_serve_cluster import BEAT, wait_for
+
+pytestmark = pytest.mark.slow
+B = 4096
+LAYOUT = {"model_id": "m", "block_size": 16}
+
+
+def status(node: ServerProc, token: str | None = None) -> ClusterStatus:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    r = httpx.get(node.url + "/v1/cluster", headers=headers, timeout=10)
+    assert r.status_code == 200, r.text
+    return ClusterStatus.model_validate(r.json())
+
+
+def start_fleet(tmp_path: Path, *extra: str) -> tuple[RedisServer, list[ServerProc]]:
+    redis = RedisServer(tmp_path / "redis").start()
+    nodes = [ServerProc(tmp_path / f"n{i}", "--cluster", redis.url, "--node-id", f"n{i}",
+                        "--cluster-heartbeat-s", BEAT, *extra) for i in range(3)]
+    for node in nodes:
+        node.start()
+    return redis, nodes
+
+
+@pytest.fixture
+def fleet(tmp_path: Path) -> Iterator[tuple[RedisServer, list[ServerProc]]]:
+    redis, nodes = start_fleet(tmp_path)
+    try:
+        wait_for(lambda: [n.state for n in status(nodes[0]).nodes] == [NodeState.UP] * 3)
+        yield redis, nodes
+    finally:
+        for node in nodes:
+            node.stop()
+        redis.stop()
+
+
+def published(redis: RedisServer, node: ServerProc, ns: str, hashes: list[bytes],
+              token: str | None = None) -> bool:
+    slot = status(node, token).slot
+    index = ClusterIndex(connect(redis.url)[0], 16)
+    return all(any(h.slot == slot for h in hs) for hs in index.where(ns, hashes))
+
+
+def test_a_chain_on_one_node_comes_byte_identical_from_the_others(
+        fleet: tuple[RedisServer, list[ServerProc]]) -> None:
+    redis, (n0, n1, n2) = fleet
+    chain = [os.urandom(32) for _ in range(24)]
+    blocks = [os.urandom(B) for _ in chain]
+    with KVStoreClient(n1.url) as c:
+        c.register_namespace("chat", B, LAYOUT)
+        c.put("chat", chain, blocks)
+    wait_for(lambda: published(redis, n1, "chat", chain))
+    with KVStoreClient(n0.url, use_shm=False, transport="tcp") as c:  # socket get
+        c.register_namespace("chat", B, LAYOUT)
+        assert c.get("chat", chain) == blocks
+        assert c.lookup("chat", chain)[0] == 24  # now held here
+    assert status(n0).fetched.blocks == 24 and status(n0).fetched.bytes == 24 * B
+    with KVStoreClient(n2.url) as c:  # over the Unix socket: shared-memory grants
+        c.register_namespace("chat", B, LAYOUT)
+        assert c.lookup("chat", chain[:10])[0] == 10
+        dest = [bytearray(B) for _ in chain]
+        assert c.get_into("chat", chain, dest) == [True] * 24
+        assert [bytes(d) for d in dest] == blocks
+    r = httpx.get(f"{n2.url}/v1/blocks/chat/{chain[0].hex()}", timeout=10)
+    assert r.status_code == 200 and r.content == blocks[0]
+    # a chain only partly held anywhere: the held run comes, the rest is a miss
+    longer = chain[:5] + [os.urandom(32) for _ in range(3)]
+    with KVStoreClient(n0.url) as c:
+        assert c.get("chat", longer) == blocks[:5] + [None] * 3
+
+
+def test_a_stale_record_is_a_miss_and_is_removed(
+        fleet: tuple[RedisServer, list[ServerProc]]) -> None:
+    redis, (n0, n1, _) = fleet
+    with KVStoreClient(n1.url) as c:
+        c.register_namespace("chat", B, LAYOUT)
+    ghost = [os.urandom(32) for _ in range(3)]
+    index = ClusterIndex(connect(redis.url)[0], 16)
+    index.publish(status(n1).slot or 0, [("chat", h, TIER_CODES["host"]) for h in ghost])
+    with KVStoreClient(n0.url) as c:
+        c.register_namespace("chat", B, LAYOUT)
+        assert c.get("chat", ghost) == [None] * 3
+    assert index.where("chat", ghost) == [[]] * 3
+
+
+def test_a_holder_killed_costs_a_bounded_miss_never_an_error(
+        fleet: tuple[RedisServer, list[ServerProc]]) -> None:
+    redis, (n0, n1, n2) = fleet
+    chain = [os.urandom(32) for _ in range(8)]
+    blocks = [os.urandom(B) for _ in chain]
+    with KVStoreClient(n1.url) as c:
+        c.register_namespace("chat", B, LAYOUT)
+        c.put("chat", chain, blocks)
+    wait_for(lambda: published(redis, n1, "chat", chain))
+    n1.kill()  # still "up" in the index for a moment: the read must find out by itself
+    with KVStoreClient(n0.url) as c:
+        c.register_namespace("chat", B, LAYOUT)
+        started = time.monotonic()
+        assert c.get("chat", chain) == [None] * 8
+        assert time.monotonic() - started < 10
+    # a copy elsewhere is used: n2 takes the chain from n0... which has none; put it on n2
+    with KVStoreClient(n2.url) as c:
+        c.register_namespace("chat", B, LAYOUT)
+        c.put("chat", chain, blocks)
+    wait_for(lambda: published(redis, n2, "chat", chain))
+    with KVStoreClient(n0.url) as c:
+        assert c.get("chat", chain) == blocks
+
+
+def test_a_tenant_reads_through_a_peer_only_its_own_blocks(tmp_path: Path) -> None:
+    tokens = tmp_path / "tenants.json"
+    tokens.write_text(json.dumps({"a": "tok-a", "b": "tok-b"}))
+    tokens.chmod(0o600)
+    peer = tmp_path / "peer.token"
+    peer.write_text("peer-secret")
+    peer.chmod(0o600)
+    redis, nodes = start_fleet(tmp_path, "--tenant-tokens-file", str(tokens),
+                               "--cluster-token-file", str(peer))
+    n0, n1, _ = nodes
+    try:
+        wait_for(lambda: len(status(n0, "peer-secret").nodes) == 3)
+        chain = [os.urandom(32) for _ in range(6)]
+        blocks = [os.urandom(B) for _ in chain]
+        with KVStoreClient(n1.url, "tok-a") as c:
+            c.register_namespace("chat", B, LAYOUT)
+            c.put("chat", chain, blocks)
+        wait_for(lambda: published(redis, n1, "a~chat", chain, "peer-secret"))
+        with KVStoreClient(n0.url, "tok-b") as c:  # b's own "chat" is another namespace
+            c.register_namespace("chat", B, LAYOUT)
+            assert c.get("chat", chain) == [None] * 6
+        with KVStoreClient(n0.url, "tok-a") as c:
+            c.register_namespace("chat", B, LAYOUT)
+            assert c.get("chat", chain) == blocks
+    finally:
+        for node in nodes:
+            node.stop()
+        redis.stop()
