@@ -6,6 +6,9 @@ on the other at once, and a worker that answers with something else is one clear
 - ``GET /info`` -> :class:`WorkerInfo`: role, the hash recipe, the cache's shape, the rates.
 - ``GET /kv/events?since=N`` -> :class:`KVEvents`: residency changes after cursor ``N``.
 - ``POST /prefill`` (:class:`PrefillRequest`) -> :class:`PrefillReply`: the handoff.
+- ``POST /generate`` (:class:`GenerateRequest`) -> :class:`GenerateReply`; with ``stream``,
+  SSE events (:data:`GenerateEvent`, read with :func:`read_event`): a :class:`FirstToken`, a
+  :class:`Token` per later token, then the :class:`GenerateReply` or a :class:`StreamError`.
 - ``GET /latency?since=N`` -> :class:`LatencyReport`: requests finished after ``N``, the load.
 - ``POST /admin/role`` (:class:`RoleRequest`) -> :class:`RoleReply`.
 - ``GET /stats`` -> :class:`WorkerStats` (its counters and its engine's, for its exporter).
@@ -13,6 +16,8 @@ on the other at once, and a worker that answers with something else is one clear
 """
 
 from __future__ import annotations
+
+import json
 
 from pydantic import BaseModel, Field
 
@@ -70,6 +75,88 @@ class PrefillReply(BaseModel):
     first_token: int
     cached_tokens: int
     latency_s: float
+
+
+class GenerateRequest(BaseModel):
+    """A generation: the prompt, its sampling (the sampler's own rules: finite, temperature
+    >= 0, ``top_p`` in (0, 1]), and with a disaggregated handoff the prompt's block hashes."""
+
+    prompt_ids: list[int] = Field(min_length=1)
+    max_tokens: int = Field(16, ge=1)
+    temperature: float = Field(0.0, ge=0.0, allow_inf_nan=False)
+    top_p: float = Field(1.0, gt=0.0, le=1.0, allow_inf_nan=False)
+    seed: int | None = None
+    ignore_eos: bool = False
+    stop_token_ids: list[int] = []
+    stream: bool = False
+    block_hashes: list[str] | None = Field(None, description="hex, from a prefill worker")
+    cache_salt: str | None = Field(None, min_length=1, max_length=MAX_SALT_CHARS)
+
+    def wire(self) -> str:
+        """The JSON body: the fields the sender set (an unset one takes its default)."""
+        return self.model_dump_json(exclude_unset=True)
+
+
+class PrefixHit(BaseModel):
+    """A prompt's size and prefix hit, and where its time to the first token went:
+    ``queue_s`` from submission to joining the batch (loads aside), ``load_s`` loading from
+    kvstore, ``prefill_s`` from joining the batch to the first token."""
+
+    prompt_tokens: int
+    cached_tokens: int = Field(description="local_hit_tokens + store_hit_tokens")
+    local_hit_tokens: int
+    store_hit_tokens: int
+    ttft_s: float | None
+    queue_s: float | None
+    load_s: float
+    prefill_s: float | None
+
+    def hit(self) -> PrefixHit:
+        """These fields alone (without what a subclass adds)."""
+        return PrefixHit.model_validate(self.model_dump(include=set(PrefixHit.model_fields)))
+
+
+class Token(BaseModel):
+    """A streamed token after the first."""
+
+    token_id: int
+
+
+class FirstToken(PrefixHit):
+    """A stream's first token, with the prompt's prefix hit (final once it is out)."""
+
+    token_id: int
+
+
+class GenerateReply(PrefixHit):
+    """A finished generation: its tokens, why it ended, the prefix hit and the latency."""
+
+    token_ids: list[int]
+    finish_reason: str | None
+    latency_s: float
+
+
+class StreamError(BaseModel):
+    """A streamed generation that failed after its answer started."""
+
+    error: str
+
+
+GenerateEvent = FirstToken | Token | GenerateReply | StreamError
+
+
+def read_event(data: str | bytes) -> GenerateEvent:
+    """One streamed event from its JSON (an SSE line's ``data``); ``ValueError`` when it is
+    none of them."""
+    doc = json.loads(data)
+    if not isinstance(doc, dict):
+        raise ValueError(f"a generate event is an object, not {type(doc).__name__}")
+    kind: type[GenerateEvent]
+    if "token_id" in doc:
+        kind = FirstToken if "cached_tokens" in doc else Token
+    else:
+        kind = StreamError if "error" in doc else GenerateReply
+    return kind.model_validate(doc)
 
 
 class FinishedRow(BaseModel):

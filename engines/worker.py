@@ -22,28 +22,33 @@ blocks freed, at the engine's next step.
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from dataclasses import dataclass
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
 from engines.access import Access
 from engines.decoder.runner import Engine
 from engines.decoder.sampler import SamplingParams
 from engines.engine_loop import EngineLoop, Pending
 from engines.messages import (
-    MAX_SALT_CHARS,
+    FirstToken,
+    GenerateReply,
+    GenerateRequest,
     KVEvent,
     KVEvents,
     PrefillReply,
     PrefillRequest,
+    PrefixHit,
+    StreamError,
+    Token,
     WorkerInfo,
     WorkerStats,
 )
@@ -53,23 +58,20 @@ from engines.worker_metrics import WorkerMetrics
 __all__ = ["ROLES", "EngineLoop", "Pending", "create_app"]
 
 
-class GenerateRequest(BaseModel):
-    prompt_ids: list[int] = Field(min_length=1)
-    max_tokens: int = Field(16, ge=1)
-    # the sampler's own rules (engines.decoder.sampler): finite, temperature >= 0 (tiny is
-    # greedy), top_p in (0, 1]
-    temperature: float = Field(0.0, ge=0.0, allow_inf_nan=False)
-    top_p: float = Field(1.0, gt=0.0, le=1.0, allow_inf_nan=False)
-    seed: int | None = None
-    ignore_eos: bool = False
-    stop_token_ids: list[int] = []
-    stream: bool = False
-    block_hashes: list[str] | None = None  # disaggregated handoff: hex hashes from prefill
-    cache_salt: str | None = Field(None, min_length=1, max_length=MAX_SALT_CHARS)
+def sampling(req: GenerateRequest) -> SamplingParams:
+    """The engine's parameters of ``req``; ``ValueError`` for values no sampler can use."""
+    return SamplingParams(req.max_tokens, req.temperature, req.top_p, req.seed,
+                          req.ignore_eos, tuple(req.stop_token_ids))
 
-    def params(self) -> SamplingParams:
-        return SamplingParams(self.max_tokens, self.temperature, self.top_p, self.seed,
-                              self.ignore_eos, tuple(self.stop_token_ids))
+
+@dataclass(slots=True)
+class Counters:
+    """What the worker counts of its requests (for ``/stats``)."""
+
+    requests: int = 0
+    prefills: int = 0
+    generated_tokens: int = 0
+    cached_tokens: int = 0
 
 
 async def bad_request(_: Request, exc: Exception) -> JSONResponse:
@@ -83,6 +85,11 @@ async def bad_request(_: Request, exc: Exception) -> JSONResponse:
     return JSONResponse({"detail": "; ".join(parts)}, status_code=400)
 
 
+def sse(event: BaseModel) -> str:
+    """One server-sent event carrying ``event``'s JSON."""
+    return f"data: {event.model_dump_json()}\n\n"
+
+
 def _hex(hashes: list[bytes]) -> list[str]:
     return [h.hex() for h in hashes]
 
@@ -94,11 +101,12 @@ def create_app(engine: Engine, role: str = "both", token: str | None = None) -> 
     but ``/health``; without one the admin route is closed."""
     access = Access(token)
     control = WorkerControl(role, can_prefill=engine.connector is not None, access=access)
-    counters = {"requests": 0, "prefills": 0, "generated_tokens": 0, "cached_tokens": 0}
+    counters = Counters()
 
     def snapshot() -> WorkerStats:
         with loop.lock:
-            return WorkerStats(role=control.role, **counters, role_switches=control.switches,
+            return WorkerStats(role=control.role, **dataclasses.asdict(counters),
+                               role_switches=control.switches,
                                engine=engine.stats(), inflight=len(loop.pending))
 
     metrics = WorkerMetrics(snapshot)
@@ -125,36 +133,36 @@ def create_app(engine: Engine, role: str = "both", token: str | None = None) -> 
             raise HTTPException(400 if p.seq is None else 500, p.error)
         return out
 
-    def prefix_hit(p: Pending) -> dict[str, Any]:
-        """The prompt's size and prefix hit, and where its time to the first token went:
-        ``queue_s`` from submission to joining the batch (loads aside, the step in flight
-        included), ``load_s`` loading from kvstore, ``prefill_s`` from joining the batch to
-        the first token. Final once the first token is out."""
+    def prefix_hit(p: Pending) -> PrefixHit:
+        """The prompt's prefix hit and where its time to the first token went (``queue_s``
+        counts the step in flight when it arrived); final once the first token is out."""
         seq = p.seq
         assert seq is not None
         ttft = (seq.first_token_at - seq.arrival) if seq.first_token_at else None
         joined = seq.admitted_at
-        return {"prompt_tokens": seq.num_prompt,
-                "cached_tokens": seq.local_hit_tokens + seq.store_hit_tokens,
-                "local_hit_tokens": seq.local_hit_tokens,
-                "store_hit_tokens": seq.store_hit_tokens, "ttft_s": ttft,
-                "queue_s": None if joined is None else joined - p.submitted_at - seq.load_s,
-                "load_s": seq.load_s,
-                "prefill_s": None if joined is None or seq.first_token_at is None
-                else seq.first_token_at - joined}
+        return PrefixHit(
+            prompt_tokens=seq.num_prompt,
+            cached_tokens=seq.local_hit_tokens + seq.store_hit_tokens,
+            local_hit_tokens=seq.local_hit_tokens, store_hit_tokens=seq.store_hit_tokens,
+            ttft_s=ttft,
+            queue_s=None if joined is None else joined - p.submitted_at - seq.load_s,
+            load_s=seq.load_s,
+            prefill_s=None if joined is None or seq.first_token_at is None
+            else seq.first_token_at - joined)
 
-    def summary(p: Pending, started: float, kind: str = "generate") -> dict[str, Any]:
+    def summary(p: Pending, started: float, kind: str = "generate") -> GenerateReply:
         seq = p.seq
         assert seq is not None
         hit = prefix_hit(p)
-        counters["generated_tokens"] += len(seq.output)
-        counters["cached_tokens"] += hit["cached_tokens"]
-        control.record(kind, hit["ttft_s"], seq.first_token_at, len(seq.output))
-        return {"token_ids": seq.output, "finish_reason": seq.finish_reason, **hit,
-                "latency_s": time.perf_counter() - started}
+        counters.generated_tokens += len(seq.output)
+        counters.cached_tokens += hit.cached_tokens
+        control.record(kind, hit.ttft_s, seq.first_token_at, len(seq.output))
+        return GenerateReply(**dict(hit), token_ids=seq.output,
+                             finish_reason=seq.finish_reason,
+                             latency_s=time.perf_counter() - started)
 
-    @app.post("/generate")
-    async def generate(req: GenerateRequest) -> Any:
+    @app.post("/generate", response_model=None)
+    async def generate(req: GenerateRequest) -> GenerateReply | StreamingResponse:
         control.refuse("generate")
         if req.block_hashes is not None:
             # the handoff must name exactly the blocks we would look up, or the hash recipes
@@ -163,10 +171,10 @@ def create_app(engine: Engine, role: str = "both", token: str | None = None) -> 
             if req.block_hashes != mine[:len(req.block_hashes)]:
                 raise HTTPException(409, "block_hashes do not match this worker's hash recipe")
         try:
-            params = req.params()
+            params = sampling(req)
         except ValueError as exc:
             raise HTTPException(400, str(exc)) from None
-        counters["requests"] += 1
+        counters.requests += 1
         started = time.perf_counter()
         p = loop.submit(req.prompt_ids, params, req.cache_salt)
         if not req.stream:
@@ -182,18 +190,18 @@ def create_app(engine: Engine, role: str = "both", token: str | None = None) -> 
             tok = first
             try:
                 if tok is not None:
-                    yield f"data: {json.dumps({'token_id': tok, **prefix_hit(p)})}\n\n"
+                    yield sse(FirstToken(**dict(prefix_hit(p)), token_id=tok))
                     tok = await p.tokens.get()
                 while tok is not None:
-                    yield f"data: {json.dumps({'token_id': tok})}\n\n"
+                    yield sse(Token(token_id=tok))
                     tok = await p.tokens.get()
             finally:
                 if tok is not None:  # the caller went away mid-generation
                     loop.cancel(p)
             if p.error:
-                yield f"data: {json.dumps({'error': p.error})}\n\n"
+                yield sse(StreamError(error=p.error))
             else:
-                yield f"data: {json.dumps(summary(p, started))}\n\n"
+                yield sse(summary(p, started))
             yield "data: [DONE]\n\n"
 
         return StreamingResponse(events(), media_type="text/event-stream")
@@ -204,7 +212,7 @@ def create_app(engine: Engine, role: str = "both", token: str | None = None) -> 
         control.refuse("prefill")
         if engine.connector is None:
             raise HTTPException(409, "prefill needs --kvstore: blocks go to the store")
-        counters["prefills"] += 1
+        counters.prefills += 1
         started = time.perf_counter()
         p = loop.submit(req.prompt_ids, SamplingParams(max_tokens=1, ignore_eos=True),
                         req.cache_salt)
@@ -213,7 +221,7 @@ def create_app(engine: Engine, role: str = "both", token: str | None = None) -> 
         out = summary(p, started, "prefill")
         return PrefillReply(prompt_ids=req.prompt_ids, block_hashes=_hex(hashes),
                             namespace=engine.namespace, first_token=first[0],
-                            cached_tokens=out["cached_tokens"], latency_s=out["latency_s"])
+                            cached_tokens=out.cached_tokens, latency_s=out.latency_s)
 
     @app.get("/info")
     async def info() -> WorkerInfo:
