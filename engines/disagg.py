@@ -3,19 +3,19 @@
 A prefill worker computes a prompt's KV and puts its full blocks into kvstore; the decode
 worker is then sent the prompt and the block hashes (the :class:`Handoff`), never tensors. The
 decode worker checks the hashes against its own recipe, loads the blocks from kvstore as a
-prefix hit, computes only the tail that does not fill a block, and generates. The router calls
-:func:`prefill_then_decode` when it has prefill workers; :func:`run` is the synchronous form for
-scripts and tests.
+prefix hit, computes only the tail that does not fill a block, and generates. A router with
+prefill workers calls :func:`prefill` and sends :func:`decode_request` on;
+:func:`prefill_then_decode` does both (:func:`run` is its synchronous form, for scripts).
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import httpx
 
-from engines.messages import PrefillReply, PrefillRequest
+from engines.messages import GenerateReply, GenerateRequest, PrefillReply, PrefillRequest
 
 
 class Handoff(NamedTuple):
@@ -38,26 +38,36 @@ async def prefill(client: httpx.AsyncClient, url: str, prompt_ids: list[int],
     return Handoff(doc.prompt_ids, doc.block_hashes, doc.namespace, doc.latency_s)
 
 
-def decode_body(handoff: Handoff, body: dict[str, Any]) -> dict[str, Any]:
-    """The decode worker's ``/generate`` body: the request plus the handoff's hashes."""
-    return {**body, "prompt_ids": handoff.prompt_ids, "block_hashes": handoff.block_hashes}
+def decode_request(handoff: Handoff, req: GenerateRequest) -> GenerateRequest:
+    """The decode worker's request: ``req`` with the handoff's prompt and hashes."""
+    return req.model_copy(update={"prompt_ids": handoff.prompt_ids,
+                                  "block_hashes": handoff.block_hashes})
+
+
+class Disaggregated(NamedTuple):
+    """A disaggregated generation: the decode worker's reply and the prefill's latency."""
+
+    reply: GenerateReply
+    prefill_s: float
 
 
 async def prefill_then_decode(client: httpx.AsyncClient, prefill_url: str, decode_url: str,
-                              body: dict[str, Any]) -> dict[str, Any]:
-    """Non-streaming disaggregated generation; the decode reply plus ``prefill_s``."""
-    handoff = await prefill(client, prefill_url, body["prompt_ids"], body.get("cache_salt"))
-    r = await client.post(f"{decode_url}/generate", json=decode_body(handoff, body))
+                              req: GenerateRequest) -> Disaggregated:
+    """Non-streaming disaggregated generation. Raises ``httpx.HTTPError``, and
+    ``pydantic.ValidationError`` for a decode answer that is no reply."""
+    handoff = await prefill(client, prefill_url, req.prompt_ids, req.cache_salt)
+    r = await client.post(f"{decode_url}/generate", content=decode_request(handoff, req).wire(),
+                          headers={"content-type": "application/json"})
     r.raise_for_status()
-    return {**r.json(), "prefill_s": handoff.prefill_s}
+    return Disaggregated(GenerateReply.model_validate_json(r.content), handoff.prefill_s)
 
 
-def run(prefill_url: str, decode_url: str, body: dict[str, Any],
-        timeout: float = 300.0) -> dict[str, Any]:
+def run(prefill_url: str, decode_url: str, req: GenerateRequest,
+        timeout: float = 300.0) -> Disaggregated:
     """Synchronous :func:`prefill_then_decode`."""
 
-    async def go() -> dict[str, Any]:
+    async def go() -> Disaggregated:
         async with httpx.AsyncClient(timeout=timeout) as client:
-            return await prefill_then_decode(client, prefill_url, decode_url, body)
+            return await prefill_then_decode(client, prefill_url, decode_url, req)
 
     return asyncio.run(go())

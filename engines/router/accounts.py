@@ -8,8 +8,6 @@ owns the totals and moves both when a request is served.
 
 from __future__ import annotations
 
-from typing import Any
-
 from engines.messages import RoutedWorker, RouterStats
 from engines.router.workers import Worker
 
@@ -25,11 +23,9 @@ class Accounts:
         self.hit_tokens = 0
         self.store_prefix_tokens = 0
 
-    def served(self, w: Worker, doc: dict[str, Any], prompt_tokens: int,
-               store_tokens: int) -> None:
-        """``w`` took a request of ``prompt_tokens`` (its first answer is ``doc``, which says
-        how many it found cached); kvstore held ``store_tokens`` of the prompt."""
-        hit = int(doc.get("cached_tokens", 0))
+    def served(self, w: Worker, hit: int, prompt_tokens: int, store_tokens: int) -> None:
+        """``w`` took a request of ``prompt_tokens`` and found ``hit`` of them cached (its
+        first answer said so); kvstore held ``store_tokens`` of the prompt."""
         w.up, w.routed = True, w.routed + 1
         w.prompt_tokens += prompt_tokens
         w.hit_tokens += hit

@@ -26,26 +26,33 @@ import itertools
 import logging
 import time
 from collections.abc import AsyncGenerator, Callable
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import httpx
 from pydantic import ValidationError
 
 from engines import disagg
 from engines.access import bearer
-from engines.messages import RouterStats, WorkerInfo
+from engines.messages import FirstToken, GenerateReply, GenerateRequest, RouterStats, WorkerInfo
 from engines.router import forward
 from engines.router import workers as worker_view
 from engines.router.accounts import Accounts
 from engines.router.cost import CostModel
-from engines.router.forward import FAILURES, RequestFailed, WorkerDown, WrongRole
+from engines.router.forward import (
+    FAILURES,
+    RequestFailed,
+    Routed,
+    Streamed,
+    WorkerDown,
+    WrongRole,
+)
 from engines.router.policies import POLICIES, Ask, make_policy
 from engines.router.workers import POLL_S, RETRY_S, Job, Worker
 from engines.store_io import BlockStore, open_store
 from kvstore.keys import BlockHasher
 
-__all__ = ["POLICIES", "POLL_S", "RETRY_S", "NoWorker", "Plan", "RequestFailed", "Router",
-           "Worker", "WorkerDown", "WrongRole"]
+__all__ = ["POLICIES", "POLL_S", "RETRY_S", "NoWorker", "Plan", "RequestFailed", "Routed",
+           "Router", "Worker", "WorkerDown", "WrongRole"]
 
 log = logging.getLogger(__name__)
 
@@ -169,40 +176,42 @@ class Router:
                 for w in order}
         return Plan(hashes, order, stored, work)
 
-    async def generate(self, body: dict[str, Any]) -> dict[str, Any]:
-        """Forward one non-streaming generation; retries on the next worker when one fails.
-        Raises :class:`NoWorker` when none can serve it."""
-        plan = await self._plan(body)
+    async def generate(self, req: GenerateRequest,
+                       session: str | None = None) -> Routed[GenerateReply]:
+        """Forward one non-streaming generation (``session``: the key of affinity routing);
+        retries on the next worker when one fails. Raises :class:`NoWorker` when none can
+        serve it."""
+        plan = await self._plan(req, session)
         for w in plan.order:
             try:
-                doc = await self._attempt(w, body, plan)
+                reply = await self._attempt(w, req, plan)
             except WorkerDown:
                 self.accounts.retried()
                 continue
-            self._account(w, body, doc, plan.store_blocks)
-            return {**doc, "worker": w.url}
+            self._account(w, req, reply.cached_tokens, plan.store_blocks)
+            return Routed(w.url, reply)
         self.accounts.failed()
         raise NoWorker("every worker failed")
 
-    async def stream(self, body: dict[str, Any]) -> AsyncGenerator[dict[str, Any], None]:
-        """Forward a streaming generation: yields ``{"token_id": t}`` events, the first with
-        the prompt's prefix hit and the ``worker``, then the summary. Falls back to another
-        worker only before the first token. The request counts as served at its first token,
-        so a caller may stop reading (and close this generator) at any point after it."""
+    async def stream(self, req: GenerateRequest,
+                     session: str | None = None) -> AsyncGenerator[Routed[Streamed], None]:
+        """Forward a streaming generation: yields the worker's events (the first token with
+        the prompt's prefix hit, a token each, then the reply), each with the worker. Falls
+        back to another worker only before the first token. The request counts as served at
+        its first token, so a caller may stop reading (and close this generator) at any
+        point after it."""
         last = time.perf_counter()
-        plan = await self._plan(body)
+        plan = await self._plan(req, session)
         for w in plan.order:
             started = False
             job = plan.work[w]
             w.begin(job)
             try:
-                req_body = await self._body_for(body, plan.hashes)
+                sent = await self._body_for(req, plan.hashes)
                 async with contextlib.aclosing(
-                        forward.stream(self.client, w.url, req_body)) as docs:
-                    async for doc in docs:
-                        if "token_id" not in doc:  # the summary
-                            doc = {**doc, "worker": w.url}
-                        else:
+                        forward.stream(self.client, w.url, sent)) as events:
+                    async for event in events:
+                        if not isinstance(event, GenerateReply):  # a token
                             now = time.perf_counter()
                             for observe in self.token_observers:
                                 observe(now - last, not started)
@@ -210,9 +219,9 @@ class Router:
                             if not started:
                                 started = True
                                 w.first_token(job)
-                                self._account(w, body, doc, plan.store_blocks)
-                                doc = {**doc, "worker": w.url}
-                        yield doc
+                                hit = event.cached_tokens if isinstance(event, FirstToken) else 0
+                                self._account(w, req, hit, plan.store_blocks)
+                        yield Routed(w.url, event)
                 return
             except (WorkerDown, *FAILURES) as exc:
                 if started:
@@ -233,27 +242,26 @@ class Router:
         return self.accounts.stats(self.policy, self.workers + self.prefill)
 
     # -- internals ----------------------------------------------------------------------------
-    async def _plan(self, body: dict[str, Any]) -> Plan:
+    async def _plan(self, req: GenerateRequest, session: str | None) -> Plan:
         self.check_ready()
         assert self.hasher is not None
         # the salt enters the first block's hash, as on the workers: a salted prompt matches
         # only prefixes cached under the same salt, here and in kvstore
         hashes: list[bytes] = list(self.hasher.hash_blocks(
-            body["prompt_ids"], cache_salt=body.get("cache_salt")))
-        return await self.rank(self.workers, hashes, len(body["prompt_ids"]),
-                               int(body.get("max_tokens", 16)), body.get("session"))
+            req.prompt_ids, cache_salt=req.cache_salt))
+        return await self.rank(self.workers, hashes, len(req.prompt_ids), req.max_tokens,
+                               session)
 
-    async def _body_for(self, body: dict[str, Any], hashes: list[bytes]) -> dict[str, Any]:
-        """The decode worker's body (without the router's ``session``): with prefill
-        workers, run the prefill first and attach the handoff."""
-        body = {k: v for k, v in body.items() if k != "session"}
+    async def _body_for(self, req: GenerateRequest, hashes: list[bytes]) -> GenerateRequest:
+        """The decode worker's request: with prefill workers, run the prefill first and
+        attach the handoff."""
         if not self.prefill:
-            return body
-        plan = await self.rank(self.prefill, hashes, len(body["prompt_ids"]), 0)
+            return req
+        plan = await self.rank(self.prefill, hashes, len(req.prompt_ids), 0)
         for p in plan.order:
             try:
-                handoff = await disagg.prefill(self.client, p.url, body["prompt_ids"],
-                                               body.get("cache_salt"))
+                handoff = await disagg.prefill(self.client, p.url, req.prompt_ids,
+                                               req.cache_salt)
             except httpx.HTTPStatusError as exc:
                 if forward.wrong_role(exc.response):
                     await self.learn(p)
@@ -267,15 +275,15 @@ class Router:
                 continue
             p.routed += 1
             await self.sync(p)
-            return disagg.decode_body(handoff, body)
+            return disagg.decode_request(handoff, req)
         raise NoWorker("every prefill worker failed")
 
-    async def _attempt(self, w: Worker, body: dict[str, Any], plan: Plan) -> dict[str, Any]:
+    async def _attempt(self, w: Worker, req: GenerateRequest, plan: Plan) -> GenerateReply:
         job = plan.work[w]
         w.begin(job)
         try:
-            req_body = await self._body_for(body, plan.hashes)
-            return await forward.generate(self.client, w.url, req_body)
+            sent = await self._body_for(req, plan.hashes)
+            return await forward.generate(self.client, w.url, sent)
         except (WorkerDown, *FAILURES) as exc:
             await self._failed(w, exc)
             raise WorkerDown(str(exc)) from exc
@@ -283,10 +291,9 @@ class Router:
             w.end(job)
             await self.sync(w)
 
-    def _account(self, w: Worker, body: dict[str, Any], doc: dict[str, Any],
-                 stored: int) -> None:
+    def _account(self, w: Worker, req: GenerateRequest, hit: int, stored: int) -> None:
         assert self.hasher is not None
-        self.accounts.served(w, doc, len(body["prompt_ids"]), stored * self.hasher.block_size)
+        self.accounts.served(w, hit, len(req.prompt_ids), stored * self.hasher.block_size)
 
     async def _failed(self, w: Worker, exc: Exception) -> None:
         """A worker that could not take a request: relearn a switched role; a 5xx from a

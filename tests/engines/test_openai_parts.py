@@ -65,7 +65,7 @@ def test_usage_counts_a_prompt_once_with_its_least_cached_choice() -> None:
 def app_client(monkeypatch: pytest.MonkeyPatch) -> Any:
     router = Router(["http://127.0.0.1:1"])  # never answers: nothing is routed
 
-    def broken(body: dict[str, Any]) -> Any:
+    def broken(*_: Any) -> Any:
         raise KeyError("boom")
 
     monkeypatch.setattr(router, "stream", broken)

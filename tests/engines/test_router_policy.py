@@ -15,6 +15,7 @@ from fastapi.testclient import TestClient
 
 from engines.decoder.config import EngineConfig
 from engines.decoder.runner import Engine
+from engines.messages import GenerateRequest
 from engines.router.app import create_app as router_app
 from engines.router.core import Router
 from engines.store_io import LocalStore
@@ -67,13 +68,13 @@ def test_least_loaded_sends_work_away_from_a_busy_worker(three: list[ThreadServe
     async def scenario() -> None:
         router = Router([w.url for w in three[:2]], policy="least-loaded")
         await router.start(poll=False)
-        long = router.stream({"prompt_ids": rand(40, 1), "max_tokens": 400, "ignore_eos": True})
-        first = await long.__anext__()
-        busy = first["worker"]
+        long = router.stream(GenerateRequest(prompt_ids=rand(40, 1), max_tokens=400,
+                                             ignore_eos=True))
+        busy = (await long.__anext__()).worker
         for i in range(3):  # the busy worker has 440 queued tokens; these are small
-            short = await router.generate({"prompt_ids": rand(8, 10 + i), "max_tokens": 2,
-                                           "ignore_eos": True})
-            assert short["worker"] != busy
+            short = await router.generate(GenerateRequest(prompt_ids=rand(8, 10 + i),
+                                                          max_tokens=2, ignore_eos=True))
+            assert short.worker != busy
         await long.aclose()
         assert all(w.queued == 0 and w.inflight == 0 for w in router.workers)
         await router.close()
@@ -87,16 +88,16 @@ def test_kv_aware_follows_a_prefix_before_its_residency_events_arrive(
         router = Router([w.url for w in three], policy="kv")
         await router.start(poll=False)  # no background polls: residency only after requests
         shared = rand(200, 5)
-        first = router.stream({"prompt_ids": shared + [7], "max_tokens": 50,
-                               "ignore_eos": True})
+        first = router.stream(GenerateRequest(prompt_ids=shared + [7], max_tokens=50,
+                                              ignore_eos=True))
         await first.__anext__()  # the prefix is computed, the request still runs
         home = next(w for w in router.workers if w.inflight)
         assert not home.resident  # no event pulled yet: the blocks are promised
         assert home.local_prefix(list(router.hasher.hash_blocks(shared))) == 50  # type: ignore[union-attr]
         for tail in ([8, 9], [10, 11, 12]):
-            doc = await router.generate({"prompt_ids": shared + tail, "max_tokens": 2,
-                                         "ignore_eos": True})
-            assert doc["worker"] == home.url and doc["cached_tokens"] == 200
+            done = await router.generate(GenerateRequest(prompt_ids=shared + tail,
+                                                         max_tokens=2, ignore_eos=True))
+            assert done.worker == home.url and done.message.cached_tokens == 200
         await first.aclose()
         assert not home.promised and home.inflight == home.pending_prefill == 0
         await router.close()

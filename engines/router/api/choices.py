@@ -15,13 +15,10 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from engines.messages import FirstToken, GenerateReply, GenerateRequest, PrefixHit
 from engines.router.api.stops import StopMatcher
 from engines.router.api.tokenizer import IncrementalDecoder
-from engines.router.core import Router
-
-# what a stream's first chunk of a choice passes on from its worker's first event
-FIRST_TOKEN_KEYS = ("worker", "prompt_tokens", "cached_tokens", "local_hit_tokens",
-                    "store_hit_tokens", "ttft_s", "queue_s", "load_s", "prefill_s")
+from engines.router.core import Routed, Router
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,21 +32,22 @@ class Delta:
     text: str
     token_ids: list[int]
     finish_reason: str | None
-    kvstore: dict[str, Any] | None = None
+    kvstore: Routed[PrefixHit] | None = None
 
 
 @dataclass(slots=True)
 class Choice:
     """One generation; ``index`` is OpenAI's (prompt ``i``, choice ``j`` of ``n``: ``i*n+j``).
     ``decoder`` is None without a tokenizer (token ids only, no text); ``stops`` is None
-    without stop strings."""
+    without stop strings; ``session`` is the key of affinity routing."""
 
     index: int
     prompt_index: int
     prompt_ids: list[int]
-    body: dict[str, Any]  # the worker's /generate body
+    request: GenerateRequest  # what its worker is asked
     decoder: IncrementalDecoder | None
     stops: StopMatcher | None = None
+    session: str | None = None
     token_ids: list[int] = field(default_factory=list)
     # text already returned, in pieces (joining at each token would copy the whole text per
     # token), and the text after it: held back, or about to be returned
@@ -85,7 +83,7 @@ class Choice:
         keep = self.stops.held
         return Delta(self.index, self._release(len(self.pending) - keep), [token], None)
 
-    def finish(self, reason: str, token_ids: list[int] | None = None) -> Delta:
+    def finish(self, reason: str | None, token_ids: list[int] | None = None) -> Delta:
         """The last delta: whatever text was held back, and ``reason``."""
         self.finish_reason = reason
         return Delta(self.index, self._release(len(self.pending)), token_ids or [], reason)
@@ -101,17 +99,16 @@ class Choice:
 async def run(router: Router, choice: Choice) -> AsyncIterator[Delta]:
     """Generate ``choice`` through ``router``; yields its deltas, the last with its
     ``finish_reason``. Raises what :meth:`Router.stream` raises."""
-    async with contextlib.aclosing(router.stream(choice.body)) as events:
-        async for ev in events:
-            if "token_id" not in ev:  # the summary: the worker ran to its end
-                yield choice.finish(ev["finish_reason"])
+    async with contextlib.aclosing(router.stream(choice.request, choice.session)) as events:
+        async for worker, ev in events:
+            if isinstance(ev, GenerateReply):  # the worker ran to its end
+                yield choice.finish(ev.finish_reason)
                 return
-            delta = choice.push(ev["token_id"])
-            if "worker" in ev:  # the first token: the prompt's prefix hit
-                choice.worker, choice.ttft_s = ev["worker"], ev.get("ttft_s")
-                choice.cached_tokens = int(ev.get("cached_tokens", 0))
-                delta = dataclasses.replace(delta, kvstore={
-                    k: v for k, v in ev.items() if k in FIRST_TOKEN_KEYS})
+            delta = choice.push(ev.token_id)
+            if isinstance(ev, FirstToken):  # the prompt's prefix hit
+                choice.worker, choice.ttft_s = worker, ev.ttft_s
+                choice.cached_tokens = ev.cached_tokens
+                delta = dataclasses.replace(delta, kvstore=Routed(worker, ev.hit()))
             yield delta
             if delta.finish_reason is not None:
                 return  # a stop string: closing the stream aborts the worker's generation

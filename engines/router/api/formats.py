@@ -44,7 +44,8 @@ class Format:
         """The stream chunk of ``delta``, or None when it carries nothing to send."""
         doc = {**self._head(self.chunk_kind), "choices": [self.chunk_choice(delta)]}
         if delta.kvstore is not None:  # a choice's first token: its worker and prefix hit
-            doc["kvstore"] = {"index": delta.index, **delta.kvstore}
+            doc["kvstore"] = {"index": delta.index, "worker": delta.kvstore.worker,
+                              **delta.kvstore.message.model_dump()}
         if self.include_usage:  # as OpenAI: every chunk has the key, the last one the value
             doc["usage"] = None
         return doc

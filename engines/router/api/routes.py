@@ -24,6 +24,7 @@ from typing import Any, TypeVar, cast
 from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
 
+from engines.messages import GenerateRequest
 from engines.router.api import choices as gen
 from engines.router.api.choices import Choice, Delta
 from engines.router.api.errors import APIError
@@ -147,7 +148,8 @@ class Service:
 
     def choices(self, req: CompletionRequest | ChatRequest,
                 prompts: list[list[int]]) -> list[Choice]:
-        """Each prompt times ``n``, with the worker's body of each."""
+        """Each prompt times ``n``, with what its worker is asked (``user`` is the session
+        key of affinity routing)."""
         stops = req.stop_strings()
         if stops:
             self.need_tokenizer("stop strings", "stop")
@@ -161,17 +163,16 @@ class Service:
         for i, (prompt, budget) in enumerate(zip(prompts, self.check_lengths(req, prompts),
                                                  strict=True)):
             for j in range(req.n):
-                body = {"prompt_ids": prompt, "max_tokens": budget,
-                        "temperature": temperature, "top_p": top_p,
-                        "seed": None if req.seed is None else req.seed + j,
-                        "ignore_eos": req.ignore_eos, "stop_token_ids": stop_ids}
-                if req.user is not None:  # the session key of affinity routing
-                    body["session"] = req.user
+                ask = GenerateRequest(prompt_ids=prompt, max_tokens=budget,
+                                      temperature=temperature, top_p=top_p,
+                                      seed=None if req.seed is None else req.seed + j,
+                                      ignore_eos=req.ignore_eos, stop_token_ids=stop_ids)
                 if req.cache_salt is not None:  # hashed into the prompt's first block
-                    body["cache_salt"] = req.cache_salt
+                    ask = ask.model_copy(update={"cache_salt": req.cache_salt})
                 decoder = self.tokenizer.decoder(prompt) if self.tokenizer is not None else None
                 matcher = StopMatcher(stop_set) if stop_set is not None else None
-                out.append(Choice(i * req.n + j, i, prompt, body, decoder, matcher))
+                out.append(Choice(i * req.n + j, i, prompt, ask, decoder, matcher,
+                                  session=req.user))
         return out
 
     async def answer(self, req: Sampling, choices: list[Choice], fmt: Format,
