@@ -82,15 +82,15 @@ class GenerateRequest(BaseModel):
     >= 0, ``top_p`` in (0, 1]), and with a disaggregated handoff the prompt's block hashes."""
 
     prompt_ids: list[int] = Field(min_length=1)
-    max_tokens: int = Field(16, ge=1)
-    temperature: float = Field(0.0, ge=0.0, allow_inf_nan=False)
-    top_p: float = Field(1.0, gt=0.0, le=1.0, allow_inf_nan=False)
+    max_tokens: int = Field(default=16, ge=1)
+    temperature: float = Field(default=0.0, ge=0.0, allow_inf_nan=False)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0, allow_inf_nan=False)
     seed: int | None = None
     ignore_eos: bool = False
     stop_token_ids: list[int] = []
     stream: bool = False
-    block_hashes: list[str] | None = Field(None, description="hex, from a prefill worker")
-    cache_salt: str | None = Field(None, min_length=1, max_length=MAX_SALT_CHARS)
+    block_hashes: list[str] | None = Field(default=None, description="hex, from a prefill worker")
+    cache_salt: str | None = Field(default=None, min_length=1, max_length=MAX_SALT_CHARS)
 
     def wire(self) -> str:
         """The JSON body: the fields the sender set (an unset one takes its default)."""

@@ -17,16 +17,14 @@ Each figure is the median of ``repeats`` probes. The worker must be idle meanwhi
 from __future__ import annotations
 
 import dataclasses
-import json
 import random
 import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 import httpx
 
-from engines.messages import WorkerInfo
+from engines.messages import GenerateReply, GenerateRequest, WorkerInfo, read_event
 from engines.simulator.rates import SimRates
 
 MIN_GAP_S = 1e-6  # below this a slope is noise: the rate is taken as unbounded
@@ -38,26 +36,32 @@ def _prompt(rng: random.Random, n: int, vocab: int) -> list[int]:
 
 
 def _generate(client: httpx.Client, url: str, prompt: list[int],
-              max_tokens: int) -> tuple[dict[str, Any], float]:
+              max_tokens: int) -> tuple[GenerateReply, float]:
     """One generation streamed as the router asks for it (an SSE event per token, which costs
-    the worker time too); the worker's summary and the client's wall time."""
+    the worker time too); the worker's reply and the client's wall time."""
     started = time.perf_counter()
-    doc: dict[str, Any] = {}
-    with client.stream("POST", f"{url}/generate", json={
-            "prompt_ids": prompt, "max_tokens": max_tokens, "ignore_eos": True,
-            "temperature": 0, "stream": True}) as r:
+    req = GenerateRequest(prompt_ids=prompt, max_tokens=max_tokens, ignore_eos=True,
+                          temperature=0, stream=True)
+    reply: GenerateReply | None = None
+    with client.stream("POST", f"{url}/generate", content=req.wire(),
+                       headers={"content-type": "application/json"}) as r:
         r.raise_for_status()
         for line in r.iter_lines():
             if line.startswith("data: {"):
-                event = json.loads(line[6:])
-                doc = event if "latency_s" in event else doc
-    if not doc:
-        raise RuntimeError(f"{url}/generate streamed no summary")
-    return doc, time.perf_counter() - started
+                event = read_event(line[6:])
+                reply = event if isinstance(event, GenerateReply) else reply
+    if reply is None or reply.ttft_s is None:
+        raise RuntimeError(f"{url}/generate streamed no reply with a first token")
+    return reply, time.perf_counter() - started
 
 
-def _itl(doc: dict[str, Any], max_tokens: int) -> float:
-    return float(doc["latency_s"] - doc["ttft_s"]) / (max_tokens - 1)
+def _ttft(reply: GenerateReply) -> float:
+    assert reply.ttft_s is not None  # _generate refuses a reply without one
+    return reply.ttft_s
+
+
+def _itl(reply: GenerateReply, max_tokens: int) -> float:
+    return (reply.latency_s - _ttft(reply)) / (max_tokens - 1)
 
 
 def measure(url: str, *, short: int = 16, long: int = 240, tokens: int = 32, batch: int = 8,
@@ -74,11 +78,11 @@ def measure(url: str, *, short: int = 16, long: int = 240, tokens: int = 32, bat
         alone, together, http = [], [], []
         for _ in range(repeats):
             for n in (short, long):
-                doc, wall = _generate(client, url, _prompt(rng, n, vocab), 1)
-                ttft[n].append(doc["ttft_s"])
-                http.append(wall - doc["latency_s"])
-            doc, _ = _generate(client, url, _prompt(rng, short, vocab), tokens)
-            alone.append(_itl(doc, tokens))
+                reply, wall = _generate(client, url, _prompt(rng, n, vocab), 1)
+                ttft[n].append(_ttft(reply))
+                http.append(wall - reply.latency_s)
+            reply, _ = _generate(client, url, _prompt(rng, short, vocab), tokens)
+            alone.append(_itl(reply, tokens))
             with ThreadPoolExecutor(batch) as pool:
                 docs = list(pool.map(lambda p: _generate(client, url, p, tokens)[0],
                                      [_prompt(rng, short, vocab) for _ in range(batch)]))
