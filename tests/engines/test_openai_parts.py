@@ -1,17 +1,21 @@
 """The router's OpenAI API without workers: stop strings held back and cut, usage over
-choices, and errors (validation, refusals, internal) in OpenAI's shape only under ``/v1``."""
+choices, the documents of a stream's chunks, and errors (validation, refusals, internal) in
+OpenAI's shape only under ``/v1``."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
-from engines.router.api.choices import Choice, usage
+from engines.messages import PrefixHit
+from engines.router.api.choices import Choice, Delta, usage
+from engines.router.api.formats import ChatFormat, CompletionFormat
 from engines.router.api.stops import StopMatcher, StopSet
 from engines.router.app import create_app
-from engines.router.core import Router
+from engines.router.core import Routed, Router
 
 
 class Pieces:
@@ -57,7 +61,7 @@ def test_usage_counts_a_prompt_once_with_its_least_cached_choice() -> None:
           choice(["a"], (), 2, 1, cached=0)]
     for c in cs:
         c.push(0)
-    assert usage(cs) == {"prompt_tokens": 6, "completion_tokens": 3, "total_tokens": 9,
+    assert usage(cs).model_dump() == {"prompt_tokens": 6, "completion_tokens": 3, "total_tokens": 9,
                          "prompt_tokens_details": {"cached_tokens": 4}}
 
 
@@ -91,3 +95,34 @@ def test_errors_in_openai_shape_under_v1_only(app_client: TestClient) -> None:
     assert r.status_code == 500 and r.json()["error"]["type"] == "server_error"
     assert "KeyError" in r.json()["error"]["message"]
     assert app_client.get("/nowhere").json() == {"detail": "Not Found"}  # FastAPI's own
+
+
+def test_chunks_carry_only_what_they_have() -> None:
+    """A stream's chunks as typed documents: ``kvstore`` on a choice's first token only,
+    ``usage`` as null in every chunk when asked for and filled in the last, and a chat
+    delta's role in its first chunk only."""
+    hit = PrefixHit(prompt_tokens=3, cached_tokens=0, local_hit_tokens=0, store_hit_tokens=0,
+                    ttft_s=0.5, queue_s=0.0, load_s=0.0, prefill_s=0.5)
+    fmt = CompletionFormat("m", include_usage=True)
+    first = fmt.chunk(Delta(0, "a", [5], None, Routed("http://w", hit)))
+    assert first is not None
+    head = {"id": fmt.id, "object": "text_completion", "created": fmt.created, "model": "m"}
+    assert json.loads(first.text()) == {
+        **head, "choices": [{"index": 0, "text": "a", "token_ids": [5], "logprobs": None,
+                             "finish_reason": None}],
+        "kvstore": {"index": 0, "worker": "http://w", **hit.model_dump()}, "usage": None}
+    c = choice(["a"], ())
+    c.push(0)
+    assert json.loads(fmt.usage_chunk(usage([c])).text()) == {
+        **head, "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 1,
+                                         "total_tokens": 4,
+                                         "prompt_tokens_details": {"cached_tokens": 0}}}
+    chat = ChatFormat("m")
+    docs = [chat.chunk(Delta(0, t, [1], None)) for t in ("", "", "b")]
+    assert [d and json.loads(d.text())["choices"][0]["delta"] for d in docs] == [
+        {"role": "assistant", "content": ""}, None, {"content": "b"}]
+    assert docs[0] is not None and "usage" not in json.loads(docs[0].text())
+    whole = chat.response([c], usage([c])).model_dump()
+    assert whole["choices"] == [{"index": 0, "message": {"role": "assistant", "content": "a"},
+                                 "logprobs": None, "finish_reason": None}]
+    assert whole["kvstore"] == [{"worker": "", "cached_tokens": 0, "ttft_s": None}]

@@ -13,9 +13,9 @@ import contextlib
 import dataclasses
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
 
 from engines.messages import FirstToken, GenerateReply, GenerateRequest, PrefixHit
+from engines.router.api.documents import PromptDetails, Usage
 from engines.router.api.stops import StopMatcher
 from engines.router.api.tokenizer import IncrementalDecoder
 from engines.router.core import Routed, Router
@@ -114,7 +114,7 @@ async def run(router: Router, choice: Choice) -> AsyncIterator[Delta]:
                 return  # a stop string: closing the stream aborts the worker's generation
 
 
-def usage(choices: list[Choice]) -> dict[str, Any]:
+def usage(choices: list[Choice]) -> Usage:
     """OpenAI's usage: each prompt counted once however many choices it has; its cached
     tokens are those none of its choices computed (the fewest any choice reused)."""
     prompts: dict[int, Choice] = {}
@@ -125,6 +125,6 @@ def usage(choices: list[Choice]) -> dict[str, Any]:
                                      c.cached_tokens)
     prompt_tokens = sum(len(c.prompt_ids) for c in prompts.values())
     completion_tokens = sum(len(c.token_ids) for c in choices)
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-            "prompt_tokens_details": {"cached_tokens": sum(cached.values())}}
+    return Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+                 total_tokens=prompt_tokens + completion_tokens,
+                 prompt_tokens_details=PromptDetails(cached_tokens=sum(cached.values())))

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
-from typing import Any
 
 import httpx
 
@@ -45,8 +44,9 @@ def worker_message(exc: httpx.HTTPStatusError) -> str:
     return detail if isinstance(detail, str) else json.dumps(detail)
 
 
-def sse(doc: dict[str, Any]) -> str:
-    return f"data: {json.dumps(doc)}\n\n"
+def sse(text: str) -> str:
+    """One server-sent event carrying the JSON ``text``."""
+    return f"data: {text}\n\n"
 
 
 class Fanout:
@@ -100,20 +100,20 @@ async def events(fan: Fanout, first: list[Delta], choices: list[Choice],
     ``[DONE]``. A choice that fails now can only be reported inside the stream."""
     try:
         for d in first:
-            if (doc := fmt.chunk(d)) is not None:
-                yield sse(doc)
+            if (chunk := fmt.chunk(d)) is not None:
+                yield sse(chunk.text())
         while True:
             try:
                 delta = await fan.next()
             except APIError as exc:
-                yield sse(exc.body())
+                yield sse(json.dumps(exc.body()))
                 break
             if delta is None:
                 if fmt.include_usage:
-                    yield sse(fmt.usage_chunk(gen.usage(choices)))
+                    yield sse(fmt.usage_chunk(gen.usage(choices)).text())
                 break
-            if (doc := fmt.chunk(delta)) is not None:
-                yield sse(doc)
+            if (chunk := fmt.chunk(delta)) is not None:
+                yield sse(chunk.text())
         yield "data: [DONE]\n\n"
     finally:
         fan.cancel()

@@ -1,4 +1,5 @@
-"""OpenAI's response and stream-chunk documents for text completions and chat completions.
+"""OpenAI's response and stream-chunk documents (:mod:`engines.router.api.documents`) for
+text completions and chat completions.
 
 Both formats answer a whole request (:meth:`response`) or one delta of a stream
 (:meth:`chunk`), and end a stream with usage when the client asked for it
@@ -12,9 +13,20 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any
 
 from engines.router.api.choices import Choice, Delta
+from engines.router.api.documents import (
+    ChatChoice,
+    ChatChunkChoice,
+    ChatDelta,
+    Chunk,
+    CompletionChoice,
+    FirstServed,
+    Message,
+    Response,
+    Served,
+    Usage,
+)
 
 
 class Format:
@@ -30,33 +42,36 @@ class Format:
         self.model = model
         self.include_usage = include_usage
 
-    def _head(self, kind: str) -> dict[str, Any]:
-        return {"id": self.id, "object": kind, "created": self.created, "model": self.model}
+    def response(self, choices: list[Choice], usage: Usage) -> Response:
+        return Response(id=self.id, object=self.kind, created=self.created, model=self.model,
+                        choices=[self.choice(c) for c in sorted(choices, key=lambda c: c.index)],
+                        usage=usage,
+                        kvstore=[Served(worker=c.worker, cached_tokens=c.cached_tokens,
+                                        ttft_s=c.ttft_s) for c in choices])
 
-    def response(self, choices: list[Choice], usage: dict[str, Any]) -> dict[str, Any]:
-        return {**self._head(self.kind),
-                "choices": [self.choice(c) for c in sorted(choices, key=lambda c: c.index)],
-                "usage": usage,
-                "kvstore": [{"worker": c.worker, "cached_tokens": c.cached_tokens,
-                             "ttft_s": c.ttft_s} for c in choices]}
-
-    def chunk(self, delta: Delta) -> dict[str, Any] | None:
+    def chunk(self, delta: Delta) -> Chunk | None:
         """The stream chunk of ``delta``, or None when it carries nothing to send."""
-        doc = {**self._head(self.chunk_kind), "choices": [self.chunk_choice(delta)]}
+        doc = self._chunk([self.chunk_choice(delta)])
         if delta.kvstore is not None:  # a choice's first token: its worker and prefix hit
-            doc["kvstore"] = {"index": delta.index, "worker": delta.kvstore.worker,
-                              **delta.kvstore.message.model_dump()}
+            doc.kvstore = FirstServed(index=delta.index, worker=delta.kvstore.worker,
+                                      **dict(delta.kvstore.message))
         if self.include_usage:  # as OpenAI: every chunk has the key, the last one the value
-            doc["usage"] = None
+            doc.usage = None
         return doc
 
-    def usage_chunk(self, usage: dict[str, Any]) -> dict[str, Any]:
-        return {**self._head(self.chunk_kind), "choices": [], "usage": usage}
+    def usage_chunk(self, usage: Usage) -> Chunk:
+        doc = self._chunk([])
+        doc.usage = usage
+        return doc
 
-    def choice(self, c: Choice) -> dict[str, Any]:
+    def _chunk(self, choices: list[CompletionChoice | ChatChunkChoice]) -> Chunk:
+        return Chunk(id=self.id, object=self.chunk_kind, created=self.created,
+                     model=self.model, choices=choices)
+
+    def choice(self, c: Choice) -> CompletionChoice | ChatChoice:
         raise NotImplementedError
 
-    def chunk_choice(self, d: Delta) -> dict[str, Any]:
+    def chunk_choice(self, d: Delta) -> CompletionChoice | ChatChunkChoice:
         raise NotImplementedError
 
 
@@ -64,13 +79,13 @@ class CompletionFormat(Format):
     kind = chunk_kind = "text_completion"
     id_prefix = "cmpl"
 
-    def choice(self, c: Choice) -> dict[str, Any]:
-        return {"index": c.index, "text": c.text, "token_ids": c.token_ids, "logprobs": None,
-                "finish_reason": c.finish_reason}
+    def choice(self, c: Choice) -> CompletionChoice:
+        return CompletionChoice(index=c.index, text=c.text, token_ids=c.token_ids,
+                                logprobs=None, finish_reason=c.finish_reason)
 
-    def chunk_choice(self, d: Delta) -> dict[str, Any]:
-        return {"index": d.index, "text": d.text, "token_ids": d.token_ids, "logprobs": None,
-                "finish_reason": d.finish_reason}
+    def chunk_choice(self, d: Delta) -> CompletionChoice:
+        return CompletionChoice(index=d.index, text=d.text, token_ids=d.token_ids,
+                                logprobs=None, finish_reason=d.finish_reason)
 
 
 class ChatFormat(Format):
@@ -82,19 +97,19 @@ class ChatFormat(Format):
         super().__init__(model, include_usage)
         self.started: set[int] = set()  # choices whose first chunk (with the role) went out
 
-    def choice(self, c: Choice) -> dict[str, Any]:
-        return {"index": c.index, "message": {"role": "assistant", "content": c.text},
-                "logprobs": None, "finish_reason": c.finish_reason}
+    def choice(self, c: Choice) -> ChatChoice:
+        return ChatChoice(index=c.index, message=Message(role="assistant", content=c.text),
+                          logprobs=None, finish_reason=c.finish_reason)
 
-    def chunk(self, delta: Delta) -> dict[str, Any] | None:
+    def chunk(self, delta: Delta) -> Chunk | None:
         if not delta.text and delta.finish_reason is None and delta.index in self.started:
             return None  # a token that completed no text yet
         return super().chunk(delta)
 
-    def chunk_choice(self, d: Delta) -> dict[str, Any]:
-        content: dict[str, Any] = {"content": d.text} if d.text else {}
+    def chunk_choice(self, d: Delta) -> ChatChunkChoice:
+        delta = ChatDelta(content=d.text) if d.text else ChatDelta()
         if d.index not in self.started:
             self.started.add(d.index)
-            content = {"role": "assistant", "content": d.text}
-        return {"index": d.index, "delta": content, "logprobs": None,
-                "finish_reason": d.finish_reason}
+            delta = ChatDelta(role="assistant", content=d.text)
+        return ChatChunkChoice(index=d.index, delta=delta, logprobs=None,
+                               finish_reason=d.finish_reason)

@@ -27,6 +27,7 @@ from fastapi.responses import StreamingResponse
 from engines.messages import GenerateRequest
 from engines.router.api import choices as gen
 from engines.router.api.choices import Choice, Delta
+from engines.router.api.documents import ModelCard, ModelList
 from engines.router.api.errors import APIError
 from engines.router.api.fanout import Fanout, api_error, events
 from engines.router.api.formats import ChatFormat, CompletionFormat, Format
@@ -75,8 +76,8 @@ class Service:
                                 f"`{name}`.", param="model", code="model_not_found")
         return name
 
-    def model_card(self, name: str) -> dict[str, Any]:
-        return {"id": name, "object": "model", "created": self.started, "owned_by": "kvstore"}
+    def model_card(self, name: str) -> ModelCard:
+        return ModelCard(id=name, object="model", created=self.started, owned_by="kvstore")
 
     def need_tokenizer(self, what: str, param: str) -> Tokenizer:
         if self.tokenizer is None:
@@ -220,12 +221,12 @@ def make_routes(router: Router, tokenizer: Tokenizer | None,
         return await svc.answer(req, choices, ChatFormat(model, req.include_usage), deadline)
 
     @api.get("/models")
-    async def models() -> dict[str, Any]:
+    async def models() -> ModelList:
         name = svc.served_model_name or router.model_id
-        return {"object": "list", "data": [svc.model_card(name)] if name else []}
+        return ModelList(object="list", data=[svc.model_card(name)] if name else [])
 
     @api.get("/models/{model:path}")
-    async def model(model: str) -> dict[str, Any]:
+    async def model(model: str) -> ModelCard:
         return svc.model_card(svc.check_model(model))
 
     return api
