@@ -182,8 +182,7 @@ async def _serve_node(settings: ServerSettings, store: StoreAPI, rest: list[sock
         metrics.registry.register(ClusterCollector(node))
     tier = durable_tier(settings)
     app = create_app(store, settings, info, metrics, tier, node, fill)
-    plane = DataPlane(store, settings, info.model_dump(), Authenticator(settings), metrics, tier,
-                      fill)
+    plane = DataPlane(store, settings, info, Authenticator(settings), metrics, tier, fill)
     await plane.start(data)
     rest_conns: set[object] = set()
     metrics.watch_connections("rest", rest_conns.__len__)

@@ -83,12 +83,12 @@ def flush(_: Link) -> Steps[None]:
 
 def stats(_: Link) -> Steps[StoreStats]:
     header, _blocks = yield Call(Stats())
-    return StoreStats.model_validate(StatsReply.from_header(header).stats)
+    return StatsReply.from_header(header).stats
 
 
 def health(_: Link) -> Steps[StoreHealth]:
     header, _blocks = yield Call(Health())
-    return StoreHealth.model_validate(HealthReply.from_header(header).health)
+    return HealthReply.from_header(header).health
 
 
 def delete_namespace(_: Link, name: str) -> Steps[int]:

@@ -9,7 +9,10 @@ from typing import Any, ClassVar, Self
 
 from kvstore.protocol.fields import arg_int, arg_str
 from kvstore.protocol.frame import FrameError
+from kvstore.protocol.health import StoreHealth
+from kvstore.protocol.info import ServerInfo
 from kvstore.protocol.message import Header, Limits, Reply, Request
+from kvstore.protocol.stats import StoreStats
 
 MAX_OWNER_CHARS = 128
 # An owner id names the client's pins and reservations. The server holds some of its own under
@@ -47,22 +50,23 @@ class Hello(Request):
 
 @dataclass(slots=True)
 class HelloReply(Reply):
-    """The server's ``/v1/info`` fields (``info``) and the owner id the session got."""
+    """The server's ``/v1/info`` (``info``, its fields beside the owner's in the header) and
+    the owner id the session got."""
 
-    info: dict[str, Any]
+    info: ServerInfo
     owner: str
 
     @property
-    def instance(self) -> Any:
-        return self.info.get("instance")
+    def instance(self) -> str:
+        return self.info.instance
 
     def to_header(self) -> Header:
-        return {**self.info, "owner": self.owner}
+        return {**self.info.model_dump(), "owner": self.owner}
 
     @classmethod
     def from_header(cls, header: Header) -> Self:
         info = {k: v for k, v in header.items() if k not in _NOT_INFO}
-        return cls(info, str(header.get("owner", "")))
+        return cls(ServerInfo.model_validate(info), str(header.get("owner", "")))
 
 
 @dataclass(slots=True)
@@ -115,7 +119,16 @@ class Stats(Request):
 
 @dataclass(slots=True)
 class StatsReply(Reply):
-    stats: dict[str, Any]
+    """The caller's view of the store's counters, as ``/v1/stats`` answers it."""
+
+    stats: StoreStats
+
+    def to_header(self) -> Header:
+        return {"stats": self.stats.doc()}
+
+    @classmethod
+    def from_header(cls, header: Header) -> Self:
+        return cls(StoreStats.model_validate(header["stats"]))
 
 
 @dataclass(slots=True)
@@ -125,7 +138,16 @@ class Health(Request):
 
 @dataclass(slots=True)
 class HealthReply(Reply):
-    health: dict[str, Any]
+    """The caller's view of the store's health, as ``/healthz`` with a token answers it."""
+
+    health: StoreHealth
+
+    def to_header(self) -> Header:
+        return {"health": self.health.doc()}
+
+    @classmethod
+    def from_header(cls, header: Header) -> Self:
+        return cls(StoreHealth.model_validate(header["health"]))
 
 
 @dataclass(slots=True)

@@ -62,6 +62,7 @@ from kvstore.protocol import (
     request_type,
 )
 from kvstore.protocol.frame import split_payload
+from kvstore.protocol.info import ServerInfo
 from kvstore.store import StoreAPI
 from kvstore.types import BlockHash
 from server.auth import Authenticator
@@ -84,7 +85,7 @@ class Ops:
     ``shm_*`` ops in :class:`~server.dataplane.shm_ops.SharedMemoryOps`."""
 
     def __init__(self, store: StoreAPI, settings: ServerSettings, auth: Authenticator,
-                 info: dict[str, Any], durable_tier: str | None,
+                 info: ServerInfo, durable_tier: str | None,
                  run: Callable[..., Awaitable[Any]], fill: PeerFill | None = None) -> None:
         self.ctx = OpsContext(store, settings, run, fill)
         self.store = store
@@ -94,7 +95,7 @@ class Ops:
         self.buffers = BufferPool(0)  # the data plane's pool, set by DataPlane
         self.durable_tier = durable_tier
         self.run = run
-        self.shm_ops = SharedMemoryOps(self.ctx, enabled=info.get("shm") is not None)
+        self.shm_ops = SharedMemoryOps(self.ctx, enabled=info.shm is not None)
         self.direct_get = direct_get(store, self.ctx.now, run, settings.frame_timeout_s,
                                      settings.max_lease_s)
         self.prefetches = PrefetchShare(self.ctx, settings.max_prefetch_blocks_per_connection)
@@ -229,12 +230,12 @@ class Ops:
     async def stats(self, session: Session, req: Stats, _: memoryview) -> Answer:
         assert session.principal is not None  # the same view as REST's /v1/stats
         stats = await self.run(visible_stats, self.store, session.principal)
-        return StatsReply(stats.doc()), []
+        return StatsReply(stats), []
 
     async def health(self, session: Session, req: Health, _: memoryview) -> Answer:
         assert session.principal is not None  # the same view as REST's /healthz with a token
         health = await self.run(self.store.health)
-        return HealthReply(visible_health(health, session.principal).doc()), []
+        return HealthReply(visible_health(health, session.principal)), []
 
     async def flush(self, session: Session, req: Flush, _: memoryview) -> Answer:
         await self.run(self.store.flush)

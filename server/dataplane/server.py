@@ -27,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from kvstore.protocol.frame import FrameError
+from kvstore.protocol.info import ServerInfo
 from kvstore.store import StoreAPI
 from server.dataplane.buffers import BufferPool
 from server.dataplane.conn import Connection
@@ -45,7 +46,7 @@ log = logging.getLogger("kvstore.dataplane")
 class DataPlane:
     """Both listeners, the worker pool, the connection set and the lease reaper."""
 
-    def __init__(self, store: StoreAPI, settings: ServerSettings, ops_info: dict[str, Any],
+    def __init__(self, store: StoreAPI, settings: ServerSettings, ops_info: ServerInfo,
                  auth: Any, metrics: ServerMetrics, durable_tier: str | None,
                  fill: PeerFill | None = None) -> None:
         from server.auth import ADMIN

@@ -30,6 +30,7 @@ from kvstore.protocol import (
     ShmReserve,
     ShmStage,
 )
+from kvstore.protocol.info import ServerInfo
 from kvstore.types import BlockHash, PutResult
 
 INFO = Route("inst", True, "/sock", "slab", 64 << 20, max_frame_bytes=8 << 20, max_batch=3)
@@ -198,8 +199,13 @@ def test_a_grant_without_the_slab_is_a_plain_lookup() -> None:
 def test_hello_checks_the_server_instance() -> None:
     core = ClientCore("http://h:1/", "tok", use_shm=None, timeout=1.0, transport="auto",
                       owner="me")
-    server = Script(({"instance": "inst", "owner": "*/me"}, []),
-                    ({"instance": "other", "owner": "*/me"}, []))
+    def hello(instance: str) -> dict[str, Any]:  # the server's info beside the owner
+        info = ServerInfo(version="1", protocol=1, instance=instance, host_id="h",
+                          data_port=None, unix_socket="/sock", shm=None, auth_required=True,
+                          max_frame_bytes=8 << 20, max_header_bytes=1 << 16, max_batch=3)
+        return {**info.model_dump(), "owner": "*/me"}
+
+    server = Script((hello("inst"), []), (hello("other"), []))
     assert run_blocking(core.hello(INFO), server) is True
     assert run_blocking(core.hello(INFO), server) is False
     assert server.requests[0] == Hello("tok", "me")

@@ -57,11 +57,17 @@ from kvstore.protocol import (
     decode_request,
 )
 from kvstore.protocol.frame import decode_header, pack_header
+from kvstore.protocol.health import StoreHealth, TierHealth
+from kvstore.protocol.info import ServerInfo
 from kvstore.protocol.session import Flush, Health, Namespaces, Ping, Stats
 from kvstore.protocol.shm import ShmMap, ShmMapReply
+from kvstore.protocol.stats import StoreStats, TierStats, TotalStats
 from kvstore.types import BlockHash
 
 H = [BlockHash(b"a" * 32), BlockHash(b"b" * 8)]
+INFO = ServerInfo(version="1", protocol=1, instance="abc", host_id="h", data_port=None,
+                  unix_socket="/s", shm=None, auth_required=False, max_frame_bytes=1 << 20,
+                  max_header_bytes=1 << 16, max_batch=8)
 LIMITS = Limits(max_batch=10, payload_len=7)
 
 SAMPLES: list[Request] = [
@@ -79,11 +85,14 @@ SAMPLES: list[Request] = [
 ]
 
 REPLIES: list[Reply] = [
-    HelloReply({"instance": "i", "max_batch": 8}, "*/o"), Ack(),
+    HelloReply(INFO, "*/o"), Ack(),
     RegisterReply(True, {"name": "n"}), NamespacesReply([{"name": "n"}]),
     PutReply(1, 2, 3), GetReply([4, -1]), LookupReply(2, ["host", "disk"]),
     PrefetchReply(2), PinReply([True, False]), ReleaseReply(1), DeleteReply(2),
-    StatsReply({"tiers": {}}), HealthReply({"ok": True}),
+    StatsReply(StoreStats(totals=TotalStats(hits=1))),
+    StatsReply(StoreStats(totals=TotalStats(pinned=2), tiers={"host": TierStats(blocks=3)})),
+    HealthReply(StoreHealth(ok=True)),
+    HealthReply(StoreHealth(ok=False, error="e", tiers={"disk": TierHealth(ok=False)})),
     ExtentsReply([[[0, 4]], None]), AbortReply(1), StageReply([[[0, 4]], [[8, 4]]]),
     ShmPutReply(1, 1, 0, [0], [[[16, 4]]]), ShmLookupReply(1, ["host"], [[[0, 4]]]),
     DeleteNamespaceReply(3),
@@ -116,9 +125,20 @@ def test_reply_round_trip(reply: Reply) -> None:
 
 
 def test_hello_reply_carries_the_server_info() -> None:
-    reply = HelloReply.from_header({"id": 1, "ok": True, "instance": "abc", "owner": "*/x"})
-    assert (reply.instance, reply.owner) == ("abc", "*/x")
-    assert HelloReply({"instance": "i"}, "o").to_header() == {"instance": "i", "owner": "o"}
+    header = {"id": 1, "ok": True, **INFO.model_dump(), "owner": "*/x"}
+    reply = HelloReply.from_header(header)
+    assert (reply.instance, reply.owner, reply.info) == ("abc", "*/x", INFO)
+    assert HelloReply(INFO, "o").to_header() == {**INFO.model_dump(), "owner": "o"}
+
+
+def test_stats_and_health_replies_keep_their_documents() -> None:
+    """The header holds the same document as ``/v1/stats`` and ``/healthz``: a view's absent
+    fields are left out, not null."""
+    stats = StoreStats(totals=TotalStats(hits=1))
+    assert StatsReply(stats).to_header() == {"stats": stats.doc()}
+    assert "pinned" not in wire(StatsReply(stats).to_header())["stats"]["totals"]
+    assert wire(HealthReply(StoreHealth(ok=True)).to_header()) == {
+        "health": {"ok": True, "tiers": {}}}
 
 
 BAD: list[tuple[dict[str, Any], str, str]] = [
