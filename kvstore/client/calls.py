@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kvstore.client.errors import ProtocolError
+from kvstore.client.errors import ProtocolError, error_from
 from kvstore.client.exchange import Call, Link, Steps
-from kvstore.namespace import Layout, Namespace, Registered
+from kvstore.namespace import Layout, Registered
 from kvstore.protocol import (
     Delete,
     DeleteNamespace,
@@ -39,16 +39,19 @@ from kvstore.types import BlockHash
 def register(_: Link, name: str, block_bytes: int, layout: Layout | Mapping[str, Any],
              hash_algo: str, hash_seed: str | None, tenant: str | None) -> Steps[Registered]:
     """``layout``: the namespace's :class:`~kvstore.namespace.Layout` (a mapping of its
-    fields is taken too; the server checks it)."""
-    doc = layout.to_dict() if isinstance(layout, Layout) else dict(layout)
-    header, _blocks = yield Call(Register(name, block_bytes, doc, hash_algo, hash_seed, tenant))
-    reply = RegisterReply.from_header(header)
+    fields is taken too; one that makes no layout raises the server's ``invalid_request``
+    error, :class:`~kvstore.client.errors.BadRequestError`)."""
     try:
-        namespace = Namespace.from_dict(reply.namespace)
+        lay = layout if isinstance(layout, Layout) else Layout(**layout)
+    except (TypeError, ValueError) as exc:
+        raise error_from("invalid_request", str(exc)) from None
+    header, _blocks = yield Call(Register(name, block_bytes, lay, hash_algo, hash_seed, tenant))
+    try:
+        reply = RegisterReply.from_header(header)
     except (TypeError, ValueError) as exc:
         raise ProtocolError(f"register answered with no namespace it could name: {exc}") \
             from None
-    return Registered(namespace, reply.created)
+    return Registered(reply.namespace, reply.created)
 
 
 def lookup(_: Link, ns: str, hashes: Sequence[BlockHash]) -> Steps[tuple[int, list[str]]]:

@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Self
 
+from kvstore.namespace import Layout, Namespace
 from kvstore.protocol.fields import arg_int, arg_str
 from kvstore.protocol.frame import FrameError
 from kvstore.protocol.health import StoreHealth
@@ -76,21 +77,29 @@ class Ping(Request):
 
 @dataclass(slots=True)
 class Register(Request):
-    """Register (or confirm) a namespace; the server builds and checks the definition."""
+    """Register (or confirm) a namespace; the server builds and checks the definition (the
+    layout checks itself as it is read: a bad one is ``invalid_request``)."""
 
     op: ClassVar[str] = "register"
     name: str
     block_bytes: int
-    layout: dict[str, Any] = field(default_factory=dict)
+    layout: Layout = field(default_factory=Layout)
     hash_algo: Any = "sha256"
     hash_seed: Any = None
     tenant: Any = None
 
+    def to_header(self) -> Header:
+        return {**Request.to_header(self), "layout": self.layout.to_dict()}
+
     @classmethod
     def from_header(cls, header: Header, limits: Limits) -> Self:
-        layout = header.get("layout") or {}
-        if not isinstance(layout, dict):
+        doc = header.get("layout") or {}
+        if not isinstance(doc, dict):
             raise FrameError("bad_request", "field 'layout' must be a map")
+        try:
+            layout = Layout(**doc)
+        except (TypeError, ValueError) as exc:
+            raise FrameError("invalid_request", str(exc)) from None
         return cls(arg_str(header, "name"), arg_int(header, "block_bytes"), layout,
                    header.get("hash_algo", "sha256"), header.get("hash_seed"),
                    header.get("tenant"))
@@ -98,8 +107,18 @@ class Register(Request):
 
 @dataclass(slots=True)
 class RegisterReply(Reply):
+    """Whether the call created the namespace, and the namespace as its caller names it.
+    Reading one that is not a valid namespace raises ``ValueError`` or ``TypeError``."""
+
     created: bool
-    namespace: dict[str, Any]
+    namespace: Namespace
+
+    def to_header(self) -> Header:
+        return {"created": self.created, "namespace": self.namespace.to_dict()}
+
+    @classmethod
+    def from_header(cls, header: Header) -> Self:
+        return cls(bool(header.get("created")), Namespace.from_dict(header.get("namespace") or {}))
 
 
 @dataclass(slots=True)
@@ -109,7 +128,16 @@ class Namespaces(Request):
 
 @dataclass(slots=True)
 class NamespacesReply(Reply):
-    namespaces: list[dict[str, Any]]
+    """The namespaces the caller sees, as it names them."""
+
+    namespaces: list[Namespace]
+
+    def to_header(self) -> Header:
+        return {"namespaces": [ns.to_dict() for ns in self.namespaces]}
+
+    @classmethod
+    def from_header(cls, header: Header) -> Self:
+        return cls([Namespace.from_dict(doc) for doc in header.get("namespaces") or []])
 
 
 @dataclass(slots=True)

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from kvstore.namespace import Layout, Namespace
+from kvstore.namespace import Namespace
 from kvstore.protocol import (
     Ack,
     Buffer,
@@ -139,19 +139,19 @@ class Ops:
         assert principal is not None
         try:
             asked = Namespace(
-                name=req.name, block_bytes=req.block_bytes, layout=Layout(**req.layout),
+                name=req.name, block_bytes=req.block_bytes, layout=req.layout,
                 hash_algo=req.hash_algo, hash_seed=req.hash_seed)
             ns = to_register(self.store, principal, asked, req.tenant)
         except (TypeError, ValueError) as exc:
             raise FrameError("invalid_request", str(exc)) from None
         created = await self.run(self.store.register_namespace, ns)
         held = as_seen(principal, self.store.namespace(ns.name))
-        return RegisterReply(created, held.to_dict()), []
+        return RegisterReply(created, held), []
 
     async def namespaces(self, session: Session, req: Namespaces, _: memoryview) -> Answer:
         principal = session.principal
         assert principal is not None
-        seen = [as_seen(principal, ns).to_dict() for ns in visible(self.store, principal)]
+        seen = [as_seen(principal, ns) for ns in visible(self.store, principal)]
         return NamespacesReply(seen), []
 
     # -- blocks over the socket ----------------------------------------------------------

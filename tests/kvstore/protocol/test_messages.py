@@ -9,6 +9,7 @@ from typing import Any
 import msgpack
 import pytest
 
+from kvstore.namespace import Layout, Namespace
 from kvstore.protocol import (
     REQUESTS,
     AbortReply,
@@ -65,6 +66,7 @@ from kvstore.protocol.stats import StoreStats, TierStats, TotalStats
 from kvstore.types import BlockHash
 
 H = [BlockHash(b"a" * 32), BlockHash(b"b" * 8)]
+NS = Namespace("n", 4096, Layout(model_id="m", block_size=16), tenant="t")
 INFO = ServerInfo(version="1", protocol=1, instance="abc", host_id="h", data_port=None,
                   unix_socket="/s", shm=None, auth_required=False, max_frame_bytes=1 << 20,
                   max_header_bytes=1 << 16, max_batch=8)
@@ -72,7 +74,8 @@ LIMITS = Limits(max_batch=10, payload_len=7)
 
 SAMPLES: list[Request] = [
     Hello("secret", "client-1"), Hello(), Ping(),
-    Register("llama", 4096, {"model_id": "m"}, "xxh3_64", "seed", "t1"), Register("n", 1),
+    Register("llama", 4096, Layout(model_id="m", extra={"k": [1]}), "xxh3_64", "seed", "t1"),
+    Register("n", 1),
     Namespaces(), Put("ns", H, [3, 4], durable=True), Put("ns", H, [5, 2]), Get("ns", H),
     Get("ns", H, checked=True), Check("ns", H),
     Lookup("ns", H), Prefetch("ns", H), Pin("ns", H, 2.5), Pin("ns", H), Release("ns", H),
@@ -86,7 +89,8 @@ SAMPLES: list[Request] = [
 
 REPLIES: list[Reply] = [
     HelloReply(INFO, "*/o"), Ack(),
-    RegisterReply(True, {"name": "n"}), NamespacesReply([{"name": "n"}]),
+    RegisterReply(True, NS), NamespacesReply([NS, Namespace("m", 2, hash_seed="s")]),
+    NamespacesReply([]),
     PutReply(1, 2, 3), GetReply([4, -1]), LookupReply(2, ["host", "disk"]),
     PrefetchReply(2), PinReply([True, False]), ReleaseReply(1), DeleteReply(2),
     StatsReply(StoreStats(totals=TotalStats(hits=1))),
@@ -151,6 +155,10 @@ BAD: list[tuple[dict[str, Any], str, str]] = [
      "field 'owner' is longer than 128 characters"),
     ({"op": "register", "name": "n", "block_bytes": 1, "layout": [1]}, "bad_request",
      "field 'layout' must be a map"),
+    ({"op": "register", "name": "n", "block_bytes": 1, "layout": {"m": 1}}, "invalid_request",
+     "Layout.__init__() got an unexpected keyword argument 'm'"),
+    ({"op": "register", "name": "n", "block_bytes": 1, "layout": {"head_dim": -1}},
+     "invalid_request", "layout.head_dim must be an integer"),
     ({"op": "register", "block_bytes": 1}, "bad_request",
      "field 'name' must be a non-empty string"),
     ({"op": "register", "name": "n", "block_bytes": True}, "bad_request",
@@ -217,9 +225,11 @@ def test_ops_say_how_dispatch_treats_them() -> None:
 
 @pytest.mark.parametrize(("msg", "before"), [
     (Hello("t", "o"), {"op": "hello", "token": "t", "owner": "o"}),
-    (Register("n", 8, {"m": 1}), {"op": "register", "name": "n", "block_bytes": 8,
-                                  "layout": {"m": 1}, "hash_algo": "sha256",
-                                  "hash_seed": None, "tenant": None}),
+    (Register("n", 8, Layout(model_id="m")), {
+        "op": "register", "name": "n", "block_bytes": 8,
+        "layout": {"model_id": "m", "num_layers": 0, "num_kv_heads": 0, "head_dim": 0,
+                   "block_size": 0, "dtype": "", "layout_name": "", "extra": {}},
+        "hash_algo": "sha256", "hash_seed": None, "tenant": None}),
     (Put("n", H, [3, 4]), {"op": "put", "ns": "n", "hashes": H, "sizes": [3, 4],
                            "durable": False}),
     (Pin("n", H, None), {"op": "pin", "ns": "n", "hashes": H, "lease_s": None}),
