@@ -47,7 +47,8 @@ class WorkerCollector(Collector):
         role = [stats.role]
         rows: list[tuple[str, str, Any]] = [(k, "counter", doc[k]) for k in COUNTERS]
         rows += [(k, "counter", engine[k]) for k in ENGINE_COUNTERS]
-        rows += [(f"store_{k}", "counter", v) for k, v in (engine["kvstore"] or {}).items()]
+        if stats.engine.kvstore is not None:
+            rows += [(f"store_{k}", "counter", v) for k, v in stats.engine.kvstore]
         rows += [(k, "gauge", engine[k]) for k in ENGINE_GAUGES]
         rows.append(("inflight", "gauge", stats.inflight))
         for key, kind, value in rows:

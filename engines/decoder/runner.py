@@ -192,7 +192,8 @@ class Engine:
     def stats(self) -> EngineStats:
         connector = self.connector
         return EngineStats(
-            **self.scheduler.stats, steps=self.steps, free_blocks=self.blocks.num_free,
+            **dataclasses.asdict(self.scheduler.stats), steps=self.steps,
+            free_blocks=self.blocks.num_free,
             running=len(self.scheduler.running), waiting=len(self.scheduler.waiting),
             rates=self.rates.as_dict(),
             kvstore=None if connector is None

@@ -62,6 +62,18 @@ class Sequence:
         return self.finish_reason is not None
 
 
+@dataclass(slots=True)
+class TokenCounts:
+    """What the scheduler counts: prompt tokens by where their KV came from (its own cache,
+    kvstore, computed) and preemptions."""
+
+    prompt_tokens: int = 0
+    local_hit_tokens: int = 0
+    store_hit_tokens: int = 0
+    computed_tokens: int = 0
+    preemptions: int = 0
+
+
 class Scheduler:
     """Plans each step; owns the waiting queue, the running batch and block accounting."""
 
@@ -75,12 +87,11 @@ class Scheduler:
         self.eos = frozenset(eos_token_ids)
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
-        self.stats = {"prompt_tokens": 0, "local_hit_tokens": 0, "store_hit_tokens": 0,
-                      "computed_tokens": 0, "preemptions": 0}
+        self.stats = TokenCounts()
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
-        self.stats["prompt_tokens"] += seq.num_prompt
+        self.stats.prompt_tokens += seq.num_prompt
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
@@ -117,8 +128,8 @@ class Scheduler:
             self.running.append(seq)
             if seq.admitted_at is None:
                 seq.admitted_at = time.perf_counter()
-            self.stats["local_hit_tokens"] += seq.local_hit_tokens
-            self.stats["store_hit_tokens"] += seq.store_hit_tokens
+            self.stats.local_hit_tokens += seq.local_hit_tokens
+            self.stats.store_hit_tokens += seq.store_hit_tokens
             plan.append((seq, n))
             budget -= n
         return plan
@@ -132,7 +143,7 @@ class Scheduler:
         now = time.perf_counter()
         for seq, n in plan:
             seq.num_computed += n
-            self.stats["computed_tokens"] += n
+            self.stats.computed_tokens += n
             self._publish(seq, save_hashes, save_blocks)
             token = sampled.get(seq)
             if token is None:
@@ -219,7 +230,7 @@ class Scheduler:
         self.blocks.release(seq.block_table)
         seq.block_table, seq.num_computed, seq.num_published = [], 0, 0
         self.waiting.appendleft(seq)
-        self.stats["preemptions"] += 1
+        self.stats.preemptions += 1
 
     def _publish(self, seq: Sequence, hashes_out: list[bytes], blocks_out: list[int]) -> None:
         full = seq.num_computed // self.block_size
