@@ -67,20 +67,21 @@ class Planner:
         action = self.policy.decide(pools, now)
         if action is None:
             return None
-        doc = action.doc()
+        decision = action.decision()
         if action.kind == "move":  # a pool's name is the role its workers take
             assert action.donor is not None
             url = self.observer.view.donor(action.donor, action.pool)
             if url is None:
-                doc = {**doc, "event": "recommend",
-                       "reason": doc["reason"] + "; no donor worker can take the role"}
+                decision = decision.model_copy(update={
+                    "event": "recommend",
+                    "reason": decision.reason + "; no donor worker can take the role"})
             else:
-                doc["worker"] = url
+                decision = decision.model_copy(update={"worker": url})
                 if not self.s.dry_run and not await self.switch(url, action.pool):
                     return None
         if self.metrics:
-            self.metrics.acted(doc)
-        self.emit(doc)
+            self.metrics.acted(decision)
+        self.emit(decision.model_dump(exclude_unset=True))
         return action
 
     async def switch(self, url: str, role: str) -> bool:

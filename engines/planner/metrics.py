@@ -4,11 +4,10 @@ an autoscaler can act on."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
 from engines.planner.observe import PoolView
+from engines.planner.policy import Decision
 
 
 class PlannerMetrics:
@@ -34,10 +33,10 @@ class PlannerMetrics:
             self.workers.labels(name).set(len(p.workers))
             self.pressure.labels(name).set(pressure[name])
 
-    def acted(self, doc: dict[str, Any]) -> None:
-        if doc["event"] == "move":
-            self.moves.labels(doc["pool"]).inc()
+    def acted(self, decision: Decision) -> None:
+        if decision.event == "move":
+            self.moves.labels(decision.pool).inc()
             return
-        self.recommendations.labels(doc["pool"]).inc()
-        for name, n in doc["desired"].items():
+        self.recommendations.labels(decision.pool).inc()
+        for name, n in decision.desired.items():
             self.recommended.labels(name).set(n)

@@ -17,10 +17,27 @@ the last action, the planner acts:
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
+
+from pydantic import BaseModel, Field
 
 from engines.planner.observe import PoolView
 from engines.planner.settings import PlannerSettings
+
+
+class Decision(BaseModel):
+    """An action as the planner logs it (one JSON line of the fields set) and counts it."""
+
+    event: str = Field(description="move or recommend")
+    pool: str = Field(description="the pool over target")
+    from_pool: str | None = Field(description="the pool a move takes a worker from")
+    reason: str
+    current: dict[str, int] = Field(description="workers per pool now")
+    desired: dict[str, int] = Field(description="workers per pool after it")
+    fleet: int
+    recommended_fleet: int
+    worker: str | None = Field(default=None, description="the worker a move switches; set "
+                               "only then")
 
 
 class Action(NamedTuple):
@@ -31,11 +48,11 @@ class Action(NamedTuple):
     current: dict[str, int]
     desired: dict[str, int]
 
-    def doc(self) -> dict[str, Any]:
-        return {"event": self.kind, "pool": self.pool, "from_pool": self.donor,
-                "reason": self.reason, "current": self.current, "desired": self.desired,
-                "fleet": sum(self.current.values()),
-                "recommended_fleet": sum(self.desired.values())}
+    def decision(self) -> Decision:
+        return Decision(event=self.kind, pool=self.pool, from_pool=self.donor,
+                        reason=self.reason, current=self.current, desired=self.desired,
+                        fleet=sum(self.current.values()),
+                        recommended_fleet=sum(self.desired.values()))
 
 
 class Policy:
