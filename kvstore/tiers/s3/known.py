@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Executor
+from dataclasses import dataclass
 
 from kvstore.tiers.base import BlockMeta
 from kvstore.tiers.s3.catalog_counts import CatalogLock
@@ -25,6 +26,17 @@ from kvstore.tiers.s3.holdings import Holdings
 from kvstore.tiers.s3.layout import MAX_GROUP_BLOCKS, Group, Where
 from kvstore.tiers.s3.objects import S3Objects
 from kvstore.types import BlockKey
+
+
+@dataclass(slots=True)
+class FoundCounts:
+    """Blocks adopted from other nodes (``discovered``), blocks a cached "not in S3" answered
+    for (``negative_hits``), and blocks found but not adopted for want of room
+    (``over_capacity``)."""
+
+    discovered: int = 0
+    negative_hits: int = 0
+    over_capacity: int = 0
 
 _NEGATIVE_CACHE_MAX = 100_000  # entries before expired ones are pruned
 
@@ -52,7 +64,7 @@ class KnownBlocks:
         self._capacity_bytes = capacity_bytes
         self._lock = lock
         self._negative: dict[BlockKey, float] = {}  # key -> monotonic expiry of "not in S3"
-        self.counts = dict.fromkeys(("discovered", "negative_hits", "over_capacity"), 0)
+        self.counts = FoundCounts()
 
     def clear_negative(self, key: BlockKey) -> None:
         """Drop a cached "not in S3" answer (this node just wrote the key). Caller holds
@@ -137,11 +149,11 @@ class KnownBlocks:
     def _adopt(self, key: BlockKey, meta: BlockMeta, where: Where) -> bool:
         """Hold a block another node wrote if it fits. Caller holds ``lock``."""
         if self.held.used + meta.size > self._capacity_bytes:
-            self.counts["over_capacity"] += 1
+            self.counts.over_capacity += 1
             return False
         self.held.hold(key, meta, where)
         self.held.adopted(key, meta)
-        self.counts["discovered"] += 1
+        self.counts.discovered += 1
         return True
 
     def _discover(self, keys: Sequence[BlockKey]) -> list[BlockMeta | None]:
@@ -175,7 +187,7 @@ class KnownBlocks:
                         self._negative[key] = expiry
                 self._prune_negative(now)
         with self._lock:
-            self.counts["negative_hits"] += negative_hits
+            self.counts.negative_hits += negative_hits
         return out
 
     def scan(self) -> Iterator[tuple[BlockKey, BlockMeta]]:

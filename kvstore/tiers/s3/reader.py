@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 from kvstore.tiers.s3.catalog_counts import CatalogLock
 from kvstore.tiers.s3.health import S3Health
@@ -19,6 +20,14 @@ from kvstore.tiers.s3.known import KnownBlocks
 from kvstore.tiers.s3.objects import S3Objects
 from kvstore.tiers.s3.writer import S3Writer
 from kvstore.types import BlockKey
+
+
+@dataclass(slots=True)
+class ReadCounts:
+    """Blocks the tier was asked for (``gets``) and found (``hits``)."""
+
+    gets: int = 0
+    hits: int = 0
 
 Members = list[tuple[int, int, BlockKey]]  # (index in the caller's keys, member, key)
 
@@ -38,7 +47,7 @@ class S3Reader:
         lock: CatalogLock,
     ) -> None:
         self.state = state
-        self.counts = dict.fromkeys(("gets", "hits"), 0)  # blocks; under ``lock``
+        self.counts = ReadCounts()  # under ``lock``
         self._objects = objects
         self._pool = pool
         self._held = held
@@ -73,8 +82,8 @@ class S3Reader:
                 for (i, _, _), data in zip(members, datas, strict=True):
                     out[i] = data
         with self._lock:
-            self.counts["gets"] += len(keys)
-            self.counts["hits"] += sum(b is not None for b in out)
+            self.counts.gets += len(keys)
+            self.counts.hits += sum(b is not None for b in out)
         return out
 
     def _read_group(self, group: BlockKey, members: Members, size: int) -> list[bytes | None]:

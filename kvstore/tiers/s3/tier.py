@@ -40,7 +40,7 @@ import logging
 import random
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import fields
+from dataclasses import asdict, fields
 from typing import Any
 
 from kvstore.tiers.base import BlockMeta, Buffer, IndexedTier, SharedTier
@@ -221,7 +221,7 @@ class S3Tier(IndexedTier, SharedTier):
         ``dead_bytes`` (deleted blocks still stored beside live ones) and ``compactions``
         (group objects rewritten without their dead members)."""
         with self._lock:
-            counts = {**self._reader.counts, **self._known.counts}
+            counts = {**asdict(self._reader.counts), **asdict(self._known.counts)}
             counts.update(
                 blocks=len(self._held),
                 used_bytes=self._held.used,
