@@ -16,6 +16,8 @@ from typing import Any
 from pydantic import ByteSize, ValidationError
 
 from kvstore.cli_kit import CommandError
+from kvstore.namespace import Namespace
+from kvstore.protocol.health import StoreHealth
 from kvstore.protocol.stats import Counts, StoreStats
 
 DEFAULT_URL = "http://127.0.0.1:8470"
@@ -166,11 +168,13 @@ def add_namespaces_parser(sub: Any) -> None:
 
 
 def _show(doc: dict[str, Any]) -> str:
+    """``GET /v1/namespaces/{name}``'s answer (the namespace and its ``stats``) as rows."""
+    ns = Namespace.from_dict(doc)
     stats = Counts.model_validate(doc.get("stats") or {})
-    rows = [("name", doc["name"]), ("tenant", doc["tenant"] or "-"),
-            ("block_bytes", f"{doc['block_bytes']} ({size(doc['block_bytes'])})"),
-            ("hash_algo", doc["hash_algo"]), ("hash_seed", doc["hash_seed"] or "-"),
-            ("layout", json.dumps(doc["layout"], sort_keys=True)),
+    rows = [("name", ns.name), ("tenant", ns.tenant or "-"),
+            ("block_bytes", f"{ns.block_bytes} ({size(ns.block_bytes)})"),
+            ("hash_algo", ns.hash_algo), ("hash_seed", ns.hash_seed or "-"),
+            ("layout", json.dumps(ns.layout.to_dict(), sort_keys=True)),
             ("blocks", str(stats.blocks)), ("logical", size(stats.bytes)),
             *zip(COUNTS, _counts(stats), strict=True)]
     width = max(len(k) for k, _ in rows)
@@ -207,17 +211,18 @@ def add_health_parser(sub: Any) -> None:
 
 def run_health(args: argparse.Namespace) -> int:
     doc = _request(args, "GET", "/healthz", ok=(503,))
+    health = StoreHealth.model_validate(doc)
     if args.json:
         print(json.dumps(doc))
     else:
-        state = "ok" if doc["ok"] else "NOT OK"
-        extra = " (shutting down)" if doc.get("closing") else ""
+        state = "ok" if health.ok else "NOT OK"
+        extra = " (shutting down)" if health.closing else ""
         print(f"{args.url}: {state}{extra}")
-        if doc.get("error"):
-            print(f"  error: {doc['error']}")
-        if "tiers" not in doc:  # the server shows its tiers only to a token
+        if health.error:
+            print(f"  error: {health.error}")
+        if "tiers" not in health.model_fields_set:  # shown only to a token
             print("  (each tier's health needs a token: --token or KVSTORE_TOKEN)")
-        for name, tier in doc.get("tiers", {}).items():
-            facts = "  ".join(f"{k} {v}" for k, v in tier.items() if k != "ok")
-            print(f"  tier {name}: {'ok' if tier.get('ok') else 'NOT OK'}  {facts}".rstrip())
-    return 0 if doc["ok"] else 1
+        for name, tier in health.tiers.items():
+            facts = "  ".join(f"{k} {v}" for k, v in (tier.model_extra or {}).items())
+            print(f"  tier {name}: {'ok' if tier.ok else 'NOT OK'}  {facts}".rstrip())
+    return 0 if health.ok else 1
