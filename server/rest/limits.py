@@ -19,16 +19,13 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Callable
-from typing import Any
 
 from fastapi import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from server.auth import Principal
 from server.rest.explain_schemas import MAX_EXPLAIN_TOKENS, MAX_MM_INPUTS
 from server.rest.gate import PRINCIPAL, send_error
-
-Scope = dict[str, Any]
-Message = dict[str, Any]
 
 # JSON bytes per hash in a lookup or prefetch body: up to 128 hex digits, quotes, ", "
 JSON_BYTES_PER_HASH = 132
@@ -153,14 +150,14 @@ def declared_length(scope: Scope) -> int | None:
 
 
 class BodyLimitMiddleware:
-    def __init__(self, app: Any, limits: RouteLimits, budget: BodyBudget,
+    def __init__(self, app: ASGIApp, limits: RouteLimits, budget: BodyBudget,
                  timeout_s: float) -> None:
         self.app = app
         self.limits = limits
         self.budget = budget
         self.timeout_s = timeout_s
 
-    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -186,10 +183,10 @@ class BodyLimitMiddleware:
         async def limited_receive() -> Message:
             nonlocal seen, held, done
             if done:
-                return await receive()  # type: ignore[no-any-return]
+                return await receive()
             try:
                 async with asyncio.timeout_at(deadline):
-                    message: Message = await receive()
+                    message = await receive()
             except TimeoutError:
                 raise body_late(self.timeout_s) from None
             done = message["type"] != "http.request" or not message.get("more_body", False)
@@ -218,7 +215,7 @@ class BodyLimitMiddleware:
             self.budget.give(held, tenant)
 
     @staticmethod
-    async def _refuse(send: Any, exc: BodyRefused) -> None:
+    async def _refuse(send: Send, exc: BodyRefused) -> None:
         await send_error(send, exc.status_code, exc.code, str(exc.detail), retry_after(exc))
 
 
