@@ -9,12 +9,12 @@ the prefix kvstore holds (any worker can load it instead of computing), and the 
 router has queued there, each priced with the prefill, decode and load rates the worker
 measured. ``round-robin``, ``least-loaded`` and ``session`` (affinity) are the baselines.
 
-HTTP to a worker is :mod:`engines.router.forward`. A worker that refuses a connection, or
-answers 5xx and then fails its ``/health`` too, is skipped for ``RETRY_S`` (until the poller
-sees ``/health`` answer again) and the request goes to the next-best one. A 5xx from a
-worker whose ``/health`` is fine is that request's failure alone: the client gets it, the
-worker stays up, and the request is not tried elsewhere; a 4xx (the request is invalid)
-passes to the client as is. Prefill workers disaggregate generation
+Ranking is :mod:`engines.router.planning`, HTTP to a worker :mod:`engines.router.forward`. A
+worker that refuses a connection, or answers 5xx and then fails its ``/health`` too, is
+skipped for ``RETRY_S`` (until the poller sees ``/health`` answer again) and the request goes
+to the next-best one. A 5xx from a worker whose ``/health`` is fine is that request's failure
+alone: the client gets it, the worker stays up, and the request is not tried elsewhere; a 4xx
+(the request is invalid) passes to the client as is. Prefill workers disaggregate generation
 (:mod:`engines.disagg`).
 """
 
@@ -22,11 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
 import time
 from collections.abc import AsyncGenerator, Callable
-from typing import NamedTuple
 
 import httpx
 from pydantic import ValidationError
@@ -46,8 +44,9 @@ from engines.router.forward import (
     WorkerDown,
     WrongRole,
 )
-from engines.router.policies import POLICIES, Ask, make_policy
-from engines.router.workers import POLL_S, RETRY_S, Job, Worker
+from engines.router.planning import Plan, Planner
+from engines.router.policies import POLICIES, Ask
+from engines.router.workers import POLL_S, RETRY_S, Worker
 from engines.store_io import BlockStore, open_store
 from kvstore.keys import BlockHasher
 
@@ -57,22 +56,13 @@ __all__ = ["POLICIES", "POLL_S", "RETRY_S", "NoWorker", "Plan", "RequestFailed",
 log = logging.getLogger(__name__)
 
 
-class Plan(NamedTuple):
-    """A routing decision: workers best first and the work the request adds to each."""
-
-    hashes: list[bytes]
-    order: list[Worker]
-    store_blocks: int
-    work: dict[Worker, Job]
-
-
 class NoWorker(Exception):
     """No live worker is left for the request."""
 
 
 class Router:
-    """Routing state, planning and retries over the workers (HTTP: :mod:`.forward`, counts:
-    :mod:`.accounts`); owned by one asyncio loop."""
+    """Routing state and retries over the workers (ranking: :mod:`.planning`, HTTP:
+    :mod:`.forward`, counts: :mod:`.accounts`); owned by one asyncio loop."""
 
     def __init__(self, workers: list[str], *, prefill_workers: list[str] | None = None,
                  policy: str = "kv", kvstore: str | BlockStore | None = None,
@@ -82,18 +72,17 @@ class Router:
             raise ValueError("the router needs at least one worker")
         self.workers = [Worker(u.rstrip("/")) for u in workers]
         self.prefill = [Worker(u.rstrip("/"), role="prefill") for u in prefill_workers or []]
-        self.cost = CostModel(load_weight=load_weight, store_weight=store_weight)
         self.policy = policy
-        self._policies = {id(pool): make_policy(policy, pool, self.cost)
-                          for pool in (self.workers, self.prefill)}
         self.store = open_store(kvstore) if isinstance(kvstore, str) else kvstore
+        self.planner = Planner([self.workers, self.prefill], policy,
+                               CostModel(load_weight=load_weight, store_weight=store_weight),
+                               self.store)
         # every call to a worker presents the workers' token (engines.access)
         self.client = httpx.AsyncClient(timeout=timeout, headers=bearer(worker_token))
         self.hasher: BlockHasher | None = None
         self.namespace = ""
         self.model_id = ""
         self.max_model_len = 0  # tokens, prompt and output (0: not told)
-        self._rr = itertools.count()
         self._poller: asyncio.Task[None] | None = None
         self.accounts = Accounts()
         # (seconds since the request or the last token, first?) per streamed token: /metrics
@@ -159,22 +148,12 @@ class Router:
     # -- routing ------------------------------------------------------------------------------
     async def rank(self, pool: list[Worker], hashes: list[bytes], n_tokens: int,
                    max_tokens: int, session: str | None = None) -> Plan:
-        """Live workers of ``pool``, best first, with the work the request adds to each."""
+        """Live workers of ``pool``, best first, with the work the request adds to each
+        (:mod:`.planning`). Raises :class:`NoWorker` when none is live."""
         self.check_ready(pool)
-        now = time.monotonic()
-        live = [w for w in pool if w.available(now)]
-        turn = next(self._rr)
-        # policies sort stably: equal workers keep this rotation (round-robin among equals)
-        rotated = [live[(turn + i) % len(live)] for i in range(len(live))]
-        policy = self._policies[id(pool)]
-        stored = await self._store_prefix(hashes) if policy.uses_store else 0
         assert self.hasher is not None
-        bs = self.hasher.block_size
-        order = policy.rank(rotated, Ask(hashes, n_tokens, max_tokens, session, stored, bs))
-        work = {w: Job(n_tokens + max_tokens,
-                       n_tokens - bs * max(w.local_prefix(hashes), stored), hashes)
-                for w in order}
-        return Plan(hashes, order, stored, work)
+        ask = Ask(hashes, n_tokens, max_tokens, session, 0, self.hasher.block_size)
+        return await self.planner.rank(pool, ask, self.namespace)
 
     async def generate(self, req: GenerateRequest,
                        session: str | None = None) -> Routed[GenerateReply]:
@@ -311,12 +290,3 @@ class Router:
     def _mark_down(self, w: Worker, why: object = None) -> None:
         log.warning("worker %s is down: %s", w.url, why)
         w.mark_down()
-
-    async def _store_prefix(self, hashes: list[bytes]) -> int:
-        if self.store is None or not hashes or not self.namespace:
-            return 0
-        try:
-            return await asyncio.to_thread(self.store.lookup, self.namespace, hashes)
-        except Exception:  # the store is advisory here: routing goes on without it
-            log.exception("kvstore lookup failed")
-            return 0
