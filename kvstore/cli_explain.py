@@ -83,21 +83,25 @@ def run_explain(args: argparse.Namespace) -> int:
                            "name and path")
     body = {"namespace": args.namespace, "tokens": read_tokens(args), "cache_salt": args.salt,
             "lora_name": args.lora, "lora_path": args.lora_path}
-    doc = _request(args, "POST", "/v1/explain", body)
-    while doc.get("next_offset") is not None:  # the server answers a page of block rows
-        page = _request(args, "POST", "/v1/explain", {**body, "offset": doc["next_offset"]})
-        doc = {**doc, "blocks": doc["blocks"] + page["blocks"],
-               "next_offset": page["next_offset"]}
+    answer = _explanation(args, body)
+    while answer.next_offset is not None:  # the server answers a page of block rows
+        page = _explanation(args, {**body, "offset": answer.next_offset})
+        answer = answer.model_copy(update={"blocks": answer.blocks + page.blocks,
+                                           "next_offset": page.next_offset})
     if args.json:
-        print(json.dumps(doc, indent=2))
+        print(json.dumps(answer.model_dump(mode="json"), indent=2))
         return 0
+    print(format_explain(answer))
+    return 0
+
+
+def _explanation(args: argparse.Namespace, body: dict[str, object]) -> ExplainOut:
+    """One page of ``POST /v1/explain``; a :class:`CommandError` when it is none."""
     try:
-        answer = ExplainOut.model_validate(doc)
+        return ExplainOut.model_validate(_request(args, "POST", "/v1/explain", body))
     except ValidationError as exc:
         raise CommandError(f"{args.url}/v1/explain did not answer with an explanation: "
                            f"{exc.errors()[0]['msg']}") from None
-    print(format_explain(answer))
-    return 0
 
 
 def _when(at: float) -> str:
