@@ -34,5 +34,5 @@ class ServerInfo(BaseModel):
     max_header_bytes: int
     max_batch: int
     max_lease_s: float | None = Field(
-        None, description="longest lease this server grants: leases asked for longer are cut "
-                          "to it")
+        default=None, description="longest lease this server grants: leases asked for longer "
+                                  "are cut to it")

@@ -57,7 +57,8 @@ class TierStats(Counts):
         "page of its file (disk_page), a value whose header is not valid (disk_header), "
         "unwritable for a damaged neighbour page (disk_write)")
     backend: dict[str, Any] | None = Field(
-        None, description="the tier's own counters (S3: uploads pending, errors, drops)")
+        default=None, description="the tier's own counters (S3: uploads pending, errors, "
+                                  "drops)")
 
 
 class TotalStats(Counts):

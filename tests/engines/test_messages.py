@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from fastapi import FastAPI
@@ -73,9 +74,9 @@ def test_the_types_refuse_what_a_worker_would_not_send() -> None:
                                  "rates": {}, "events": []})
 
 
-HIT = {"prompt_tokens": 26, "cached_tokens": 24, "local_hit_tokens": 0,
-       "store_hit_tokens": 24, "ttft_s": 0.5, "queue_s": 0.25, "load_s": 0.125,
-       "prefill_s": 0.125}
+HIT: dict[str, Any] = {"prompt_tokens": 26, "cached_tokens": 24, "local_hit_tokens": 0,
+                       "store_hit_tokens": 24, "ttft_s": 0.5, "queue_s": 0.25,
+                       "load_s": 0.125, "prefill_s": 0.125}
 
 
 def test_a_generate_request_sends_only_what_its_sender_set() -> None:
