@@ -17,15 +17,19 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from kvstore.cluster.claims import Claims
 from kvstore.cluster.config import ClusterConfig
 from kvstore.cluster.index import ClusterIndex
 from kvstore.cluster.keys import TIER_CODES
 from kvstore.cluster.link import RedisClient, RedisError, connect, masked
 from kvstore.cluster.members import Membership, Roster
 from kvstore.cluster.publisher import Publisher
+from kvstore.errors import NamespaceConflictError
+from kvstore.namespace import Namespace
 from kvstore.protocol.cluster import (
     ClusterStatus,
     NodeReport,
+    NodeState,
     NodeView,
     PeerCounts,
     RedisView,
@@ -53,6 +57,7 @@ class _Link:
         self.clustered = clustered
         self.members = Membership(client, config)
         self.index = ClusterIndex(client, config.index_bits)
+        self.claims = Claims(client, config.node_id)
 
     def join(self, config: ClusterConfig) -> int:
         slot, bits = self.members.join()
@@ -90,12 +95,14 @@ class ClusterNode:
     # -- life --------------------------------------------------------------------------------
     def start(self) -> None:
         self._store.watch_placement(self._publisher)
+        self._store.watch_namespaces(self)
         for thread in self._threads:
             thread.start()
 
     def close(self) -> None:
         """Stop both threads, publish what is noted and say the node left (best effort)."""
         self._store.watch_placement(None)
+        self._store.watch_namespaces(None)
         self._stop.set()
         for thread in self._threads:
             thread.join(timeout=10)
@@ -150,6 +157,7 @@ class ClusterNode:
             with self._state:
                 self._resync_owed = False
             try:
+                self._claim_held(link)
                 done = self._publisher.resync(link.index, slot, self._store.placements(),
                                               self._stop.is_set)
             except RedisError:
@@ -194,6 +202,48 @@ class ClusterNode:
         return [sorted((Source(up[h.slot], h.tier) for h in found
                         if h.slot != me and h.slot in up), key=lambda s: s.tier)
                 for found in link.index.where(namespace, hashes)]
+
+    # -- namespaces (the store asks: NamespaceClaims) ----------------------------------------
+    def claim(self, ns: Namespace) -> None:
+        """Refuse ``ns`` (``NamespaceConflictError``) if a node not gone holds a namespace of
+        that name with another definition. While Redis does not answer the node decides
+        alone; the claim is made when it joins again."""
+        link, live = self._link, self._live_ids()
+        if link is None or live is None:
+            return
+        try:
+            link.claims.claim(ns, live)
+        except RedisError as exc:
+            self._failed(exc)
+
+    def release(self, name: str) -> None:
+        link = self._link
+        if link is None or not self._connected:
+            return
+        try:
+            link.claims.release(name)
+        except RedisError as exc:
+            self._failed(exc)
+
+    def _claim_held(self, link: _Link) -> None:
+        """Claim every namespace the store holds (at each join): a conflict found here is
+        logged, and reads of that namespace from peers are refused by the peers."""
+        live = self._live_ids() or [self.config.node_id]
+        for ns in self._store.namespaces():
+            try:
+                link.claims.claim(ns, live)
+            except NamespaceConflictError as exc:
+                log.error("%s", exc)
+
+    def _live_ids(self) -> list[str] | None:
+        """The ids of the nodes not gone, this one first (None while Redis does not answer)."""
+        with self._state:
+            roster, connected = self._roster, self._connected
+        if roster is None or not connected:
+            return None
+        others = [n.node_id for n in roster.nodes
+                  if n.state is not NodeState.GONE and n.node_id != self.config.node_id]
+        return [self.config.node_id, *others]
 
     def count_fetched(self, blocks: int, nbytes: int) -> None:
         """Blocks read from peers and kept here."""

@@ -24,7 +24,7 @@ from kvstore.protocol.stats import StoreStats
 from kvstore.store.index import make_keys
 from kvstore.store.lifecycle import Lifecycle
 from kvstore.store.parts import Parts
-from kvstore.store.placement import PlacementSink
+from kvstore.store.placement import NamespaceClaims, PlacementSink
 from kvstore.tiers import Tier
 from kvstore.tiers.base import Buffer
 from kvstore.tiers.slab import SlabInfo, SlabShare
@@ -44,6 +44,7 @@ class Store:
         self._writer, self._host, self._report = parts.writer, parts.host, parts.report
         self._checks = parts.checks
         self._life = Lifecycle(config, parts)
+        self._claims: NamespaceClaims | None = None  # see watch_namespaces
         for ns in self._book.load():
             self._count_namespace(ns)
         self._reader.index_persistent()
@@ -61,7 +62,10 @@ class Store:
         """Register ``ns``; True if new, False if an identical one exists. Raises
         :class:`~kvstore.errors.NamespaceConflictError` on a differing definition and
         :class:`~kvstore.errors.NamespaceLimitError` past the caps on namespaces. The book
-        writes its file under its own lock, never the store's: reads and writes go on."""
+        writes its file under its own lock, never the store's: reads and writes go on. In a
+        cluster, the cluster is asked first (:meth:`watch_namespaces`)."""
+        if self._claims is not None:
+            self._claims.claim(ns)
         new = self._book.register(ns)
         if new:
             with self._lock:
@@ -85,6 +89,8 @@ class Store:
             self._book.relist(ns)
             raise
         self._book.save()
+        if self._claims is not None:
+            self._claims.release(name)
         return dropped
 
     def namespace(self, name: str) -> Namespace:
@@ -304,6 +310,10 @@ class Store:
         """Tell ``sink`` of every change in where blocks lie from now on (None: no one)."""
         with self._lock:
             self._ledger.sink = sink
+
+    def watch_namespaces(self, claims: NamespaceClaims | None) -> None:
+        """Ask ``claims`` before each registration and tell it of each namespace deleted."""
+        self._claims = claims
 
     def placements(self, chunk: int = 4096) -> Iterator[list[tuple[BlockKey, int]]]:
         """Every published block with its tier mask, ``chunk`` blocks at a time, each chunk

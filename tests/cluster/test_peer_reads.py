@@ -158,3 +158,34 @@ def test_a_tenant_reads_through_a_peer_only_its_own_blocks(tmp_path: Path) -> No
         for node in nodes:
             node.stop()
         redis.stop()
+
+
+def test_a_node_without_the_clusters_token_reads_nothing_from_it(tmp_path: Path) -> None:
+    redis = RedisServer(tmp_path / "redis").start()
+    nodes = []
+    for name, secret in (("n0", "right-secret"), ("n1", "right-secret"), ("x", "wrong")):
+        path = tmp_path / f"{name}.token"
+        path.write_text(secret)
+        path.chmod(0o600)
+        nodes.append(ServerProc(tmp_path / name, "--cluster", redis.url, "--node-id", name,
+                                "--cluster-heartbeat-s", BEAT, "--cluster-token-file",
+                                str(path)).start())
+    n0, n1, x = nodes
+    try:
+        wait_for(lambda: len(status(n0, "right-secret").nodes) == 3)
+        chain = [os.urandom(32) for _ in range(4)]
+        blocks = [os.urandom(B) for _ in chain]
+        with KVStoreClient(n0.url, "right-secret") as c:
+            c.register_namespace("chat", B, LAYOUT)
+            c.put("chat", chain, blocks)
+        wait_for(lambda: published(redis, n0, "chat", chain, "right-secret"))
+        with KVStoreClient(x.url, "wrong") as c:  # its peer reads are refused by n0
+            c.register_namespace("chat", B, LAYOUT)
+            assert c.get("chat", chain) == [None] * 4
+        with KVStoreClient(n1.url, "right-secret") as c:
+            c.register_namespace("chat", B, LAYOUT)
+            assert c.get("chat", chain) == blocks
+    finally:
+        for node in nodes:
+            node.stop()
+        redis.stop()
