@@ -32,7 +32,8 @@ def format_status(status: ClusterStatus) -> str:
     lines = [f"node {status.node_id} (slot {status.slot or '-'}) via {redis.url}"
              f"{' (Redis Cluster)' if redis.cluster_mode else ''}: {link}",
              f"index: {status.index.published} published, {status.index.pending} pending, "
-             f"{status.index.resyncs} resyncs, {status.index.dropped} dropped",
+             f"{status.index.resyncs} resyncs, {status.index.dropped} dropped; read from "
+             f"peers: {status.fetched.blocks} blocks ({size(status.fetched.bytes)})",
              f"timings: heartbeat {status.heartbeat_s:g}s, suspect after "
              f"{status.suspect_after_s:g}s, gone after {status.gone_after_s:g}s"]
     table = [("node", "state", "address", "blocks", "tiers", "silent")]
