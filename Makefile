@@ -65,7 +65,7 @@ test: $(STAMP) $(VLLM_STAMP) $(CHROMIUM) $(REDIS)
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-bench: $(STAMP)
+bench: $(STAMP) $(REDIS)
 	for b in bench/bench_*.py; do $(PY) $$b --quick || exit 1; done
 
 # The CUDA checks for a GPU machine without network (docs/gpu.md). `make gpu-wheels` runs

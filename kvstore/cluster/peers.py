@@ -81,7 +81,11 @@ def fetch_run(node: ClusterNode, peers: Peers, ns: Namespace, hashes: Sequence[B
               ) -> tuple[list[BlockHash], list[bytes]]:
     """The longest leading run of ``hashes`` that other nodes hold, read from them: each
     stretch from one node that holds all of it (the best tier first), a block a node turns
-    out not to hold taken from another, and that node's stale record removed."""
+    out not to hold taken from another, and that node's stale record removed. The first block
+    is asked of the index alone first: a chain that no other node holds (a new prompt's
+    suffix, the common miss) costs one small Redis read, not one per block."""
+    if not hashes or not node.holders(ns.name, hashes[:1])[0]:
+        return [], []
     sources = node.holders(ns.name, hashes)
     got: list[bytes] = []
     i = 0
