@@ -189,3 +189,19 @@ def test_a_node_without_the_clusters_token_reads_nothing_from_it(tmp_path: Path)
         for node in nodes:
             node.stop()
         redis.stop()
+
+
+def test_a_restarted_node_is_read_from_again(
+        fleet: tuple[RedisServer, list[ServerProc]]) -> None:
+    redis, (n0, n1, _) = fleet
+    chain = [os.urandom(32) for _ in range(6)]
+    blocks = [os.urandom(B) for _ in chain]
+    with KVStoreClient(n1.url) as c:
+        c.register_namespace("chat", B, LAYOUT)
+        c.put("chat", chain, blocks)
+    n1.restart()  # SIGTERM: it leaves (gone at once), spills to disk, comes back, republishes
+    wait_for(lambda: {n.node_id: n.state for n in status(n0).nodes}["n1"] is NodeState.UP)
+    wait_for(lambda: published(redis, n1, "chat", chain))
+    with KVStoreClient(n0.url) as c:
+        c.register_namespace("chat", B, LAYOUT)
+        assert c.get("chat", chain) == blocks
