@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import uuid
 from collections.abc import Sequence
 
 from kvstore.client import KVStoreClient
@@ -19,7 +20,7 @@ from kvstore.client.errors import KVStoreClientError
 from kvstore.cluster.node import ClusterNode, Source
 from kvstore.errors import KVStoreError
 from kvstore.namespace import Namespace
-from kvstore.protocol.cluster import NodeView
+from kvstore.protocol.cluster import PEER_OWNER, NodeView
 from kvstore.types import BlockHash
 
 log = logging.getLogger("kvstore.cluster")
@@ -43,8 +44,10 @@ class Peers:
         with self._lock:
             client = self._clients.get(key)
             if client is None:
+                # a peer serves this read from what it holds, never from its own peers
                 client = KVStoreClient(node.rest_url, self._token, use_shm=False,
-                                       transport="tcp", timeout=self._timeout_s)
+                                       transport="tcp", timeout=self._timeout_s,
+                                       owner=f"{PEER_OWNER}-{uuid.uuid4().hex}")
                 self._clients[key] = client
             return client
 

@@ -11,6 +11,8 @@ from pydantic import BaseModel, Field
 
 from kvstore.protocol.stats import Count
 
+PEER_OWNER = "kvstore-peer"  # the owner id a node's reads from its peers say hello with
+
 
 class NodeState(StrEnum):
     """``up``: heard from within ``suspect_after_s``; ``suspect``: silent longer, but within

@@ -36,6 +36,7 @@ class Session:
     # the reply's payload borrows pinned memory: called once it is sent (or cannot be)
     after_send: Callable[[], Awaitable[None]] | None = None
     prefetching: int = 0  # hashes of this connection's prefetches not yet read by the store
+    from_peer: bool = False  # another node of the cluster reading: serve what is held here
 
     @property
     def tenant(self) -> str | None:
@@ -61,10 +62,12 @@ class OpsContext:
         assert session.principal is not None  # dispatch refuses these ops before hello
         return resolve(self.store, session.principal, name)
 
-    async def reach(self, ns: Namespace, hashes: list[BlockHash]) -> None:
+    async def reach(self, session: Session, ns: Namespace, hashes: list[BlockHash]) -> None:
         """Bring here first the blocks of ``hashes`` that this node lacks and other nodes of
-        its cluster hold (:mod:`server.peer_fill`); nothing for a node alone."""
-        if self.fill is not None:
+        its cluster hold (:mod:`server.peer_fill`); nothing for a node alone, nor for another
+        node's read (which asks only what the index says this node holds: two nodes whose
+        records point at each other must not wait on each other)."""
+        if self.fill is not None and not session.from_peer:
             await self.fill.before_read(self.run, ns, hashes)
 
     async def now(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

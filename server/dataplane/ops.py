@@ -61,6 +61,7 @@ from kvstore.protocol import (
     StatsReply,
     request_type,
 )
+from kvstore.protocol.cluster import PEER_OWNER
 from kvstore.protocol.frame import split_payload
 from kvstore.protocol.info import ServerInfo
 from kvstore.store import StoreAPI
@@ -129,6 +130,7 @@ class Ops:
         if req.owner is not None:
             # scoped by tenant: a client of one tenant can never release another's pins
             session.owner = f"{session.principal.tenant or '*'}/{req.owner}"
+            session.from_peer = req.owner.startswith(PEER_OWNER)
         return HelloReply(self.info, session.owner), []
 
     async def ping(self, session: Session, req: Ping, _: memoryview) -> Answer:
@@ -171,7 +173,7 @@ class Ops:
 
     async def get(self, session: Session, req: Get, _: memoryview) -> Answer:
         ns = self.ctx.ns(session, req.ns)
-        await self.ctx.reach(ns, req.hashes)
+        await self.ctx.reach(session, ns, req.hashes)
         limit = self.settings.max_frame_bytes
         need = reply_bound(req.hashes, ns.block_bytes, limit)
         budget = self.ctx.budget
@@ -197,7 +199,7 @@ class Ops:
     # -- index and pins -------------------------------------------------------------------
     async def lookup(self, session: Session, req: Lookup, _: memoryview) -> Answer:
         ns = self.ctx.ns(session, req.ns)
-        await self.ctx.reach(ns, req.hashes)
+        await self.ctx.reach(session, ns, req.hashes)
         result = await self.ctx.now(self.store.lookup, ns.name, req.hashes)
         return LookupReply(result.prefix_blocks, list(result.tiers)), []
 

@@ -141,7 +141,7 @@ class SharedMemoryOps:
 
     async def shm_acquire(self, session: Session, req: ShmAcquire, _: memoryview) -> Answer:
         ns = self._ctx.ns(session, req.ns)
-        await self._ctx.reach(ns, req.hashes)
+        await self._ctx.reach(session, ns, req.hashes)
         # the generations come with the pins: read after, they might be another block's
         acquired = await self._ctx.now(
             self._store.acquire_read, ns.name, req.hashes, lease_s=req.lease_s,
@@ -168,7 +168,7 @@ class SharedMemoryOps:
         pinned for ``lease_s`` under the owner's grants (None for a block held only below);
         ``shm_release`` with ``grant`` drops them."""
         ns = self._ctx.ns(session, req.ns)
-        await self._ctx.reach(ns, req.hashes)
+        await self._ctx.reach(session, ns, req.hashes)
         n, tiers, granted = await self._ctx.now(self._lookup_acquire, ns.name, req.hashes,
                                                 req.lease_s, session.owner + GRANT_SUFFIX,
                                                 session.tenant)
