@@ -20,15 +20,16 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import interleaved, report, row  # noqa: E402
-from bench.raw_socket import RawServer  # noqa: E402
-from kvstore.client import KVStoreClient  # noqa: E402
-from kvstore.testing.redis_server import RedisServer  # noqa: E402
-from kvstore.testing.server import ServerProc  # noqa: E402
+from bench.common import interleaved, report, row
+from bench.raw_socket import RawServer
+from kvstore.client import KVStoreClient
+from kvstore.testing.redis_server import RedisServer
+from kvstore.testing.server import ServerProc
 
 LAYOUT = {"model_id": "bench", "block_size": 16}
 
@@ -37,9 +38,9 @@ def chain(n: int) -> list[bytes]:
     return [os.urandom(32) for _ in range(n)]
 
 
-def wait_for(check: object, timeout: float = 30.0) -> None:
+def wait_for(check: Callable[[], bool], timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
-    while not check():  # type: ignore[operator]
+    while not check():
         if time.monotonic() > deadline:
             raise RuntimeError("the cluster did not settle")
         time.sleep(0.1)

@@ -40,6 +40,8 @@ class WorkerInfo(BaseModel):
     rates: dict[str, float | None] = Field(
         description="its measured prefill, decode and load rates (None: not measured yet)")
     max_model_len: int = Field(description="the longest sequence it serves, in tokens")
+    kvstore_node: str | None = Field(None, description="the cluster node id of its kvstore "
+                                     "server (none: no kvstore, or a node alone)")
 
 
 class KVEvent(BaseModel):

@@ -43,6 +43,10 @@ class BlockStore(Protocol):
 
     def put(self, namespace: str, hashes: Sequence[bytes], blocks: Sequence[Buffer]) -> None: ...
 
+    def node_id(self) -> str | None:
+        """The cluster node id of the kvstore server (None: in process, or a node alone)."""
+        ...
+
 
 @dataclass(slots=True)
 class ConnectorStats:
@@ -71,6 +75,9 @@ class LocalStore:
 
     def lookup(self, namespace: str, hashes: Sequence[bytes]) -> int:
         return int(self.store.lookup(namespace, list(hashes)).prefix_blocks)
+
+    def node_id(self) -> str | None:
+        return None
 
     def get(self, namespace: str, hashes: Sequence[bytes]) -> list[bytes | None]:
         return list(self.store.get(namespace, list(hashes)))
@@ -105,6 +112,8 @@ class RemoteStore:
         from kvstore.client import KVStoreClient
 
         self.client = KVStoreClient(url)
+        self.url = url
+        self._node: tuple[str | None] | None = None  # (the answer,) once the server gave it
 
     def register_namespace(self, name: str, block_bytes: int, layout: Layout,
                            hash_algo: str, hash_seed: str | None) -> None:
@@ -126,6 +135,22 @@ class RemoteStore:
         """Copy blocks straight into writable buffers (cache rows): one copy out of the
         server's shared memory instead of two."""
         return list(self.client.get_into(namespace, _block_hashes(hashes), list(buffers)))
+
+    def node_id(self) -> str | None:
+        """From the server's ``/v1/info``, asked until it answers (then kept: a server keeps
+        its node id across restarts)."""
+        if self._node is None:
+            import httpx
+
+            from kvstore.client.discovery import info_url
+            from kvstore.protocol.info import ServerInfo
+
+            try:
+                r = httpx.get(info_url(self.url), timeout=2.0)
+                self._node = (ServerInfo.model_validate_json(r.content).node_id,)
+            except (httpx.HTTPError, ValueError):
+                return None
+        return self._node[0]
 
     def close(self) -> None:
         self.client.close()

@@ -1,8 +1,7 @@
 """The cluster part that the server's settings describe: the Redis URL, the node's name and
 the data-plane address peers dial, as a :class:`~kvstore.cluster.config.ClusterConfig` (or
-None for a node alone). The other timings follow the heartbeat: a node silent for 3 beats is
-suspect, for 10 gone; the index is published every tenth of a second (or every beat, if
-shorter)."""
+None for a node alone). The other timings follow the heartbeat
+(:meth:`~kvstore.cluster.config.ClusterConfig.beating`)."""
 
 from __future__ import annotations
 
@@ -14,8 +13,6 @@ from kvstore.cluster.link import check_url
 
 if TYPE_CHECKING:
     from server.settings import ServerSettings
-
-SUSPECT_BEATS, GONE_BEATS = 3, 10
 
 
 def advertised(s: ServerSettings) -> str:
@@ -53,9 +50,6 @@ def cluster_config_of(s: ServerSettings) -> ClusterConfig | None:
     if s.cluster is None:
         return None
     address = advertised(s)
-    beat = s.cluster_heartbeat_s
-    return ClusterConfig(url=s.cluster.get_secret_value(), node_id=s.node_id or address,
-                         address=address, rest_url=rest_url(s, address), heartbeat_s=beat,
-                         suspect_after_s=SUSPECT_BEATS * beat, gone_after_s=GONE_BEATS * beat,
-                         forget_after_s=max(3600.0, 100 * beat), publish_s=min(0.1, beat),
-                         index_bits=s.cluster_index_bits)
+    return ClusterConfig.beating(s.cluster.get_secret_value(), s.node_id or address, address,
+                                 s.cluster_heartbeat_s, rest_url=rest_url(s, address),
+                                 index_bits=s.cluster_index_bits)

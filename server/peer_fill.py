@@ -12,6 +12,7 @@ peers, a store that refuses the copies (no room) leaves a miss.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -52,6 +53,7 @@ class PeerFill:
         held = self._store.lookup(ns.name, hashes).prefix_blocks
         if held == len(hashes):
             return 0
+        started = time.perf_counter()
         try:
             got, blocks = fetch_run(self.node, self._peers, ns, hashes[held:])
         except RedisError as exc:
@@ -64,7 +66,8 @@ class PeerFill:
         except KVStoreError as exc:  # no room, the namespace deleted meanwhile: a miss
             log.info("%d blocks read from peers could not be kept: %s", len(got), exc)
             return 0
-        self.node.count_fetched(len(got), sum(len(b) for b in blocks))
+        self.node.count_fetched(len(got), sum(len(b) for b in blocks),
+                                time.perf_counter() - started)
         return len(got)
 
     def close(self) -> None:

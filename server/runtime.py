@@ -92,6 +92,7 @@ def build_info(settings: ServerSettings, store: StoreAPI) -> ServerInfo:
         unix_socket=settings.socket_path, shm=shm, auth_required=settings.auth_enabled(),
         max_frame_bytes=settings.max_frame_bytes, max_header_bytes=settings.max_header_bytes,
         max_batch=settings.max_batch, max_lease_s=settings.max_lease_s,
+        node_id=cluster.node_id if (cluster := settings.cluster_config()) else None,
     )
 
 

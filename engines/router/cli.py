@@ -14,11 +14,15 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from engines.router.api import limits
 from engines.router.policies import POLICIES
 from kvstore import cli_kit
 from kvstore.cli_kit import CommandError
+
+if TYPE_CHECKING:
+    from kvstore.cluster.view import ClusterView
 
 PROG = "kvstore-router"
 
@@ -43,6 +47,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kvstore", default=None, metavar="URL",
                    help="kvstore server URL for prefix lookups (default: none, score by the "
                         "workers' own caches only)")
+    p.add_argument("--cluster", default=None, metavar="REDIS_URL",
+                   help="Redis URL of the workers' kvstore cluster (kvstore serve --cluster): "
+                        "score each worker by the prefix its own node holds and the one held "
+                        "on any node, read from the cluster's index (default: none)")
+    p.add_argument("--cluster-heartbeat-s", type=float, default=1.0, metavar="S",
+                   help="the nodes' cluster_heartbeat_s, to judge which are up (default: 1)")
     p.add_argument("--policy", choices=POLICIES, default="kv",
                    help="kv: soonest first token from cached prefix (local and kvstore) and "
                         "queued work, priced with the workers' measured rates; round-robin, "
@@ -110,11 +120,13 @@ def serve(args: argparse.Namespace) -> int:
     worker_token = token
     if args.worker_token_file:
         worker_token = load_token(args.worker_token_file, "127.0.0.1", "--worker-token-file")
+    cluster = _cluster_view(args.cluster, args.cluster_heartbeat_s) if args.cluster else None
     socks = cli_kit.bind_tcp(args.host, args.port, "--port")
     try:
         router = Router(_urls(args.workers), prefill_workers=_urls(args.prefill_workers),
                         policy=args.policy, kvstore=args.kvstore, load_weight=args.load_weight,
-                        store_weight=args.store_weight, worker_token=worker_token)
+                        store_weight=args.store_weight, worker_token=worker_token,
+                        cluster=cluster)
     except ValueError as exc:
         raise CommandError(f"--workers: {exc}") from None
     try:
@@ -123,6 +135,18 @@ def serve(args: argparse.Namespace) -> int:
         raise CommandError(f"--tokenizer {args.tokenizer}: {exc}") from None
     uvicorn.Server(uvicorn.Config(app, log_level=args.log_level)).run(sockets=socks)
     return 0
+
+
+def _cluster_view(url: str, heartbeat_s: float) -> ClusterView:
+    """The cluster's index as the router reads it, with the nodes' timings."""
+    from kvstore.cluster.config import ClusterConfig
+    from kvstore.cluster.link import check_url
+    from kvstore.cluster.view import ClusterView
+
+    try:
+        return ClusterView(ClusterConfig.beating(check_url(url), "router", "", heartbeat_s))
+    except ValueError as exc:
+        raise CommandError(f"--cluster: {exc}") from None
 
 
 def main(argv: list[str] | None = None) -> int:

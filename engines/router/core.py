@@ -48,6 +48,7 @@ from engines.router.planning import Plan, Planner
 from engines.router.policies import POLICIES, Ask
 from engines.router.workers import POLL_S, RETRY_S, Worker
 from engines.store_io import BlockStore, open_store
+from kvstore.cluster.view import ClusterView
 from kvstore.keys import BlockHasher
 
 __all__ = ["POLICIES", "POLL_S", "RETRY_S", "NoWorker", "Plan", "RequestFailed", "Routed",
@@ -67,7 +68,8 @@ class Router:
     def __init__(self, workers: list[str], *, prefill_workers: list[str] | None = None,
                  policy: str = "kv", kvstore: str | BlockStore | None = None,
                  load_weight: float | None = None, store_weight: float | None = None,
-                 timeout: float = 600.0, worker_token: str | None = None) -> None:
+                 timeout: float = 600.0, worker_token: str | None = None,
+                 cluster: ClusterView | None = None) -> None:
         if not workers:
             raise ValueError("the router needs at least one worker")
         self.workers = [Worker(u.rstrip("/")) for u in workers]
@@ -76,12 +78,13 @@ class Router:
         self.store = open_store(kvstore) if isinstance(kvstore, str) else kvstore
         self.planner = Planner([self.workers, self.prefill], policy,
                                CostModel(load_weight=load_weight, store_weight=store_weight),
-                               self.store)
+                               self.store, cluster)
         # every call to a worker presents the workers' token (engines.access)
         self.client = httpx.AsyncClient(timeout=timeout, headers=bearer(worker_token))
         self.hasher: BlockHasher | None = None
         self.namespace = ""
         self.model_id = ""
+        self.block_bytes = 0
         self.max_model_len = 0  # tokens, prompt and output (0: not told)
         self._poller: asyncio.Task[None] | None = None
         self.accounts = Accounts()
@@ -110,9 +113,11 @@ class Router:
             info = WorkerInfo.model_validate_json(r.content)
             role = info.role
             w.rates = info.rates or w.rates
+            w.node = info.kvstore_node
             if self.hasher is None:
                 self.hasher = BlockHasher(info.hash_algo, info.hash_seed, info.block_size)
                 self.namespace, self.model_id = info.namespace, info.model_id
+                self.block_bytes = info.block_bytes
                 self.max_model_len = info.max_model_len
         except (httpx.HTTPError, ValidationError):  # no answer, or not a worker's
             if not w.known:  # a known worker's role stays as last heard; /health judges it
@@ -152,7 +157,8 @@ class Router:
         (:mod:`.planning`). Raises :class:`NoWorker` when none is live."""
         self.check_ready(pool)
         assert self.hasher is not None
-        ask = Ask(hashes, n_tokens, max_tokens, session, 0, self.hasher.block_size)
+        ask = Ask(hashes, n_tokens, max_tokens, session, 0, self.hasher.block_size,
+                  block_bytes=self.block_bytes)
         return await self.planner.rank(pool, ask, self.namespace)
 
     async def generate(self, req: GenerateRequest,

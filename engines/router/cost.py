@@ -10,7 +10,14 @@ For a prompt of ``n`` tokens whose first ``local`` blocks the worker holds and w
     cost(w)    = ahead(w) + compute(w) / P + load(w) / L
 
 ``P``, ``D`` and ``L`` are the fleet's prefill, decode and load rates (tokens/s): the medians
-of what its workers measured;
+of what its workers measured. With a cluster of kvstore nodes (``kvstore-router --cluster``),
+``store`` is the prefix held on any node and ``near(w)`` the one ``w``'s own node holds; the
+blocks between cost a peer read more each::
+
+    load(w)    = bs * max(0, near - local) / L + bs * max(0, store - max(near, local)) * (1/L + X)
+
+with ``X`` the seconds per token of reading a block from another node, from the peer read rate
+the nodes measure (``block_bytes / bs / rate``; until one has, ``1/(2L)``: half a load more);
 ``pending_prefill`` is the prefill the router has sent there that has not produced its first
 token yet (it runs before ours), ``decoding`` the requests there past their first token (with
 continuous batching each adds a decode token to every step ours runs in). In prefill tokens,
@@ -78,11 +85,19 @@ class CostModel:
         return dict.fromkeys(workers, price)
 
     def cost(self, w: Worker, price: Prices, *, n_tokens: int, local: int, store: int,
-             block_size: int) -> float:
-        """Seconds until ``w`` would emit the request's first token (see the module doc)."""
+             block_size: int, near: int | None = None, peer_s: float | None = None) -> float:
+        """Seconds until ``w`` would emit the request's first token (see the module doc).
+        In a cluster ``near`` is the prefix ``w``'s own kvstore node holds (``store`` the one
+        held anywhere): blocks beyond it come from another node, at ``peer_s`` more per token
+        (measured by the nodes; before that, half a load more)."""
         compute = max(1, n_tokens - block_size * max(local, store))
-        load = block_size * max(0, store - local)
         ahead = w.pending_prefill * price.prefill + w.decoding * price.decode
         if self.load_weight is not None:
             ahead *= self.load_weight
-        return ahead + compute * price.prefill + load * price.load
+        if near is None:
+            return ahead + compute * price.prefill + block_size * max(0, store - local) \
+                * price.load
+        own = block_size * max(0, min(near, store) - local)
+        peer = block_size * max(0, store - max(near, local))
+        extra = price.load / 2 if peer_s is None else peer_s
+        return ahead + compute * price.prefill + own * price.load + peer * (price.load + extra)

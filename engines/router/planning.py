@@ -19,6 +19,7 @@ from engines.router.cost import CostModel
 from engines.router.policies import Ask, make_policy
 from engines.router.workers import Job, Worker
 from engines.store_io import BlockStore
+from kvstore.cluster.view import ClusterView
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +37,9 @@ class Planner:
     """Ranks the live workers of the pools it was made with; owned by one asyncio loop."""
 
     def __init__(self, pools: list[list[Worker]], policy: str, cost: CostModel,
-                 store: BlockStore | None) -> None:
+                 store: BlockStore | None, cluster: ClusterView | None = None) -> None:
         self.store = store
+        self.cluster = cluster  # where prefixes lie across kvstore nodes (kvstore.cluster)
         self._policies = {id(pool): make_policy(policy, pool, cost) for pool in pools}
         self._rr = itertools.count()
 
@@ -50,7 +52,9 @@ class Planner:
         # policies sort stably: equal workers keep this rotation (round-robin among equals)
         rotated = [live[(turn + i) % len(live)] for i in range(len(live))]
         policy = self._policies[id(pool)]
-        if policy.uses_store:
+        if policy.uses_store and self.cluster is not None:
+            ask = await self._placed(ask, namespace, self.cluster)
+        elif policy.uses_store:
             ask = ask._replace(store=await self._store_prefix(ask.hashes, namespace))
         order = policy.rank(rotated, ask)
         bs, stored = ask.block_size, ask.store
@@ -58,6 +62,16 @@ class Planner:
                        ask.n_tokens - bs * max(w.local_prefix(ask.hashes), stored), ask.hashes)
                 for w in order}
         return Plan(ask.hashes, order, stored, work)
+
+    @staticmethod
+    async def _placed(ask: Ask, namespace: str, cluster: ClusterView) -> Ask:
+        """``ask`` with where its prefix lies across the cluster's nodes."""
+        if not ask.hashes or not namespace:
+            return ask
+        placed = await asyncio.to_thread(cluster.placement, namespace, ask.hashes)
+        rate = placed.peer_bytes_per_s
+        peer_s = ask.block_bytes / ask.block_size / rate if rate and ask.block_bytes else None
+        return ask._replace(store=placed.anywhere, near=placed.by_node, peer_s=peer_s)
 
     async def _store_prefix(self, hashes: list[bytes], namespace: str) -> int:
         if self.store is None or not hashes or not namespace:

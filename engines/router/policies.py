@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+from collections.abc import Mapping
 from typing import NamedTuple, Protocol
 
 from engines.router.cost import CostModel
@@ -34,6 +35,11 @@ class Ask(NamedTuple):
     session: str | None
     store: int  # prompt blocks kvstore holds (0 when the policy does not look)
     block_size: int
+    # in a cluster: each kvstore node's own prefix of the prompt (by node id), and the extra
+    # seconds per token of a block read from another node (None: not measured)
+    near: Mapping[str, int] | None = None
+    peer_s: float | None = None
+    block_bytes: int = 0
 
 
 class Policy(Protocol):
@@ -92,9 +98,12 @@ class KVAware:
 
     def rank(self, live: list[Worker], ask: Ask) -> list[Worker]:
         prices = self.model.prices(live)
+        near = ask.near
         cost = {w: self.model.cost(w, prices[w], n_tokens=ask.n_tokens,
                                    local=w.local_prefix(ask.hashes), store=ask.store,
-                                   block_size=ask.block_size) for w in live}
+                                   block_size=ask.block_size,
+                                   near=None if near is None else near.get(w.node or "", 0),
+                                   peer_s=ask.peer_s) for w in live}
         return sorted(live, key=cost.__getitem__)
 
 

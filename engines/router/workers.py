@@ -67,6 +67,7 @@ class Worker:
     failures: int = 0
     prompt_tokens: int = 0
     hit_tokens: int = 0  # prefix tokens the worker reported it did not compute
+    node: str | None = None  # the cluster node id of its kvstore (/info), if in a cluster
 
     def available(self, now: float) -> bool:
         return self.up or now >= self.down_until

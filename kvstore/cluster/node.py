@@ -88,6 +88,7 @@ class ClusterNode:
         self._resync_owed = True
         self._roster: Roster | None = None  # as of the last heartbeat
         self._fetched_blocks = self._fetched_bytes = 0
+        self._fetch_s = 0.0
         self._threads = [threading.Thread(target=self._run, args=(f, p), name=n, daemon=True)
                          for f, p, n in ((self._beat_once, config.heartbeat_s, "cluster-beat"),
                                          (self._publish_once, config.publish_s, "cluster-index"))]
@@ -181,9 +182,12 @@ class ClusterNode:
         stats = self._store.stats()
         tiers = [TierReport(name=name, capacity_bytes=t.capacity_bytes, used_bytes=t.bytes,
                             blocks=t.blocks) for name, t in stats.tiers.items()]
+        with self._state:
+            rate = self._fetched_bytes / self._fetch_s if self._fetch_s > 0 else None
         return NodeReport(node_id=self.config.node_id, address=self.config.address,
                           rest_url=self.config.rest_url, version=self._version,
-                          started_at=self._started_at, blocks=stats.totals.blocks, tiers=tiers)
+                          started_at=self._started_at, blocks=stats.totals.blocks, tiers=tiers,
+                          peer_read_bytes_per_s=rate)
 
     def roster(self) -> Roster | None:
         """Every node as Redis listed it at the last heartbeat (None while Redis does not
@@ -245,11 +249,12 @@ class ClusterNode:
                   if n.state is not NodeState.GONE and n.node_id != self.config.node_id]
         return [self.config.node_id, *others]
 
-    def count_fetched(self, blocks: int, nbytes: int) -> None:
-        """Blocks read from peers and kept here."""
+    def count_fetched(self, blocks: int, nbytes: int, seconds: float) -> None:
+        """Blocks read from peers and kept here, and the time the reads took."""
         with self._state:
             self._fetched_blocks += blocks
             self._fetched_bytes += nbytes
+            self._fetch_s += seconds
 
     def correct(self, node: NodeView, namespace: str, hashes: Sequence[bytes]) -> None:
         """``node`` answered that it holds none of ``hashes``: remove its records of them."""
@@ -264,7 +269,8 @@ class ClusterNode:
                               degraded=not self._connected, error=self._error,
                               cluster_mode=self._link is not None and self._link.clustered)
             slot = self._slot
-            fetched = PeerCounts(blocks=self._fetched_blocks, bytes=self._fetched_bytes)
+            fetched = PeerCounts(blocks=self._fetched_blocks, bytes=self._fetched_bytes,
+                                 seconds=round(self._fetch_s, 6))
         c = self.config
         return ClusterStatus(node_id=c.node_id, slot=slot, redis=redis,
                              index=self._publisher.view(), fetched=fetched,

@@ -38,11 +38,13 @@ class NodeReport(BaseModel):
 
     node_id: str
     address: str = Field(description="HOST:PORT of its data plane, which peers dial")
-    rest_url: str = Field("", description="its REST base URL, where peers' clients start")
+    rest_url: str = Field(default="", description="its REST base URL, where peers' clients start")
     version: str
     started_at: float = Field(description="Unix time the node joined")
     blocks: Count = 0
     tiers: list[TierReport] = Field(default_factory=list)
+    peer_read_bytes_per_s: float | None = Field(
+        default=None, description="how fast it read blocks from its peers so far (none: not yet)")
 
 
 class NodeView(NodeReport):
@@ -62,7 +64,7 @@ class RedisView(BaseModel):
     connected: bool
     degraded: bool
     error: str | None = None
-    cluster_mode: bool = Field(False, description="true when Redis is a Redis Cluster")
+    cluster_mode: bool = Field(default=False, description="true when Redis is a Redis Cluster")
 
 
 class IndexView(BaseModel):
@@ -71,9 +73,10 @@ class IndexView(BaseModel):
     pending: Count = Field(description="block placements not yet published")
     published: Count = Field(description="block placements published since the start")
     batches: Count = 0
-    resyncs: Count = Field(0, description="full republications (at start, after Redis was away)")
-    dropped: Count = Field(0, description="pending placements dropped while Redis was away "
-                           "(a full republication follows)")
+    resyncs: Count = Field(default=0, description="full republications (at start, after "
+                           "Redis was away)")
+    dropped: Count = Field(default=0, description="pending placements dropped while Redis was "
+                           "away (a full republication follows)")
 
 
 class PeerCounts(BaseModel):
@@ -81,13 +84,14 @@ class PeerCounts(BaseModel):
 
     blocks: Count = 0
     bytes: Count = 0
+    seconds: float = Field(default=0.0, ge=0, description="spent reading them")
 
 
 class ClusterStatus(BaseModel):
     """``GET /v1/cluster``: this node, its link to Redis and every node it knows of."""
 
     node_id: str
-    slot: int | None = Field(None, description="this node's number (None until it joined)")
+    slot: int | None = Field(default=None, description="this node's number (None until it joined)")
     redis: RedisView
     index: IndexView
     fetched: PeerCounts = Field(default_factory=PeerCounts)

@@ -36,3 +36,5 @@ class ServerInfo(BaseModel):
     max_lease_s: float | None = Field(
         default=None, description="longest lease this server grants: leases asked for longer "
                                   "are cut to it")
+    node_id: str | None = Field(default=None, description="this node's id in its cluster "
+                                "(none: a node alone); a router maps workers to nodes by it")

@@ -3,6 +3,8 @@ admin's: it names every node's address and holdings); a 404 on a node without a 
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Request
 from starlette.exceptions import HTTPException
 
@@ -15,7 +17,8 @@ from server.rest.schemas import ErrorBody
 router = APIRouter(tags=["cluster"])
 
 
-NOT_IN_A_CLUSTER = {404: {"model": ErrorBody, "description": "this node is not in a cluster"}}
+NOT_IN_A_CLUSTER: dict[int | str, dict[str, Any]] = {
+    404: {"model": ErrorBody, "description": "this node is not in a cluster"}}
 
 
 @router.get("/v1/cluster", response_model=ClusterStatus,
