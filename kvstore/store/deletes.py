@@ -9,13 +9,14 @@ unreadable, under a placeholder key, until the reader's pin would have expired.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
-from kvstore.store.exits import Exits
 from kvstore.store.index import Entry
-from kvstore.store.leases import LeaseTable
-from kvstore.store.ledger import Ledger
 from kvstore.store.stack import TierStack
 from kvstore.types import BlockKey
+
+if TYPE_CHECKING:  # the books build the checks, which name this part's type
+    from kvstore.store.books import Books
 
 RETIRED_NS = "\x00retired"  # placeholder keys of deleted blocks' slots; no namespace has NUL
 
@@ -25,12 +26,9 @@ class Deletes:
     ``next_ids(n)`` reserves placeholder numbers (shared with the staged places). Every
     method expects the store lock to be held."""
 
-    def __init__(self, stack: TierStack, ledger: Ledger, exits: Exits, leases: LeaseTable,
-                 next_ids: Callable[[int], int]) -> None:
+    def __init__(self, stack: TierStack, books: Books, next_ids: Callable[[int], int]) -> None:
         self._stack = stack
-        self._ledger = ledger
-        self._exits = exits
-        self._leases = leases
+        self._ledger, self._exits, self._leases = books.ledger, books.exits, books.leases
         self._next_ids = next_ids
         # host slots of deleted blocks a reader may still copy: (free after, placeholder key)
         self._retired: list[tuple[float, BlockKey]] = []

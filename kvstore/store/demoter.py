@@ -21,15 +21,12 @@ import threading
 
 from kvstore.checksum import checksum, checksums
 from kvstore.errors import CapacityError, TierUnavailableError
-from kvstore.store.counters import Tally
-from kvstore.store.exits import Exits
+from kvstore.store.books import Books
 from kvstore.store.index import Entry
-from kvstore.store.leases import LeaseTable
-from kvstore.store.ledger import GONE, KEPT, Ledger
+from kvstore.store.ledger import GONE, KEPT
 from kvstore.store.lock import StoreLock
 from kvstore.store.placer import MAX_DEMOTE_BATCH, Item, Placer
 from kvstore.store.stack import TierStack
-from kvstore.store.verify import Checks
 from kvstore.tiers.base import BlockMeta
 from kvstore.types import BlockKey
 
@@ -39,14 +36,14 @@ Batch = list[tuple[Item, Entry]]
 
 class Demoter:
     """Settles tier ``pos`` into tier ``pos + 1`` from a thread of its own. Takes the store
-    lock itself (the caller of :meth:`signal` may hold it)."""
+    lock itself, through :meth:`StoreLock.hold <kvstore.store.lock.StoreLock.hold>` (the
+    caller of :meth:`signal` may hold it)."""
 
-    def __init__(self, stack: TierStack, ledger: Ledger, placer: Placer, exits: Exits,
-                 tally: Tally, leases: LeaseTable, lock: StoreLock, pos: int,
-                 checks: Checks) -> None:
-        self._stack, self._tiers = stack, stack.tiers
-        self._ledger, self._placer, self._exits, self._tally = ledger, placer, exits, tally
-        self._leases, self._lock, self._checks = leases, lock, checks
+    def __init__(self, stack: TierStack, books: Books, placer: Placer, lock: StoreLock,
+                 pos: int) -> None:
+        self._stack, self._tiers, self._placer, self._lock = stack, stack.tiers, placer, lock
+        self._ledger, self._tally, self._leases = books.ledger, books.tally, books.leases
+        self._exits, self._checks = books.exits, books.checks
         self.pos, self.low = pos, pos + 1
         self._wake = threading.Event()
         self._idle = threading.Condition()
@@ -54,6 +51,18 @@ class Demoter:
         self._stopped = False
         self._thread = threading.Thread(target=self._run, name="kvstore-demote", daemon=True)
         self._thread.start()
+
+    @classmethod
+    def settling(cls, stack: TierStack, books: Books, placer: Placer,
+                 lock: StoreLock) -> Demoter | None:
+        """The host tier's demoter, started and made its settler, where a persistent tier
+        sits right below it; None elsewhere."""
+        host, tiers = stack.host, stack.tiers
+        if host is None or host + 1 >= len(tiers) or not tiers[host + 1].persistent:
+            return None
+        demoter = cls(stack, books, placer, lock, host)
+        placer.settlers[host] = demoter.signal
+        return demoter
 
     def signal(self) -> None:
         """The tier may be past its high watermark: settle it soon."""
@@ -107,11 +116,11 @@ class Demoter:
         except (CapacityError, TierUnavailableError) as exc:
             log.warning("background demotion: the %s tier refused %d blocks: %s",
                         self._stack.names[self.low], len(items), exc)
-            with self._lock:
+            with self._lock.hold():
                 self._ledger.unwatch(item[0] for item, _ in batch)
             return False
         except BaseException:
-            with self._lock:
+            with self._lock.hold():
                 self._ledger.unwatch(item[0] for item, _ in batch)
             raise
         self._record(batch, items)
@@ -122,7 +131,7 @@ class Demoter:
         """The next batch, with its bytes copied out of the slab (whose slots may be reused
         once the lock is let go); None when there is nothing to do."""
         pos, tier = self.pos, self._tiers[self.pos]
-        with self._lock:
+        with self._lock.hold():
             if not self._placer.over_high_watermark(pos):
                 return None
             goal = tier.used_bytes() - int(self._stack.configs[pos].low_watermark
@@ -160,7 +169,7 @@ class Demoter:
         """The batch is below: record the copies, then free the slots of the blocks still
         evictable; undo the copies of blocks that left meanwhile."""
         pos, low = self.pos, self.low
-        with self._lock:
+        with self._lock.hold():
             moved: list[BlockKey] = []
             stale: list[BlockKey] = []
             fate = self._ledger.unwatch(item[0] for item, _ in batch)
@@ -200,7 +209,7 @@ class Demoter:
         if not bad:
             return batch
         picked = {key: entry for (key, _, _), entry in batch if key in bad}
-        with self._lock:  # only the block that was read: not one deleted and put again since
+        with self._lock.hold():  # only the block that was read: not one deleted and put again since
             fate = self._ledger.unwatch(bad)
             self._checks.drop(self.pos, [k for k in bad if fate[k] == KEPT
                                          and self._ledger.get(k) is picked[k]], "demote")

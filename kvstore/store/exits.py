@@ -30,12 +30,6 @@ class Exits:
         self._leases = leases
         self._ghosts = ghosts
 
-    def forget_namespace(self, namespace: str) -> None:
-        """A deleted namespace's blocks have all left: forget their ghosts and the
-        namespace's usage row."""
-        self._ghosts.forget_namespace(namespace)
-        self._ledger.forget_usage(namespace)
-
     def remove(self, pos: int, keys: list[BlockKey]) -> None:
         """Delete the copies tier ``pos`` holds of ``keys`` (one tier call)."""
         held = self._ledger.holding(pos, keys)

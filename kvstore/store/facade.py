@@ -1,13 +1,23 @@
 """The store: one facade over parts that each own a piece of its state (the table is in
 ``docs/store_api.md``, "Inside the store").
 
+Who takes the store lock (:class:`~kvstore.store.lock.StoreLock`, one re-entrant lock over
+every part's records and the memory tiers' copies): **the facade**. Each ``Store`` method
+takes it (``with self._lock`` or, for a ``nowait`` call, ``self._lock.hold(nowait)``) around
+its calls into the parts, and every part method expects it held and never takes it. The only
+exceptions are the parts that must let it go in the middle of a call, while a persistent
+tier (disk, S3) answers or a thread of their own runs: the ``Reader`` (reads, lookups,
+prefetch, discovery), ``HostPath.acquire_read`` (it promotes through the reader) and the
+``Demoter``. The facade calls them without the lock, and they take it themselves, only
+through :meth:`StoreLock.hold <kvstore.store.lock.StoreLock.hold>`, never across a
+persistent tier's call. A long scan (``trace``, ``placements``, a prefetch's lookup) holds it
+a chunk at a time. The namespace book and the prefetch queue have locks of their own and
+never take the store's.
+
 Invariants (checked by :meth:`Store.check_integrity`): a key is in tier ``t``'s policy
 exactly when its index entry has bit ``t`` set; every tier's ``used_bytes() <=
 capacity_bytes``; pinned blocks and blocks being read are never evicted; a block is returned
-only if its bytes match the checksum recorded when it was acknowledged. One lock
-(:class:`~kvstore.store.lock.StoreLock`) guards every part's records and the memory tiers'
-copies; the facade takes it, except where a part must leave it while a persistent tier
-answers (reads, the host path), which then takes it itself.
+only if its bytes match the checksum recorded when it was acknowledged.
 """
 
 from __future__ import annotations
@@ -22,9 +32,9 @@ from kvstore.namespace import Namespace
 from kvstore.protocol.health import StoreHealth
 from kvstore.protocol.stats import StoreStats
 from kvstore.store.index import make_keys
-from kvstore.store.lifecycle import Lifecycle
 from kvstore.store.parts import Parts
 from kvstore.store.placement import NamespaceClaims, PlacementSink
+from kvstore.store.report import TRACE_CHUNK
 from kvstore.tiers import Tier
 from kvstore.tiers.base import Buffer
 from kvstore.tiers.slab import SlabInfo, SlabShare
@@ -39,15 +49,14 @@ class Store:
         self.config = config
         parts = Parts.build(config, tiers)
         self._stack, self._lock, self._book = parts.stack, parts.lock, parts.book
-        self._ledger, self._tally, self._leases = parts.ledger, parts.tally, parts.leases
-        self._exits, self._placer, self._reader = parts.exits, parts.placer, parts.reader
-        self._writer, self._host, self._report = parts.writer, parts.host, parts.report
-        self._checks = parts.checks
-        self._life = Lifecycle(config, parts)
+        self._books, self._placer, self._reader = parts.books, parts.placer, parts.reader
+        self._host, self._report, self._life = parts.host, parts.report, parts.life
+        self._ledger, self._leases = self._books.ledger, self._books.leases
         self._claims: NamespaceClaims | None = None  # see watch_namespaces
-        for ns in self._book.load():
-            self._count_namespace(ns)
-        self._reader.index_persistent()
+        with self._lock:
+            for ns in self._book.load():
+                self._books.registered(ns)
+            self._books.index_persistent()
 
     @classmethod
     def open(cls, config: StoreConfig) -> Store:
@@ -69,7 +78,7 @@ class Store:
         new = self._book.register(ns)
         if new:
             with self._lock:
-                self._count_namespace(ns)
+                self._books.registered(ns)
         return new
 
     def delete_namespace(self, name: str) -> int:
@@ -83,8 +92,7 @@ class Store:
                 self._host.unreserve_namespace(name)
                 dropped = self._host.deletes.delete_blocks(self._ledger.keys_of(name),
                                                            remember=False)
-                self._exits.forget_namespace(name)
-                self._tally.forgotten(name)
+                self._books.forget_namespace(name)
         except BaseException:
             self._book.relist(ns)
             raise
@@ -110,13 +118,13 @@ class Store:
         whose bytes do not match the writer's checksum in ``sums``. Raises on a bad
         namespace, size or hash before storing anything."""
         ns = self.namespace(namespace)
-        start, items, bad = self._writer.new_items(ns, hashes, blocks, tier, sums)  # unlocked
+        start, items, bad = self._placer.writer.new_items(ns, hashes, blocks, tier, sums)
         with self._lock:
             self._life.check_open()
             if self._book.layout_id(namespace) != ns.layout_id:  # deleted meanwhile
                 raise UnknownNamespaceError(f"unknown namespace {namespace!r}")
             result = self._placer.put(items, start, named_tier=tier is not None)
-            self._tally.stored(namespace, result.stored)
+            self._books.tally.stored(namespace, result.stored)
             return result._replace(refused=result.refused + bad) if bad else result
 
     def get(self, namespace: str, hashes: Sequence[BlockHash], *,
@@ -149,7 +157,12 @@ class Store:
         stats; blocks missing from the index are asked of shared tiers (S3), as a get does."""
         _, keys = self._book.keys(namespace, hashes)
         self._reader.discover_missing(keys)
-        return self._report.trace(keys)
+        chunks = []
+        for i in range(0, len(keys), TRACE_CHUNK):  # puts and gets go on between chunks
+            with self._lock:
+                chunks.append(self._report.where(keys[i:i + TRACE_CHUNK]))
+        with self._lock:
+            return self._report.trace(chunks)
 
     def delete(self, namespace: str, hashes: Sequence[BlockHash]) -> int:
         """Remove blocks from every tier, pinned or not. Returns how many existed. The host
@@ -234,8 +247,9 @@ class Store:
         ns, keys = self._book.keys(namespace, hashes)
         expiry = time.monotonic() + self._leases.term(lease_s)
         self._life.check_open()
-        return self._host.reserve_write(ns, keys, expiry=expiry, owner=owner, nowait=nowait,
-                                        receiving=receiving)
+        with self._lock.hold(nowait):
+            return self._host.reserve_write(ns, keys, expiry=expiry, owner=owner,
+                                            nowait=nowait, receiving=receiving)
 
     def commit_write(self, namespace: str, hashes: Sequence[BlockHash], *, owner: str = "",
                      nowait: bool = False, gens: Sequence[int | None] | None = None,
@@ -246,14 +260,18 @@ class Store:
         those whose bytes differ from the writer's checksums (``landed``: the checksums of
         the bytes as the receiver saw them land, else hashed now); see HostPath."""
         self._stack.slab()
-        return self._host.commit_write(make_keys(namespace, hashes), owner=owner, nowait=nowait,
-                                       gens=gens, sums=sums, landed=landed)
+        keys = make_keys(namespace, hashes)
+        with self._lock.hold(nowait):
+            return self._host.commit_write(keys, owner=owner, nowait=nowait, gens=gens,
+                                           sums=sums, landed=landed)
 
     def abort_write(self, namespace: str, hashes: Sequence[BlockHash], *,
                     owner: str = "") -> int:
         """Free this owner's reservations for ``hashes``; how many were freed."""
         self._stack.slab()
-        return self._host.abort_write(make_keys(namespace, hashes), owner=owner)
+        keys = make_keys(namespace, hashes)
+        with self._lock:
+            return self._host.abort_write(keys, owner=owner)
 
     def stage_write(self, namespace: str, count: int, *, owner: str = "",
                     nowait: bool = False) -> FencedPlaces:
@@ -262,7 +280,8 @@ class Store:
         self._stack.slab()
         ns = self.namespace(namespace)
         self._life.check_open()
-        return self._host.stage_write(ns, count, owner=owner, nowait=nowait)
+        with self._lock.hold(nowait):
+            return self._host.stage_write(ns, count, owner=owner, nowait=nowait)
 
     def commit_staged(self, namespace: str, hashes: Sequence[BlockHash], places: Sequence[int],
                       *, owner: str = "", nowait: bool = False,
@@ -273,8 +292,9 @@ class Store:
         HostPath."""
         self._stack.slab()
         ns, keys = self._book.keys(namespace, hashes)
-        return self._host.commit_staged(ns, keys, places, owner=owner, nowait=nowait,
-                                        gens=gens, sums=sums)
+        with self._lock.hold(nowait):
+            return self._host.commit_staged(ns, keys, places, owner=owner, nowait=nowait,
+                                            gens=gens, sums=sums)
 
     def check_host(self, namespace: str, hashes: Sequence[BlockHash],
                    cause: CorruptCause = "client") -> int:
@@ -282,7 +302,7 @@ class Store:
         match their checksum (a reader's copy failed); how many were dropped."""
         _, keys = self._book.keys(namespace, hashes)
         with self._lock:
-            return self._checks.check_host(keys, cause)
+            return self._books.checks.check_host(keys, cause)
 
     def host_share(self) -> SlabShare | None:
         """The host slab's fd and layout (for ``SCM_RIGHTS``); None without one to share."""
@@ -290,8 +310,8 @@ class Store:
 
     # -- reports and lifecycle ---------------------------------------------------------------
     def stats(self) -> StoreStats:
-        self._reader.settle()  # what S3 adopted or lost on its own, counted first
-        return self._report.stats()
+        with self._lock:
+            return self._report.stats()
 
     def health(self) -> StoreHealth:
         return self._report.health(self._life.closed)
@@ -299,8 +319,8 @@ class Store:
     def check_integrity(self) -> None:
         """Raise :class:`~kvstore.store.report.IntegrityError` if the index, the tiers and the
         policies disagree or a capacity is exceeded (S3's own changes settled first)."""
-        self._reader.settle()
-        self._report.check_integrity()
+        with self._lock:
+            self._report.check_integrity()
 
     def tier_names(self) -> list[str]:
         return list(self._stack.names)
@@ -331,21 +351,22 @@ class Store:
         return self._stack.tiers[self._stack.pos(name)]
 
     def flush(self) -> None:
-        self._life.flush()
+        with self._lock:
+            self._life.flush()
 
     def close(self) -> int:
         """Stop prefetching, free the host path's places, spill memory-only blocks to disk
         (``spill_on_close``), and close every tier. Returns how many memory-only blocks the
         spill could not write (they are lost; 0 on a second call). Idempotent."""
-        return self._life.close()
+        with self._lock:
+            if not self._life.closing():
+                return 0
+        self._life.stop()  # without the lock: the demoter's batch in flight lands under it
+        with self._lock:
+            return self._life.shut()
 
     def __enter__(self) -> Store:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def _count_namespace(self, ns: Namespace) -> None:
-        """Give a registered namespace its (zero) rows in the stats."""
-        self._tally.registered(ns.name, ns.block_bytes)
-        self._ledger.usage(ns.name)

@@ -37,19 +37,15 @@ from collections.abc import Sequence
 
 from kvstore.errors import CapacityError, WouldBlock
 from kvstore.namespace import Namespace
-from kvstore.store.counters import Tally
+from kvstore.store.books import Books
 from kvstore.store.deletes import Deletes
-from kvstore.store.exits import Exits
 from kvstore.store.index import Entry
-from kvstore.store.leases import LeaseTable
-from kvstore.store.ledger import Ledger
 from kvstore.store.lock import StoreLock
 from kvstore.store.placer import Item, Placer
 from kvstore.store.reader import Reader
 from kvstore.store.reservations import Held, Reservations
 from kvstore.store.stack import TierStack
 from kvstore.store.staging import Staging
-from kvstore.store.verify import Checks
 from kvstore.tiers.base import BlockMeta
 from kvstore.tiers.slab import SlabTier
 from kvstore.tiers.slots import Fenced, FencedPlaces, Granted
@@ -58,24 +54,20 @@ from kvstore.types import BlockKey, PutResult
 
 class HostPath:
     """Reservations and (through its parts :class:`Staging` and :class:`Deletes`) staged
-    places and retired slots of the host tier, and the operations over them."""
+    places and retired slots of the host tier, and the operations over them. Every method
+    expects the store lock to be held, except :meth:`acquire_read`, which takes it itself
+    (through :meth:`StoreLock.hold <kvstore.store.lock.StoreLock.hold>`: it leaves it while
+    the reader promotes blocks from a persistent tier)."""
 
-    def __init__(self, stack: TierStack, ledger: Ledger, placer: Placer, exits: Exits,
-                 reader: Reader, tally: Tally, leases: LeaseTable, lock: StoreLock,
-                 checks: Checks) -> None:
-        self._stack = stack
-        self._ledger = ledger
-        self._placer = placer
-        self._exits = exits
-        self._reader = reader
-        self._tally = tally
-        self._leases = leases
-        self._lock = lock
-        self._checks = checks
+    def __init__(self, stack: TierStack, books: Books, placer: Placer, reader: Reader,
+                 lock: StoreLock) -> None:
+        self._stack, self._placer, self._reader, self._lock = stack, placer, reader, lock
+        self._ledger, self._tally, self._leases = books.ledger, books.tally, books.leases
+        self._checks = books.checks
         self._seq = 0  # numbers placeholder keys (staged places, retired and doomed slots)
-        self._reservations = Reservations(stack, ledger, self._next_ids)  # writes in flight
+        self._reservations = Reservations(stack, books.ledger, self._next_ids)  # in flight
         self.staging = Staging(stack, placer, self._next_ids)
-        self.deletes = Deletes(stack, ledger, exits, leases, self._next_ids)
+        self.deletes = Deletes(stack, books, self._next_ids)
 
     # -- reads -------------------------------------------------------------------------------
     def acquire_read(self, keys: list[BlockKey], *, lease: float, owner: str, nowait: bool,
@@ -134,22 +126,21 @@ class HostPath:
         ``receiving`` (the caller fills the places itself, then always commits or aborts),
         only doomed (:mod:`kvstore.store.reservations`)."""
         host, slab = self._host()
-        with self._lock.hold(nowait):
-            fresh = self._ledger.unknown(list(dict.fromkeys(keys)))
-            need = slab.charge(ns.block_bytes) * len(fresh)
-            if nowait and not self._placer.fits_now(host, need):
-                raise WouldBlock("the host tier must evict to make room")
-            if not self._placer.make_room(host, need):
-                raise CapacityError(
-                    f"host tier has no room for {len(fresh)} blocks: everything resident is "
-                    "pinned or being read")
-            extents = slab.reserve_many([(k, ns.block_bytes) for k in fresh])
-            for key, ext in zip(fresh, extents, strict=True):
-                self._ledger.reserve(key, Entry(ns.block_bytes, None, ns.layout_id))
-                self._reservations.add(key, Held(owner, expiry, ext, receiving))
-            where = dict(zip(fresh, extents, strict=True))
-            out = [where.pop(k, None) for k in keys]  # a key asked twice is written once
-            return Fenced(out, slab.generations(out))  # before the reservation can run out
+        fresh = self._ledger.unknown(list(dict.fromkeys(keys)))
+        need = slab.charge(ns.block_bytes) * len(fresh)
+        if nowait and not self._placer.fits_now(host, need):
+            raise WouldBlock("the host tier must evict to make room")
+        if not self._placer.make_room(host, need):
+            raise CapacityError(
+                f"host tier has no room for {len(fresh)} blocks: everything resident is "
+                "pinned or being read")
+        extents = slab.reserve_many([(k, ns.block_bytes) for k in fresh])
+        for key, ext in zip(fresh, extents, strict=True):
+            self._ledger.reserve(key, Entry(ns.block_bytes, None, ns.layout_id))
+            self._reservations.add(key, Held(owner, expiry, ext, receiving))
+        where = dict(zip(fresh, extents, strict=True))
+        out = [where.pop(k, None) for k in keys]  # a key asked twice is written once
+        return Fenced(out, slab.generations(out))  # before the reservation can run out
 
     def commit_write(self, keys: list[BlockKey], *, owner: str, nowait: bool,
                      gens: Sequence[int | None] | None = None,
@@ -172,40 +163,38 @@ class HostPath:
         sent = dict(zip(keys, sums, strict=True)) if sums is not None else None
         seen = dict(zip(keys, landed, strict=True)) if landed is not None else {}
         existing = refused = 0
-        with self._lock.hold(nowait):
-            self._check_commit(host, nowait)
-            doomed = self._reservations.end_doomed(owner, keys)  # deleted or run out meanwhile
-            mine: list[BlockKey] = []
-            for key in dict.fromkeys(keys):
-                held = self._reservations.get(key)
-                if key in doomed:
-                    refused += 1
-                elif held is not None and held[0] == owner and (
-                        wanted is None or slab.generations([held[2]])[0] == wanted[key]):
-                    mine.append(key)
-                elif self._ledger.visible(key) is not None:
-                    existing += 1
-                else:
-                    refused += 1
-            existing += len(keys) - len(set(keys))  # the same block twice: written once
-            written = len(mine)
-            mine = self._seal(mine, None if sent is None else [sent[k] for k in mine],
-                              [seen.get(k) for k in mine])
-            refused += written - len(mine)
-            self._publish(host, mine)
-            if mine:
-                self._tally.stored(mine[0][0], len(mine))
+        self._check_commit(host, nowait)
+        doomed = self._reservations.end_doomed(owner, keys)  # deleted or run out meanwhile
+        mine: list[BlockKey] = []
+        for key in dict.fromkeys(keys):
+            held = self._reservations.get(key)
+            if key in doomed:
+                refused += 1
+            elif held is not None and held[0] == owner and (
+                    wanted is None or slab.generations([held[2]])[0] == wanted[key]):
+                mine.append(key)
+            elif self._ledger.visible(key) is not None:
+                existing += 1
+            else:
+                refused += 1
+        existing += len(keys) - len(set(keys))  # the same block twice: written once
+        written = len(mine)
+        mine = self._seal(mine, None if sent is None else [sent[k] for k in mine],
+                          [seen.get(k) for k in mine])
+        refused += written - len(mine)
+        self._publish(host, mine)
+        if mine:
+            self._tally.stored(mine[0][0], len(mine))
         return PutResult(len(mine), existing, refused)
 
     def abort_write(self, keys: list[BlockKey], *, owner: str) -> int:
         """Free ``owner``'s reservations (doomed too) of ``keys``; how many were freed."""
-        with self._lock:
-            freed = len(self._reservations.end_doomed(owner, keys))
-            for key in keys:
-                held = self._reservations.get(key)
-                if held is not None and held[0] == owner:
-                    self._reservations.free(key)
-                    freed += 1
+        freed = len(self._reservations.end_doomed(owner, keys))
+        for key in keys:
+            held = self._reservations.get(key)
+            if held is not None and held[0] == owner:
+                self._reservations.free(key)
+                freed += 1
         return freed
 
     def stage_write(self, ns: Namespace, count: int, *, owner: str,
@@ -215,9 +204,8 @@ class HostPath:
         :mod:`kvstore.store.staging`), with their generations. With ``nowait``, raises
         :class:`~kvstore.errors.WouldBlock` rather than wait or evict."""
         _, slab = self._host()
-        with self._lock.hold(nowait):
-            places = self.staging.stage(ns, count, owner=owner, nowait=nowait)
-            return FencedPlaces(places, slab.generations(places))  # before they can be dropped
+        places = self.staging.stage(ns, count, owner=owner, nowait=nowait)
+        return FencedPlaces(places, slab.generations(places))  # before they can be dropped
 
     def commit_staged(self, ns: Namespace, keys: list[BlockKey], places: Sequence[int], *,
                       owner: str, nowait: bool,
@@ -241,28 +229,27 @@ class HostPath:
         if sums is not None and len(sums) != len(places):
             raise ValueError(f"{len(places)} staged places but {len(sums)} checksums")
         sent = dict(zip(places, sums, strict=True)) if sums is not None else None
-        with self._lock.hold(nowait):
-            self._check_commit(host, nowait)
-            staging.check(ns.name, places, owner=owner, gens=gens)
-            fresh: list[tuple[BlockKey, int]] = []
-            seen: set[BlockKey] = set()
-            existing = refused = 0
-            for key, place in zip(keys, places, strict=True):
-                entry = self._ledger.get(key)
-                if key in seen or (entry is not None and not entry.pending):
-                    existing += 1
-                elif entry is not None:  # another writer reserved it and has not committed
-                    refused += 1
-                else:
-                    seen.add(key)
-                    fresh.append((key, place))
-            for (key, _), ext in zip(fresh, staging.claim(ns, fresh, owner=owner), strict=True):
-                self._ledger.reserve(key, Entry(ns.block_bytes, None, ns.layout_id))
-                self._reservations.add(key, Held(owner, math.inf, ext))
-            mine = self._seal([k for k, _ in fresh],
-                              None if sent is None else [sent[p] for _, p in fresh])
-            self._publish(host, mine)
-            self._tally.stored(ns.name, len(mine))
+        self._check_commit(host, nowait)
+        staging.check(ns.name, places, owner=owner, gens=gens)
+        fresh: list[tuple[BlockKey, int]] = []
+        seen: set[BlockKey] = set()
+        existing = refused = 0
+        for key, place in zip(keys, places, strict=True):
+            entry = self._ledger.get(key)
+            if key in seen or (entry is not None and not entry.pending):
+                existing += 1
+            elif entry is not None:  # another writer reserved it and has not committed
+                refused += 1
+            else:
+                seen.add(key)
+                fresh.append((key, place))
+        for (key, _), ext in zip(fresh, staging.claim(ns, fresh, owner=owner), strict=True):
+            self._ledger.reserve(key, Entry(ns.block_bytes, None, ns.layout_id))
+            self._reservations.add(key, Held(owner, math.inf, ext))
+        mine = self._seal([k for k, _ in fresh],
+                          None if sent is None else [sent[p] for _, p in fresh])
+        self._publish(host, mine)
+        self._tally.stored(ns.name, len(mine))
         refused += len(fresh) - len(mine)
         return PutResult(len(mine), existing, refused), [p for _, p in fresh]
 

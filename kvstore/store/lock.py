@@ -1,10 +1,13 @@
-"""The store's one lock, with a non-blocking hold for callers on an event loop."""
+"""The store's one lock, with a non-blocking hold for callers on an event loop.
+
+Who takes it is stated once, at the top of :mod:`kvstore.store.facade`: the facade, around
+every call into a part; the few parts that must let it go while a persistent tier answers
+take it themselves, and only through :meth:`StoreLock.hold`.
+"""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 from kvstore.errors import WouldBlock
 
@@ -16,6 +19,7 @@ class StoreLock:
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
+        self._nowait = _NoWait(self._lock)
 
     def __enter__(self) -> StoreLock:
         self._lock.acquire()
@@ -24,11 +28,24 @@ class StoreLock:
     def __exit__(self, *exc: object) -> None:
         self._lock.release()
 
-    @contextmanager
-    def hold(self, nowait: bool) -> Iterator[None]:
-        if not self._lock.acquire(blocking=not nowait):
+    def hold(self, nowait: bool = False) -> StoreLock | _NoWait:
+        """``with lock.hold(nowait):`` takes the lock; with ``nowait``, raises
+        :class:`~kvstore.errors.WouldBlock` rather than wait for it. The one way a part takes
+        the lock itself (see :mod:`kvstore.store.facade` for which parts may)."""
+        return self._nowait if nowait else self
+
+
+class _NoWait:
+    """The lock taken only if it is free at once (no state of its own: shared by threads)."""
+
+    __slots__ = ("_lock",)
+
+    def __init__(self, lock: threading.RLock) -> None:
+        self._lock = lock
+
+    def __enter__(self) -> None:
+        if not self._lock.acquire(blocking=False):
             raise WouldBlock("the store is busy")
-        try:
-            yield
-        finally:
-            self._lock.release()
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()

@@ -16,15 +16,10 @@ from collections.abc import Callable
 from itertools import accumulate
 
 from kvstore.checksum import checksum
-from kvstore.store.counters import Tally
-from kvstore.store.exits import Exits
+from kvstore.store.books import Books
 from kvstore.store.index import Entry, make_entries
-from kvstore.store.leases import LeaseTable
-from kvstore.store.ledger import Ledger
-from kvstore.store.shared import SharedChanges
 from kvstore.store.stack import TierStack
 from kvstore.store.tier_writer import Item, TierWriter
-from kvstore.store.verify import Checks
 from kvstore.tiers.base import BlockMeta, Buffer
 from kvstore.types import BlockKey, PutResult
 
@@ -33,16 +28,16 @@ MAX_DEMOTE_BATCH = 256  # victims moved down in one read and one write at most
 
 
 class Placer:
-    """Writes blocks into tiers and evicts them. Owns no records: it changes the ledger and
-    the counters through their methods, asks the leases which blocks may go, writes through
-    the :class:`~kvstore.store.tier_writer.TierWriter`, takes blocks out through the exits."""
+    """Writes blocks into tiers and evicts them. Owns its
+    :class:`~kvstore.store.tier_writer.TierWriter` (``writer``: every tier write goes through
+    it) and no records: it changes the books' ledger and counters through their methods, asks
+    the leases which blocks may go, takes blocks out through the exits."""
 
-    def __init__(self, stack: TierStack, ledger: Ledger, tally: Tally, leases: LeaseTable,
-                 exits: Exits, writer: TierWriter, changes: SharedChanges,
-                 checks: Checks) -> None:
-        self._stack, self._tiers, self._ledger, self._tally = stack, stack.tiers, ledger, tally
-        self._leases, self._exits, self._writer, self._changes = leases, exits, writer, changes
-        self._checks = checks
+    def __init__(self, stack: TierStack, books: Books) -> None:
+        self._stack, self._tiers = stack, stack.tiers
+        self._ledger, self._tally, self._leases = books.ledger, books.tally, books.leases
+        self._exits, self._drift, self._checks = books.exits, books.drift, books.checks
+        self.writer = TierWriter(stack, books.ledger)
         # tier -> what settles it in the background (kvstore.store.demoter) instead of here
         self.settlers: dict[int, Callable[[], None]] = {}
 
@@ -173,7 +168,7 @@ class Placer:
         need = sum(tier.charges([m.size for _, _, m in items]))
         if need > tier.capacity_bytes or not self.make_room(pos, need):
             return False
-        return self._writer.put(pos, items)
+        return self.writer.put(pos, items)
 
     def make_room(self, pos: int, need: int) -> bool:
         """Evict from tier ``pos`` until ``need`` more bytes fit under its capacity."""
@@ -207,8 +202,8 @@ class Placer:
         """Move victims out of tier ``pos`` until ``nbytes`` are freed, a batch at a time.
         False if fewer could be (what is left is pinned or being read)."""
         tier = self._tiers[pos]
-        if pos in self._changes.positions:  # what S3 adopted is counted before it is a victim
-            self._changes.take(pos)
+        if pos in self._drift.positions:  # what S3 adopted is counted before it is a victim
+            self._drift.take(pos)
         freed, used = 0, tier.used_bytes()
         while freed < nbytes:
             resident = self._ledger.resident(pos)

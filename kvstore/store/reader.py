@@ -1,9 +1,11 @@
 """Reads: serve blocks from their top tier, verify checksums (every tier's), promote hits,
-count them, prefetch, and index what persistent tiers hold (at start) and shared tiers (S3) know.
+count them, prefetch, and index what shared tiers (S3) know.
 
 Persistent tiers are read outside the store lock, one batched call per tier, with the blocks
 marked as being read in the lease table so that they are not evicted meanwhile; their
-checksum makes a racing delete harmless.
+checksum makes a racing delete harmless. So the reader is one of the parts that take the
+store lock themselves (``kvstore/store/facade.py`` states the rule): its callers must not
+hold it.
 """
 
 from __future__ import annotations
@@ -13,20 +15,13 @@ from collections.abc import Sequence
 
 from kvstore.checksum import checksums
 from kvstore.errors import WouldBlock
-from kvstore.store.counters import Tally
-from kvstore.store.damage import DamageSweep
-from kvstore.store.exits import Exits
+from kvstore.store.books import Books
 from kvstore.store.index import Entry, check_hashes, fmt_key, make_keys, tops
-from kvstore.store.leases import LeaseTable
-from kvstore.store.ledger import Ledger
 from kvstore.store.lock import StoreLock
-from kvstore.store.namespaces import NamespaceBook
 from kvstore.store.placer import Placer
-from kvstore.store.shared import SharedChanges
 from kvstore.store.stack import TierStack
 from kvstore.store.tier_writer import Item
-from kvstore.store.verify import Checks
-from kvstore.tiers.base import BlockMeta, IndexedTier, SharedTier
+from kvstore.tiers.base import BlockMeta
 from kvstore.types import BlockHash, BlockKey, LookupResult
 
 log = logging.getLogger("kvstore.store")
@@ -34,25 +29,15 @@ _LOOKUP_CHUNK = 4096  # keys a prefetch looks up per hold of the store lock
 
 
 class Reader:
-    """Serves reads over the stack. Takes the store lock itself (the caller must not hold
+    """Serves reads over the stack. Takes the store lock itself, through
+    :meth:`StoreLock.hold <kvstore.store.lock.StoreLock.hold>` (the caller must not hold
     it): a read leaves it while a persistent tier answers."""
 
-    def __init__(self, stack: TierStack, ledger: Ledger, placer: Placer, exits: Exits,
-                 tally: Tally, leases: LeaseTable, lock: StoreLock,
-                 namespaces: NamespaceBook, changes: SharedChanges, checks: Checks,
-                 damage: DamageSweep) -> None:
-        self._stack = stack
-        self._tiers = stack.tiers
-        self._ledger = ledger
-        self._placer = placer
-        self._exits = exits
-        self._tally = tally
-        self._leases = leases
-        self._lock = lock
-        self._namespaces = namespaces
-        self._changes = changes
-        self._checks = checks
-        self._damage = damage
+    def __init__(self, stack: TierStack, books: Books, placer: Placer, lock: StoreLock) -> None:
+        self._stack, self._tiers, self._placer, self._lock = stack, stack.tiers, placer, lock
+        self._books = books
+        self._ledger, self._tally, self._leases = books.ledger, books.tally, books.leases
+        self._exits, self._checks, self._drift = books.exits, books.checks, books.drift
 
     def read(
         self, keys: list[BlockKey], *, promote: bool, count: bool, promote_to: int = 0
@@ -62,7 +47,7 @@ class Reader:
         out: list[bytes | None] = [None] * len(keys)
         served_by: list[int] = [-1] * len(keys)
         self.discover_missing(keys)
-        with self._lock:
+        with self._lock.hold():
             held = self._ledger.visible_many(keys)  # a disk-only block's entry lives while held
             fast: dict[int, list[int]] = {}  # memory tiers, read under the lock
             slow: dict[int, list[int]] = {}
@@ -84,11 +69,11 @@ class Reader:
             for i, data in zip(idxs, datas, strict=True):
                 out[i] = data
                 served_by[i] = pos
-        with self._lock:
-            for pos in self._changes.positions.intersection(slow):
-                self._changes.take(pos)  # before the checks: a copy S3 lost is dropped once
+        with self._lock.hold():
+            for pos in self._drift.positions.intersection(slow):
+                self._drift.take(pos)  # before the checks: a copy S3 lost is dropped once
             self._leases.end_reads(reading)
-            self._damage.sweep()  # before the checks: a block on a damaged page is corrupt
+            self._drift.sweep()  # before the checks: a block on a damaged page is corrupt
             entries = self._checked(keys, served_by, out)
             hits: dict[int, list[int]] = {}  # tier -> the blocks it served
             for i, entry in enumerate(entries):
@@ -202,15 +187,15 @@ class Reader:
 
     def prefetch(self, keys: list[BlockKey]) -> int:
         """Promote blocks into the top tier; how many of ``keys`` it holds afterwards."""
-        with self._lock:
+        with self._lock.hold():
             todo = [k for k, e in zip(keys, self._ledger.visible_many(keys), strict=True)
                     if e is not None and not e.holds(0)]
         if todo:
             datas = self.read(todo, promote=True, count=False)
-            with self._lock:
+            with self._lock.hold():
                 self._tally.prefetched([k[0] for k, d in zip(todo, datas, strict=True)
                                         if d is not None])
-        with self._lock:
+        with self._lock.hold():
             return sum(1 for e in self._ledger.get_many(keys) if e is not None and e.holds(0))
 
     def discover_missing(self, keys: Sequence[BlockKey]) -> None:
@@ -231,42 +216,16 @@ class Reader:
             except Exception as exc:
                 log.warning("%s discover failed: %s", tier.name, exc)
                 continue
-            with self._lock:
-                if pos in self._changes.positions:
-                    found = self._changes.take(pos) or found
+            with self._lock.hold():
+                if pos in self._drift.positions:
+                    found = self._drift.take(pos) or found
                     continue
                 for key, meta in zip(keys, metas, strict=True):
                     if meta is None or key in self._ledger:
                         continue
-                    if meta.layout_id != self._namespaces.layout_id(key[0]):
+                    if meta.layout_id != self._books.layout_of(key[0]):
                         continue  # unregistered, or stored under another definition
                     self._ledger.add_block(
                         key, Entry(meta.size, meta.checksum, meta.layout_id), pos)
                     found = True
         return found
-
-    def settle(self) -> None:
-        """Take what the shared tiers that index themselves adopted or lost on their own (an
-        upload dropped in the background is otherwise counted until a read)."""
-        with self._lock:
-            self._changes.take_all()
-
-    def index_persistent(self) -> None:
-        """Index every block the persistent tiers hold (at start, after a restart). Blocks
-        whose layout id does not match their registered namespace are skipped: they belong to
-        another definition. Shared tiers are not listed: :meth:`discover` asks them; nor are
-        tiers that index themselves (disk): the ledger asks them when it needs a block."""
-        for pos, tier in enumerate(self._tiers):
-            if not tier.persistent or isinstance(tier, SharedTier | IndexedTier):
-                continue
-            for key, meta in tier.scan():
-                layout = self._namespaces.layout_id(key[0])
-                if layout is not None and meta.layout_id != layout:
-                    log.warning("skipping %s: layout id differs from its namespace", fmt_key(key))
-                    continue
-                entry = self._ledger.get(key)
-                if entry is None:
-                    self._ledger.add_block(
-                        key, Entry(meta.size, meta.checksum, meta.layout_id), pos)
-                else:
-                    self._ledger.add_copy(pos, key, entry)

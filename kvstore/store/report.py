@@ -1,24 +1,21 @@
 """The store's reports on itself: counters, health, where the blocks of a chain are (and the
 ghosts of those that left) and a full consistency check. Reads the parts' records; changes
-nothing."""
+nothing but what the tiers changed on their own (taken into the books first). Every method but
+:meth:`Report.health` expects the store lock to be held."""
 
 from __future__ import annotations
 
 from kvstore.errors import KVStoreError
 from kvstore.protocol.health import StoreHealth, TierHealth
 from kvstore.protocol.stats import Counts, StoreStats, TierStats, TotalStats
-from kvstore.store.counters import Tally
-from kvstore.store.damage import DamageSweep
-from kvstore.store.ghosts import Ghosts
+from kvstore.store.books import Books
 from kvstore.store.host_path import HostPath
 from kvstore.store.index import fmt_key
-from kvstore.store.leases import LeaseTable
-from kvstore.store.ledger import Ledger
-from kvstore.store.lock import StoreLock
 from kvstore.store.stack import TierStack
 from kvstore.types import BlockKey, Ghost, Trace
 
 TRACE_CHUNK = 4096  # blocks traced per hold of the store lock, so that puts and gets go on
+Where = tuple[list[list[str]], list[Ghost | None]]  # a traced chunk: tiers and ghosts per block
 
 
 class IntegrityError(KVStoreError, AssertionError):
@@ -28,78 +25,70 @@ class IntegrityError(KVStoreError, AssertionError):
 class Report:
     """``stats``, ``health``, ``trace`` and ``check_integrity`` over the store's parts."""
 
-    def __init__(self, stack: TierStack, ledger: Ledger, tally: Tally, leases: LeaseTable,
-                 host_path: HostPath, ghosts: Ghosts, lock: StoreLock,
-                 damage: DamageSweep) -> None:
-        self._stack = stack
-        self._ledger = ledger
-        self._tally = tally
-        self._leases = leases
-        self._host_path = host_path
-        self._ghosts = ghosts
-        self._lock = lock
-        self._damage = damage
+    def __init__(self, stack: TierStack, books: Books, host_path: HostPath) -> None:
+        self._stack, self._host_path, self._drift = stack, host_path, books.drift
+        self._ledger, self._tally, self._leases = books.ledger, books.tally, books.leases
+        self._ghosts = books.ghosts
 
     def stats(self) -> StoreStats:
-        with self._lock:
-            self._damage.sweep()  # what a lookup or a delete found counts from now, not later
-            tiers = {}
-            for pos, tier in enumerate(self._stack.tiers):
-                # bytes: what the tier charges against its capacity (whole slots in slab
-                # tiers); logical_bytes: the payload bytes of the blocks it holds
-                tiers[self._stack.names[pos]] = TierStats(
-                    **self._tally.tiers[pos].as_dict(),
-                    blocks=self._ledger.resident(pos),
-                    bytes=tier.used_bytes(),
-                    logical_bytes=self._ledger.resident_bytes(pos),
-                    capacity_bytes=tier.capacity_bytes,
-                    occupancy=tier.used_bytes() / tier.capacity_bytes,
-                    policy=self._stack.configs[pos].policy,
-                    corrupt_by_cause={cause: n for (p, cause), n in
-                                      self._tally.corrupt_causes.items() if p == pos},
-                    backend=tier.stats(),  # S3: pending uploads, drops, errors
-                )
-            capacity = sum(t.capacity_bytes for t in self._stack.tiers)
-            namespaces = {}
-            usages = self._ledger.usages()
-            for name in sorted(set(self._tally.namespaces) | set(usages)):
-                usage = self._ledger.usage(name)
-                # namespaces share the tiers: each may grow to the whole capacity
-                namespaces[name] = Counts(**self._tally.ns(name).as_dict(), blocks=usage.blocks,
-                                          bytes=usage.bytes, capacity_bytes=capacity)
-            # bytes: logical, each block once however many tiers hold a copy (as in the
-            # namespace rows); charged_bytes: the sum of the tiers' bytes
-            totals = TotalStats(
-                **self._tally.totals.as_dict(),
-                blocks=sum(u.blocks for u in usages.values()),
-                bytes=sum(u.bytes for u in usages.values()),
-                charged_bytes=sum(t.used_bytes() for t in self._stack.tiers),
-                capacity_bytes=capacity,
-                pinned=len(self._leases),
-                pinned_bytes=self._leases.total_bytes(),
+        """The counters and sizes, after what the tiers changed on their own."""
+        self._drift.take_all()  # what S3 adopted or lost on its own, counted first
+        self._drift.sweep()  # what a lookup or a delete found counts from now, not later
+        tiers = {}
+        for pos, tier in enumerate(self._stack.tiers):
+            # bytes: what the tier charges against its capacity (whole slots in slab
+            # tiers); logical_bytes: the payload bytes of the blocks it holds
+            tiers[self._stack.names[pos]] = TierStats(
+                **self._tally.tiers[pos].as_dict(),
+                blocks=self._ledger.resident(pos),
+                bytes=tier.used_bytes(),
+                logical_bytes=self._ledger.resident_bytes(pos),
+                capacity_bytes=tier.capacity_bytes,
+                occupancy=tier.used_bytes() / tier.capacity_bytes,
+                policy=self._stack.configs[pos].policy,
+                corrupt_by_cause={cause: n for (p, cause), n in
+                                  self._tally.corrupt_causes.items() if p == pos},
+                backend=tier.stats(),  # S3: pending uploads, drops, errors
             )
-            return StoreStats(totals=totals, tiers=tiers, namespaces=namespaces)
+        capacity = sum(t.capacity_bytes for t in self._stack.tiers)
+        namespaces = {}
+        usages = self._ledger.usages()
+        for name in sorted(set(self._tally.namespaces) | set(usages)):
+            usage = self._ledger.usage(name)
+            # namespaces share the tiers: each may grow to the whole capacity
+            namespaces[name] = Counts(**self._tally.ns(name).as_dict(), blocks=usage.blocks,
+                                      bytes=usage.bytes, capacity_bytes=capacity)
+        # bytes: logical, each block once however many tiers hold a copy (as in the
+        # namespace rows); charged_bytes: the sum of the tiers' bytes
+        totals = TotalStats(
+            **self._tally.totals.as_dict(),
+            blocks=sum(u.blocks for u in usages.values()),
+            bytes=sum(u.bytes for u in usages.values()),
+            charged_bytes=sum(t.used_bytes() for t in self._stack.tiers),
+            capacity_bytes=capacity,
+            pinned=len(self._leases),
+            pinned_bytes=self._leases.total_bytes(),
+        )
+        return StoreStats(totals=totals, tiers=tiers, namespaces=namespaces)
 
-    def trace(self, keys: list[BlockKey]) -> Trace:
+    def where(self, keys: list[BlockKey]) -> Where:
         """Every tier holding each block (top first), and the ghost of each block the store
-        does not hold (None if it has none). A long chain is read a chunk at a time: each
-        chunk is as of one moment, the whole may straddle a few."""
+        does not hold (None if it has none)."""
         names = self._stack.names
         tiers: list[list[str]] = []
         ghosts: list[Ghost | None] = []
-        for start in range(0, len(keys), TRACE_CHUNK):
-            with self._lock:
-                for key in keys[start:start + TRACE_CHUNK]:
-                    entry = self._ledger.visible(key)
-                    if entry is None:
-                        tiers.append([])
-                        ghosts.append(self._ghosts.get(key))
-                    else:
-                        tiers.append([names[p] for p in entry.positions()])
-                        ghosts.append(None)
-        with self._lock:
-            kept = len(self._ghosts)
-        return Trace(tiers, ghosts, kept, self._ghosts.capacity)
+        for key in keys:
+            entry = self._ledger.visible(key)
+            tiers.append([] if entry is None else [names[p] for p in entry.positions()])
+            ghosts.append(self._ghosts.get(key) if entry is None else None)
+        return tiers, ghosts
+
+    def trace(self, chunks: list[Where]) -> Trace:
+        """A chain's :meth:`where`, read a chunk at a time (each chunk is as of one moment,
+        the whole may straddle a few), with the ghost record's size."""
+        tiers = [t for chunk, _ in chunks for t in chunk]
+        ghosts = [g for _, chunk in chunks for g in chunk]
+        return Trace(tiers, ghosts, len(self._ghosts), self._ghosts.capacity)
 
     def health(self, closed: bool) -> StoreHealth:
         tiers: dict[str, TierHealth] = {}
@@ -118,63 +107,63 @@ class Report:
 
     def check_integrity(self) -> None:
         """Raise :class:`IntegrityError` if the index, tiers and policies disagree."""
-        with self._lock:
-            for pos, tier in enumerate(self._stack.tiers):
-                name = self._stack.names[pos]
-                if tier.used_bytes() > tier.capacity_bytes:
-                    raise IntegrityError(
-                        f"{name}: {tier.used_bytes()} bytes used > capacity {tier.capacity_bytes}"
-                    )
-                resident = [k for k, e in self._ledger.items() if e.holds(pos)]
-                logical = sum(e.size for _, e in self._ledger.items() if e.holds(pos))
-                if logical != self._ledger.resident_bytes(pos):
-                    raise IntegrityError(f"{name}: blocks of {logical} bytes, ledger counts "
-                                         f"{self._ledger.resident_bytes(pos)}")
-                policy = self._ledger.policies[pos]
-                if len(resident) != len(policy):
-                    raise IntegrityError(
-                        f"{name}: index holds {len(resident)} blocks, policy tracks {len(policy)}"
-                    )
-                for key in resident:
-                    if key not in policy:
-                        raise IntegrityError(f"{name}: {fmt_key(key)} indexed, not in policy")
-                    if tier.name != "s3" and not tier.contains(key):
-                        raise IntegrityError(f"{name}: {fmt_key(key)} indexed, not in tier")
-            usage: dict[str, list[int]] = {}
-            for key, entry in self._ledger.items():
-                if entry.pending:
-                    if not self._host_path.reserved(key):
-                        raise IntegrityError(f"{fmt_key(key)} pending without a reservation")
-                    continue
-                if not entry.tiers:
-                    raise IntegrityError(f"{fmt_key(key)} indexed in no tier")
-                if entry.checksum is None and any(
-                        self._stack.tiers[p].needs_checksum for p in entry.positions()):
-                    raise IntegrityError(f"{fmt_key(key)} on a checksummed tier without checksum")
-                counted = usage.setdefault(key[0], [0, 0])
-                counted[0] += 1
-                counted[1] += entry.size
-            for name, have in self._ledger.usages().items():
-                want = usage.get(name, [0, 0])
-                if [have.blocks, have.bytes] != want:
-                    raise IntegrityError(
-                        f"namespace {name}: counted {have.blocks} blocks/{have.bytes} bytes, "
-                        f"index has {want[0]}/{want[1]}"
-                    )
-            for tier in self._stack.tiers:
-                try:
-                    tier.check_integrity()  # slab tiers: slot ownership
-                except RuntimeError as exc:
-                    raise IntegrityError(f"{tier.name}: {exc}") from exc
-            if self._stack.host is not None:  # every reserved slot has a holder that frees it
-                held, known = self._stack.slab().reserved_keys(), self._host_path.places()
-                if held != known:
-                    raise IntegrityError(
-                        f"host slab: {len(held - known)} reserved places nothing will free, "
-                        f"{len(known - held)} places held for writers are not reserved")
-            for key in self._leases.pinned_keys():
-                if key not in self._ledger:
-                    raise IntegrityError(f"{fmt_key(key)} pinned but not indexed")
-            if len(self._ghosts) > self._ghosts.capacity:
-                raise IntegrityError(f"ghost record holds {len(self._ghosts)} departures, over "
-                                     f"its capacity {self._ghosts.capacity}")
+        self._drift.take_all()
+        for pos, tier in enumerate(self._stack.tiers):
+            name = self._stack.names[pos]
+            if tier.used_bytes() > tier.capacity_bytes:
+                raise IntegrityError(
+                    f"{name}: {tier.used_bytes()} bytes used > capacity {tier.capacity_bytes}"
+                )
+            resident = [k for k, e in self._ledger.items() if e.holds(pos)]
+            logical = sum(e.size for _, e in self._ledger.items() if e.holds(pos))
+            if logical != self._ledger.resident_bytes(pos):
+                raise IntegrityError(f"{name}: blocks of {logical} bytes, ledger counts "
+                                     f"{self._ledger.resident_bytes(pos)}")
+            policy = self._ledger.policies[pos]
+            if len(resident) != len(policy):
+                raise IntegrityError(
+                    f"{name}: index holds {len(resident)} blocks, policy tracks {len(policy)}"
+                )
+            for key in resident:
+                if key not in policy:
+                    raise IntegrityError(f"{name}: {fmt_key(key)} indexed, not in policy")
+                if tier.name != "s3" and not tier.contains(key):
+                    raise IntegrityError(f"{name}: {fmt_key(key)} indexed, not in tier")
+        usage: dict[str, list[int]] = {}
+        for key, entry in self._ledger.items():
+            if entry.pending:
+                if not self._host_path.reserved(key):
+                    raise IntegrityError(f"{fmt_key(key)} pending without a reservation")
+                continue
+            if not entry.tiers:
+                raise IntegrityError(f"{fmt_key(key)} indexed in no tier")
+            if entry.checksum is None and any(
+                    self._stack.tiers[p].needs_checksum for p in entry.positions()):
+                raise IntegrityError(f"{fmt_key(key)} on a checksummed tier without checksum")
+            counted = usage.setdefault(key[0], [0, 0])
+            counted[0] += 1
+            counted[1] += entry.size
+        for name, have in self._ledger.usages().items():
+            want = usage.get(name, [0, 0])
+            if [have.blocks, have.bytes] != want:
+                raise IntegrityError(
+                    f"namespace {name}: counted {have.blocks} blocks/{have.bytes} bytes, "
+                    f"index has {want[0]}/{want[1]}"
+                )
+        for tier in self._stack.tiers:
+            try:
+                tier.check_integrity()  # slab tiers: slot ownership
+            except RuntimeError as exc:
+                raise IntegrityError(f"{tier.name}: {exc}") from exc
+        if self._stack.host is not None:  # every reserved slot has a holder that frees it
+            held, known = self._stack.slab().reserved_keys(), self._host_path.places()
+            if held != known:
+                raise IntegrityError(
+                    f"host slab: {len(held - known)} reserved places nothing will free, "
+                    f"{len(known - held)} places held for writers are not reserved")
+        for key in self._leases.pinned_keys():
+            if key not in self._ledger:
+                raise IntegrityError(f"{fmt_key(key)} pinned but not indexed")
+        if len(self._ghosts) > self._ghosts.capacity:
+            raise IntegrityError(f"ghost record holds {len(self._ghosts)} departures, over "
+                                 f"its capacity {self._ghosts.capacity}")
