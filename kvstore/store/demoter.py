@@ -36,7 +36,7 @@ Batch = list[tuple[Item, Entry]]
 
 class Demoter:
     """Settles tier ``pos`` into tier ``pos + 1`` from a thread of its own. Takes the store
-    lock itself, through :meth:`StoreLock.hold <kvstore.store.lock.StoreLock.hold>` (the
+    lock itself, through its :class:`~kvstore.store.lock.StoreLock` (the
     caller of :meth:`signal` may hold it)."""
 
     def __init__(self, stack: TierStack, books: Books, placer: Placer, lock: StoreLock,
@@ -116,11 +116,11 @@ class Demoter:
         except (CapacityError, TierUnavailableError) as exc:
             log.warning("background demotion: the %s tier refused %d blocks: %s",
                         self._stack.names[self.low], len(items), exc)
-            with self._lock.hold():
+            with self._lock:
                 self._ledger.unwatch(item[0] for item, _ in batch)
             return False
         except BaseException:
-            with self._lock.hold():
+            with self._lock:
                 self._ledger.unwatch(item[0] for item, _ in batch)
             raise
         self._record(batch, items)
@@ -131,7 +131,7 @@ class Demoter:
         """The next batch, with its bytes copied out of the slab (whose slots may be reused
         once the lock is let go); None when there is nothing to do."""
         pos, tier = self.pos, self._tiers[self.pos]
-        with self._lock.hold():
+        with self._lock:
             if not self._placer.over_high_watermark(pos):
                 return None
             goal = tier.used_bytes() - int(self._stack.configs[pos].low_watermark
@@ -169,7 +169,7 @@ class Demoter:
         """The batch is below: record the copies, then free the slots of the blocks still
         evictable; undo the copies of blocks that left meanwhile."""
         pos, low = self.pos, self.low
-        with self._lock.hold():
+        with self._lock:
             moved: list[BlockKey] = []
             stale: list[BlockKey] = []
             fate = self._ledger.unwatch(item[0] for item, _ in batch)
@@ -209,7 +209,7 @@ class Demoter:
         if not bad:
             return batch
         picked = {key: entry for (key, _, _), entry in batch if key in bad}
-        with self._lock.hold():  # only the block that was read: not one deleted and put again since
+        with self._lock:  # only the block that was read: not one deleted and put again since
             fate = self._ledger.unwatch(bad)
             self._checks.drop(self.pos, [k for k in bad if fate[k] == KEPT
                                          and self._ledger.get(k) is picked[k]], "demote")

@@ -1,23 +1,17 @@
 """The store: one facade over parts that each own a piece of its state (the table is in
 ``docs/store_api.md``, "Inside the store").
 
-Who takes the store lock (:class:`~kvstore.store.lock.StoreLock`, one re-entrant lock over
-every part's records and the memory tiers' copies): **the facade**. Each ``Store`` method
-takes it (``with self._lock`` or, for a ``nowait`` call, ``self._lock.hold(nowait)``) around
-its calls into the parts, and every part method expects it held and never takes it. The only
-exceptions are the parts that must let it go in the middle of a call, while a persistent
-tier (disk, S3) answers or a thread of their own runs: the ``Reader`` (reads, lookups,
-prefetch, discovery), ``HostPath.acquire_read`` (it promotes through the reader) and the
-``Demoter``. The facade calls them without the lock, and they take it themselves, only
-through :meth:`StoreLock.hold <kvstore.store.lock.StoreLock.hold>`, never across a
-persistent tier's call. A long scan (``trace``, ``placements``, a prefetch's lookup) holds it
-a chunk at a time. The namespace book and the prefetch queue have locks of their own and
-never take the store's.
+The lock rule. The store lock (:class:`~kvstore.store.lock.StoreLock`, over every part's
+records and the memory tiers' copies) is taken by the facade: each method below holds it
+(``with self._lock``, or ``self._lock.hold(nowait)``) around its calls into the parts, and
+no part takes it, except the three that must let it go while a persistent tier (disk, S3)
+answers: the ``Reader``, ``HostPath.acquire_read`` (it promotes through the reader) and the
+``Demoter`` (its own thread). The facade calls those without it; they take it themselves,
+only through the ``StoreLock`` they are given (``with lock``, ``lock.hold(nowait)``;
+``lock.scan``: one hold per run of a long scan), never across a tier's call. The namespace
+book and the prefetch queue have locks of their own and never take the store's.
 
-Invariants (checked by :meth:`Store.check_integrity`): a key is in tier ``t``'s policy
-exactly when its index entry has bit ``t`` set; every tier's ``used_bytes() <=
-capacity_bytes``; pinned blocks and blocks being read are never evicted; a block is returned
-only if its bytes match the checksum recorded when it was acknowledged.
+The store's invariants are stated with their check, in :mod:`kvstore.store.report`.
 """
 
 from __future__ import annotations
@@ -69,9 +63,8 @@ class Store:
     # -- namespaces --------------------------------------------------------------------------
     def register_namespace(self, ns: Namespace) -> bool:
         """Register ``ns``; True if new, False if an identical one exists. Raises
-        :class:`~kvstore.errors.NamespaceConflictError` on a differing definition and
-        :class:`~kvstore.errors.NamespaceLimitError` past the caps on namespaces. The book
-        writes its file under its own lock, never the store's: reads and writes go on. In a
+        ``NamespaceConflictError`` on a differing definition, ``NamespaceLimitError`` past the
+        caps. The book writes its file under its own lock: reads and writes go on. In a
         cluster, the cluster is asked first (:meth:`watch_namespaces`)."""
         if self._claims is not None:
             self._claims.claim(ns)
@@ -82,10 +75,10 @@ class Store:
         return new
 
     def delete_namespace(self, name: str) -> int:
-        """Forget namespace ``name`` and remove its blocks from every tier (pinned or not, as
-        :meth:`delete`); returns how many blocks it held. From the first moment every call
-        naming it fails with ``UnknownNamespaceError``; if removing the blocks fails, the
-        namespace is back as it was (less the blocks already removed) and the error raised."""
+        """Forget namespace ``name`` and remove its blocks from every tier (as :meth:`delete`);
+        how many it held. From the first moment every call naming it fails with
+        ``UnknownNamespaceError``; if removing the blocks fails, the namespace is back (less
+        the blocks already removed) and the error raised."""
         ns = self._book.unlist(name)
         try:
             with self._lock:
@@ -102,8 +95,7 @@ class Store:
         return dropped
 
     def namespace(self, name: str) -> Namespace:
-        """The registered namespace ``name``; raises ``UnknownNamespaceError``. Takes no lock,
-        so an event loop may call it."""
+        """The registered namespace ``name`` (``UnknownNamespaceError``); takes no lock."""
         return self._book.get(name)
 
     def namespaces(self) -> list[Namespace]:
@@ -113,10 +105,9 @@ class Store:
     def put(self, namespace: str, hashes: Sequence[BlockHash], blocks: Sequence[Buffer], *,
             tier: str | None = None, sums: Sequence[int | None] | None = None) -> PutResult:
         """Store blocks (each exactly the namespace's ``block_bytes``) in the top tier, or in
-        ``tier``. Blocks already stored are left as they are (``existing``). Blocks that no tier
-        can take, because everything evictable is pinned, are ``refused``, and so are those
-        whose bytes do not match the writer's checksum in ``sums``. Raises on a bad
-        namespace, size or hash before storing anything."""
+        ``tier``; those stored already are ``existing``, those no tier can take (everything
+        evictable is pinned) or whose bytes differ from the writer's checksum in ``sums`` are
+        ``refused``. Raises on a bad namespace, size or hash before storing anything."""
         ns = self.namespace(namespace)
         start, items, bad = self._placer.writer.new_items(ns, hashes, blocks, tier, sums)
         with self._lock:
@@ -129,9 +120,8 @@ class Store:
 
     def get(self, namespace: str, hashes: Sequence[BlockHash], *,
             promote: bool | None = None) -> list[bytes | None]:
-        """Bytes of each block, or None for a miss (absent, or dropped because its checksum
-        failed). A hit from a lower tier is copied to the top tier when ``promote`` (default:
-        the config's ``promote_on_hit``)."""
+        """Bytes of each block, or None for a miss (absent, or dropped: its checksum failed).
+        A hit below is copied to the top tier if ``promote`` (default ``promote_on_hit``)."""
         _, keys = self._book.keys(namespace, hashes)
         self._life.check_open()
         do_promote = self.config.promote_on_hit if promote is None else promote
@@ -144,43 +134,34 @@ class Store:
 
     def lookup(self, namespace: str, hashes: Sequence[BlockHash], *,
                nowait: bool = False) -> LookupResult:
-        """Longest prefix of ``hashes`` that is stored, and the top tier of each block in it.
-        No side effects on recency, leases or stats. With ``nowait``, raises
-        :class:`~kvstore.errors.WouldBlock` rather than wait for the lock or ask S3."""
+        """Longest stored prefix of ``hashes`` and the top tier of each of its blocks; no side
+        effects. ``nowait``: ``WouldBlock`` rather than wait for the lock or ask S3."""
         self.namespace(namespace)
         return self._reader.lookup(namespace, hashes, nowait=nowait)
 
     def trace(self, namespace: str, hashes: Sequence[BlockHash]) -> Trace:
         """Every tier holding each block (top first), and for each block the store does not
         hold the ghost of its departure (when, from which tier, why), if the ghost record
-        (``ghost_entries`` departures) still has it. No side effects on recency, leases or
-        stats; blocks missing from the index are asked of shared tiers (S3), as a get does."""
+        still has it. No side effects; blocks missing from the index are asked of S3."""
         _, keys = self._book.keys(namespace, hashes)
         self._reader.discover_missing(keys)
-        chunks = []
-        for i in range(0, len(keys), TRACE_CHUNK):  # puts and gets go on between chunks
-            with self._lock:
-                chunks.append(self._report.where(keys[i:i + TRACE_CHUNK]))
+        chunks = list(self._lock.scan(keys, TRACE_CHUNK, self._report.where))
         with self._lock:
             return self._report.trace(chunks)
 
     def delete(self, namespace: str, hashes: Sequence[BlockHash]) -> int:
-        """Remove blocks from every tier, pinned or not. Returns how many existed. The host
-        slots of a pinned block stay allocated (unreadable) until its pins would have expired:
-        a shared-memory reader handed their extents copies the bytes it asked for, never those
-        of a block stored there after the delete."""
+        """Remove blocks from every tier, pinned or not; how many existed. A pinned block's
+        host slots stay allocated (unreadable) until its pins would have expired."""
         _, keys = self._book.keys(namespace, hashes)
         with self._lock:
             return self._host.deletes.delete_blocks(keys)
 
     def prefetch(self, namespace: str, hashes: Sequence[BlockHash], *,
                  nowait: bool = False) -> Future[int]:
-        """Start onboarding the blocks toward the top tier. The future resolves to the number
-        of distinct requested blocks resident in the top tier when it finished (those there
-        already counted now). Only blocks the store holds below the top tier are queued:
-        raises :class:`~kvstore.errors.BusyError`, queueing nothing, if they would take the
-        queue past ``max_prefetch_blocks``. With ``nowait``, raises
-        :class:`~kvstore.errors.WouldBlock` rather than wait for the store lock."""
+        """Start onboarding the blocks toward the top tier; the future resolves to how many
+        distinct blocks are in the top tier when it finished. Only blocks held below the top
+        are queued: ``BusyError``, queueing nothing, past ``max_prefetch_blocks``.
+        ``nowait``: ``WouldBlock`` rather than wait for the store lock."""
         ns, keys = self._book.keys(namespace, hashes)
         todo, done = self._reader.to_prefetch(keys, nowait=nowait)
         return self._life.prefetch(self._reader.prefetch, todo, block_bytes=ns.block_bytes,
@@ -189,9 +170,8 @@ class Store:
     # -- pins --------------------------------------------------------------------------------
     def pin(self, namespace: str, hashes: Sequence[BlockHash], *, lease_s: float | None = None,
             owner: str = "", tenant: str | None = None) -> list[bool]:
-        """Pin existing blocks for ``lease_s`` seconds (``LeaseTable.term``; renewed by pinning
-        again). True where the block exists and is now pinned. With ``tenant`` the blocks are
-        charged to it: ``PinQuotaError``, pinning nothing, past ``max_pinned_bytes_per_tenant``."""
+        """Pin existing blocks for ``lease_s`` seconds (``LeaseTable.term``); True where one is
+        now pinned. Charged to ``tenant``: ``PinQuotaError``, pinning nothing, past its quota."""
         ns, keys = self._book.keys(namespace, hashes)
         lease = self._leases.term(lease_s)
         with self._lock:
@@ -202,22 +182,19 @@ class Store:
 
     def release(self, namespace: str, hashes: Sequence[BlockHash], *, owner: str = "",
                 nowait: bool = False) -> int:
-        """Drop ``owner``'s pins on ``hashes``; returns how many it held. With ``nowait``,
-        raises :class:`~kvstore.errors.WouldBlock` rather than wait for the store lock."""
+        """Drop ``owner``'s pins on ``hashes``; how many it held. ``nowait``: as lookup."""
         keys = make_keys(namespace, hashes)
         with self._lock.hold(nowait):
             return self._leases.release_many(keys, owner)
 
     def expire_leases(self, owner: str | None = None) -> int:
-        """Drop expired pins and reservations, or all of ``owner``'s (staged places too) when
-        given."""
+        """Drop expired pins and reservations, or all of ``owner``'s (staged places too)."""
         with self._lock:
             return self._leases.expire(owner) + self._host.expire(owner, time.monotonic())
 
     def cut_leases(self, owner: str, within_s: float) -> int:
         """Make every pin of ``owner`` run out within ``within_s`` seconds at the latest (0:
-        now); returns how many pins were cut. Its reservations and staged places are not
-        touched (:meth:`expire_leases` drops those)."""
+        now); how many were cut. Its reservations and staged places stay."""
         with self._lock:
             return self._leases.cut(owner, max(0.0, within_s))
 
@@ -229,8 +206,8 @@ class Store:
     def acquire_read(self, namespace: str, hashes: Sequence[BlockHash], *,
                      lease_s: float | None = None, owner: str = "", nowait: bool = False,
                      promote: bool = True, tenant: str | None = None) -> Granted:
-        """Pinned host-slab extents of each block (None: a miss) and their generations,
-        charged to ``tenant`` as :meth:`pin`; see HostPath."""
+        """Pinned host-slab extents of each block (None: a miss), their generations and
+        checksums, charged to ``tenant`` as :meth:`pin`."""
         self._stack.slab()
         ns, keys = self._book.keys(namespace, hashes)
         return self._host.acquire_read(keys, lease=self._leases.term(lease_s), owner=owner,
@@ -242,7 +219,7 @@ class Store:
                       nowait: bool = False, receiving: bool = False) -> Fenced:
         """Host-slab extents to write each new block into (None: skip it) and their
         generations; ``receiving``: the caller fills them itself and always commits or
-        aborts, so a delete or expiry meanwhile only dooms them; see HostPath."""
+        aborts, so a delete or expiry meanwhile only dooms them."""
         self._stack.slab()
         ns, keys = self._book.keys(namespace, hashes)
         expiry = time.monotonic() + self._leases.term(lease_s)
@@ -255,10 +232,9 @@ class Store:
                      nowait: bool = False, gens: Sequence[int | None] | None = None,
                      sums: Sequence[int | None] | None = None,
                      landed: Sequence[int | None] | None = None) -> PutResult:
-        """Publish blocks this owner reserved and wrote; with ``gens`` (as
-        :meth:`reserve_write` gave them), refuse those whose slots moved, and with ``sums``
-        those whose bytes differ from the writer's checksums (``landed``: the checksums of
-        the bytes as the receiver saw them land, else hashed now); see HostPath."""
+        """Publish blocks this owner reserved and wrote, refusing those whose slots moved
+        (``gens``) or whose bytes differ from the writer's checksums (``sums``; ``landed``:
+        as the receiver saw them land, else hashed now)."""
         self._stack.slab()
         keys = make_keys(namespace, hashes)
         with self._lock.hold(nowait):
@@ -275,8 +251,7 @@ class Store:
 
     def stage_write(self, namespace: str, count: int, *, owner: str = "",
                     nowait: bool = False) -> FencedPlaces:
-        """Up to ``count`` staged places for blocks of ``namespace`` and their generations;
-        see HostPath."""
+        """Up to ``count`` staged places for blocks of ``namespace``, with generations."""
         self._stack.slab()
         ns = self.namespace(namespace)
         self._life.check_open()
@@ -287,9 +262,8 @@ class Store:
                       *, owner: str = "", nowait: bool = False,
                       gens: Sequence[int | None] | None = None,
                       sums: Sequence[int | None] | None = None) -> tuple[PutResult, list[int]]:
-        """Publish ``hashes[i]``, written at the staged place ``places[i]`` (whose generation
-        must still be ``gens[i]``, whose bytes must hash to ``sums[i]``, when given); see
-        HostPath."""
+        """Publish ``hashes[i]``, written at the staged place ``places[i]`` (still of
+        generation ``gens[i]``, its bytes hashing to ``sums[i]``, when given)."""
         self._stack.slab()
         ns, keys = self._book.keys(namespace, hashes)
         with self._lock.hold(nowait):
@@ -298,8 +272,8 @@ class Store:
 
     def check_host(self, namespace: str, hashes: Sequence[BlockHash],
                    cause: CorruptCause = "client") -> int:
-        """Hash the host copies of ``hashes`` where they lie and drop the blocks that no longer
-        match their checksum (a reader's copy failed); how many were dropped."""
+        """Hash the host copies of ``hashes`` where they lie and drop the blocks that fail
+        their checksum (a reader's copy failed); how many were dropped."""
         _, keys = self._book.keys(namespace, hashes)
         with self._lock:
             return self._books.checks.check_host(keys, cause)
@@ -308,7 +282,7 @@ class Store:
         """The host slab's fd and layout (for ``SCM_RIGHTS``); None without one to share."""
         return self._stack.slab_share()
 
-    # -- reports and lifecycle ---------------------------------------------------------------
+    # -- reports, placement (what a cluster node publishes) and lifecycle --------------------
     def stats(self) -> StoreStats:
         with self._lock:
             return self._report.stats()
@@ -325,7 +299,6 @@ class Store:
     def tier_names(self) -> list[str]:
         return list(self._stack.names)
 
-    # -- placement (what a cluster node publishes) ---------------------------------------------
     def watch_placement(self, sink: PlacementSink | None) -> None:
         """Tell ``sink`` of every change in where blocks lie from now on (None: no one)."""
         with self._lock:
@@ -336,16 +309,14 @@ class Store:
         self._claims = claims
 
     def placements(self, chunk: int = 4096) -> Iterator[list[tuple[BlockKey, int]]]:
-        """Every published block with its tier mask, ``chunk`` blocks at a time, each chunk
-        read under the lock (reads and writes go on between chunks)."""
+        """Every published block with its tier mask, ``chunk`` blocks at a time."""
         for ns in self._book.all():
             with self._lock:
                 keys = self._ledger.keys_of(ns.name)
-            for i in range(0, len(keys), chunk):
-                with self._lock:
-                    entries = self._ledger.visible_many(keys[i:i + chunk])
-                yield [(k, e.tiers) for k, e in zip(keys[i:i + chunk], entries, strict=True)
-                       if e is not None]
+            runs = self._lock.scan(keys, chunk, self._ledger.visible_many)
+            for i, entries in enumerate(runs):
+                yield [(k, e.tiers) for k, e in zip(keys[i * chunk:(i + 1) * chunk], entries,
+                                                    strict=True) if e is not None]
 
     def tier(self, name: str) -> Tier:
         return self._stack.tiers[self._stack.pos(name)]
@@ -355,9 +326,9 @@ class Store:
             self._life.flush()
 
     def close(self) -> int:
-        """Stop prefetching, free the host path's places, spill memory-only blocks to disk
-        (``spill_on_close``), and close every tier. Returns how many memory-only blocks the
-        spill could not write (they are lost; 0 on a second call). Idempotent."""
+        """Stop prefetching and the demoter, free the host path's places, spill memory-only
+        blocks to disk (``spill_on_close``), close every tier; how many memory-only blocks
+        the spill could not write (lost; 0 on a second call). Idempotent."""
         with self._lock:
             if not self._life.closing():
                 return 0

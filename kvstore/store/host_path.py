@@ -56,7 +56,7 @@ class HostPath:
     """Reservations and (through its parts :class:`Staging` and :class:`Deletes`) staged
     places and retired slots of the host tier, and the operations over them. Every method
     expects the store lock to be held, except :meth:`acquire_read`, which takes it itself
-    (through :meth:`StoreLock.hold <kvstore.store.lock.StoreLock.hold>`: it leaves it while
+    (through its :class:`~kvstore.store.lock.StoreLock`: it leaves it while
     the reader promotes blocks from a persistent tier)."""
 
     def __init__(self, stack: TierStack, books: Books, placer: Placer, reader: Reader,

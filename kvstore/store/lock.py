@@ -2,14 +2,21 @@
 
 Who takes it is stated once, at the top of :mod:`kvstore.store.facade`: the facade, around
 every call into a part; the few parts that must let it go while a persistent tier answers
-take it themselves, and only through :meth:`StoreLock.hold`.
+take it themselves, and only through this object (``with lock``, :meth:`StoreLock.hold`,
+:meth:`StoreLock.scan`).
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import TypeVar
 
 from kvstore.errors import WouldBlock
+
+K = TypeVar("K")
+R = TypeVar("R")
 
 
 class StoreLock:
@@ -19,7 +26,6 @@ class StoreLock:
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
-        self._nowait = _NoWait(self._lock)
 
     def __enter__(self) -> StoreLock:
         self._lock.acquire()
@@ -28,24 +34,24 @@ class StoreLock:
     def __exit__(self, *exc: object) -> None:
         self._lock.release()
 
-    def hold(self, nowait: bool = False) -> StoreLock | _NoWait:
+    @contextmanager
+    def hold(self, nowait: bool = False) -> Iterator[None]:
         """``with lock.hold(nowait):`` takes the lock; with ``nowait``, raises
-        :class:`~kvstore.errors.WouldBlock` rather than wait for it. The one way a part takes
-        the lock itself (see :mod:`kvstore.store.facade` for which parts may)."""
-        return self._nowait if nowait else self
-
-
-class _NoWait:
-    """The lock taken only if it is free at once (no state of its own: shared by threads)."""
-
-    __slots__ = ("_lock",)
-
-    def __init__(self, lock: threading.RLock) -> None:
-        self._lock = lock
-
-    def __enter__(self) -> None:
-        if not self._lock.acquire(blocking=False):
+        :class:`~kvstore.errors.WouldBlock` rather than wait for it."""
+        if not self._lock.acquire(blocking=not nowait):
             raise WouldBlock("the store is busy")
+        try:
+            yield
+        finally:
+            self._lock.release()
 
-    def __exit__(self, *exc: object) -> None:
-        self._lock.release()
+    def scan(self, keys: Sequence[K], n: int, read: Callable[[Sequence[K]], R], *,
+             nowait: bool = False) -> Iterator[R]:
+        """``read`` of each run of ``n`` keys, each run under the lock (:meth:`hold`), so that
+        a long scan lets other calls go on between runs; the lock is not held across a
+        ``yield``."""
+        for i in range(0, len(keys), n):
+            with self.hold(nowait):
+                out = read(keys[i:i + n])
+            yield out
+

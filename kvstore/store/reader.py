@@ -30,7 +30,7 @@ _LOOKUP_CHUNK = 4096  # keys a prefetch looks up per hold of the store lock
 
 class Reader:
     """Serves reads over the stack. Takes the store lock itself, through
-    :meth:`StoreLock.hold <kvstore.store.lock.StoreLock.hold>` (the caller must not hold
+    its :class:`~kvstore.store.lock.StoreLock` (the caller must not hold
     it): a read leaves it while a persistent tier answers."""
 
     def __init__(self, stack: TierStack, books: Books, placer: Placer, lock: StoreLock) -> None:
@@ -47,7 +47,7 @@ class Reader:
         out: list[bytes | None] = [None] * len(keys)
         served_by: list[int] = [-1] * len(keys)
         self.discover_missing(keys)
-        with self._lock.hold():
+        with self._lock:
             held = self._ledger.visible_many(keys)  # a disk-only block's entry lives while held
             fast: dict[int, list[int]] = {}  # memory tiers, read under the lock
             slow: dict[int, list[int]] = {}
@@ -69,7 +69,7 @@ class Reader:
             for i, data in zip(idxs, datas, strict=True):
                 out[i] = data
                 served_by[i] = pos
-        with self._lock.hold():
+        with self._lock:
             for pos in self._drift.positions.intersection(slow):
                 self._drift.take(pos)  # before the checks: a copy S3 lost is dropped once
             self._leases.end_reads(reading)
@@ -178,24 +178,22 @@ class Reader:
         already. With ``nowait``, raises :class:`~kvstore.errors.WouldBlock` rather than
         wait for the lock."""
         keys = list(dict.fromkeys(keys))
-        entries: list[Entry | None] = []
-        for start in range(0, len(keys), _LOOKUP_CHUNK):  # others' calls go on between
-            with self._lock.hold(nowait):
-                entries += self._ledger.visible_many(keys[start:start + _LOOKUP_CHUNK])
+        entries = [e for run in self._lock.scan(keys, _LOOKUP_CHUNK, self._ledger.visible_many,
+                                                 nowait=nowait) for e in run]
         todo = [k for k, e in zip(keys, entries, strict=True) if e is not None and not e.holds(0)]
         return todo, sum(e is not None and e.holds(0) for e in entries)
 
     def prefetch(self, keys: list[BlockKey]) -> int:
         """Promote blocks into the top tier; how many of ``keys`` it holds afterwards."""
-        with self._lock.hold():
+        with self._lock:
             todo = [k for k, e in zip(keys, self._ledger.visible_many(keys), strict=True)
                     if e is not None and not e.holds(0)]
         if todo:
             datas = self.read(todo, promote=True, count=False)
-            with self._lock.hold():
+            with self._lock:
                 self._tally.prefetched([k[0] for k, d in zip(todo, datas, strict=True)
                                         if d is not None])
-        with self._lock.hold():
+        with self._lock:
             return sum(1 for e in self._ledger.get_many(keys) if e is not None and e.holds(0))
 
     def discover_missing(self, keys: Sequence[BlockKey]) -> None:
@@ -216,7 +214,7 @@ class Reader:
             except Exception as exc:
                 log.warning("%s discover failed: %s", tier.name, exc)
                 continue
-            with self._lock.hold():
+            with self._lock:
                 if pos in self._drift.positions:
                     found = self._drift.take(pos) or found
                     continue

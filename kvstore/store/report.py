@@ -1,9 +1,19 @@
 """The store's reports on itself: counters, health, where the blocks of a chain are (and the
 ghosts of those that left) and a full consistency check. Reads the parts' records; changes
 nothing but what the tiers changed on their own (taken into the books first). Every method but
-:meth:`Report.health` expects the store lock to be held."""
+:meth:`Report.health` expects the store lock to be held.
+
+The invariants :meth:`Report.check_integrity` checks: a key is in tier ``t``'s policy exactly
+when its index entry has bit ``t`` set; every tier's ``used_bytes() <= capacity_bytes``;
+usage and logical bytes match the index; every reserved host place has a holder that frees
+it. The store also keeps two it cannot check after the fact: pinned blocks and blocks being
+read are never evicted, and a block is returned only if its bytes match the checksum recorded
+when it was acknowledged.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from kvstore.errors import KVStoreError
 from kvstore.protocol.health import StoreHealth, TierHealth
@@ -71,7 +81,7 @@ class Report:
         )
         return StoreStats(totals=totals, tiers=tiers, namespaces=namespaces)
 
-    def where(self, keys: list[BlockKey]) -> Where:
+    def where(self, keys: Sequence[BlockKey]) -> Where:
         """Every tier holding each block (top first), and the ghost of each block the store
         does not hold (None if it has none)."""
         names = self._stack.names
