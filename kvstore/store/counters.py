@@ -69,7 +69,7 @@ class Tally:
         # every block of a namespace has its size: bytes are counted from these
         self.block_bytes: dict[str, int] = {}
         # (tier, cause) -> blocks dropped there: a failed checksum (kvstore.store.verify), or
-        # what the tier found itself (a damaged disk page or header: kvstore.store.damage)
+        # what the tier found itself (a damaged disk page or header: kvstore.store.drift)
         self.corrupt_causes: Counter[tuple[int, str]] = Counter()
 
     def ns(self, name: str) -> Counters:
