@@ -52,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "score each worker by the prefix its own node holds and the one held "
                         "on any node, read from the cluster's index (default: none)")
     p.add_argument("--cluster-heartbeat-s", type=float, default=1.0, metavar="S",
-                   help="the nodes' cluster_heartbeat_s, to judge which are up (default: 1)")
+                   help="the nodes' cluster_heartbeat_s, to judge which are up (default: 1.0)")
     p.add_argument("--policy", choices=POLICIES, default="kv",
                    help="kv: soonest first token from cached prefix (local and kvstore) and "
                         "queued work, priced with the workers' measured rates; round-robin, "
