@@ -3,6 +3,7 @@ on loopback, and cluster settings with short timings so that states change withi
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -25,6 +26,14 @@ def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClu
     cluster = RedisCluster(tmp_path_factory.mktemp("rc")).start()
     yield cluster
     cluster.stop()
+
+
+def wait_for(check: Callable[[], bool], timeout: float = 20.0) -> None:
+    """Poll ``check`` until it holds; fail the test after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
 
 
 def quick(url: str, node_id: str, *, forget_after_s: float = 60.0,

@@ -4,8 +4,7 @@ fields that differ named; deleting it there, or that node being gone, lifts the 
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,7 @@ from kvstore.errors import NamespaceConflictError
 from kvstore.namespace import Layout, Namespace
 from kvstore.store import Store
 from kvstore.testing.redis_server import RedisServer
-from tests.cluster.conftest import quick
+from tests.cluster.conftest import quick, wait_for
 
 B = 4096
 
@@ -24,12 +23,6 @@ B = 4096
 def chat(block_bytes: int = B, model: str = "tiny") -> Namespace:
     return Namespace("chat", block_bytes, Layout(model_id=model, block_size=16))
 
-
-def wait_for(check: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
 
 
 @pytest.fixture

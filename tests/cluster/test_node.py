@@ -5,7 +5,6 @@ degrades the node without stopping it, and Redis coming back empty gets everythi
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -21,18 +20,12 @@ from kvstore.namespace import Layout, Namespace
 from kvstore.protocol.cluster import NodeState
 from kvstore.store import Store
 from kvstore.testing.redis_server import RedisCluster, RedisServer
-from tests.cluster.conftest import quick
+from tests.cluster.conftest import quick, wait_for
 
 B = 4096
 NS = Namespace("m", B, Layout(model_id="tiny", block_size=16))
 HOST, DISK = TIER_CODES["host"], TIER_CODES["disk"]
 
-
-def wait_for(check: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
 
 
 @pytest.fixture

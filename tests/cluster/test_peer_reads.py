@@ -24,7 +24,8 @@ from kvstore.cluster.link import connect
 from kvstore.protocol.cluster import ClusterStatus, NodeState
 from kvstore.testing.redis_server import RedisCluster, RedisServer
 from kvstore.testing.server import ServerProc
-from tests.cluster.test_serve_cluster import BEAT, wait_for
+from tests.cluster.conftest import wait_for
+from tests.cluster.test_serve_cluster import BEAT
 
 pytestmark = pytest.mark.slow
 B = 4096
@@ -66,15 +67,31 @@ def published(redis: RedisServer, node: ServerProc, ns: str, hashes: list[bytes]
     return all(any(h.slot == slot for h in hs) for hs in index.where(ns, hashes))
 
 
+def stored(redis: RedisServer, node: ServerProc, n: int, token: str | None = None, *,
+           name: str = "chat", admin: str | None = None) -> tuple[list[bytes], list[bytes]]:
+    """``n`` random blocks put on ``node`` in namespace ``chat`` with ``token``, returned once
+    the index says that it holds them all (under the store's ``name``; its status asked with
+    ``admin``, else ``token``)."""
+    chain = [os.urandom(32) for _ in range(n)]
+    blocks = [os.urandom(B) for _ in chain]
+    with KVStoreClient(node.url, token) as c:
+        c.register_namespace("chat", B, LAYOUT)
+        c.put("chat", chain, blocks)
+    wait_for(lambda: published(redis, node, name, chain, admin or token))
+    return chain, blocks
+
+
+def read(node: ServerProc, chain: list[bytes], token: str | None = None) -> list[bytes | None]:
+    """``chain`` read from ``node``'s namespace ``chat`` (registered first) with ``token``."""
+    with KVStoreClient(node.url, token) as c:
+        c.register_namespace("chat", B, LAYOUT)
+        return c.get("chat", chain)
+
+
 def test_a_chain_on_one_node_comes_byte_identical_from_the_others(
         fleet: tuple[RedisServer, list[ServerProc]]) -> None:
     redis, (n0, n1, n2) = fleet
-    chain = [os.urandom(32) for _ in range(24)]
-    blocks = [os.urandom(B) for _ in chain]
-    with KVStoreClient(n1.url) as c:
-        c.register_namespace("chat", B, LAYOUT)
-        c.put("chat", chain, blocks)
-    wait_for(lambda: published(redis, n1, "chat", chain))
+    chain, blocks = stored(redis, n1, 24)
     with KVStoreClient(n0.url, use_shm=False, transport="tcp") as c:  # socket get
         c.register_namespace("chat", B, LAYOUT)
         assert c.get("chat", chain) == blocks
@@ -117,12 +134,7 @@ def test_a_stale_record_is_a_miss_and_is_removed(
 def test_a_holder_killed_costs_a_bounded_miss_never_an_error(
         fleet: tuple[RedisServer, list[ServerProc]]) -> None:
     redis, (n0, n1, n2) = fleet
-    chain = [os.urandom(32) for _ in range(8)]
-    blocks = [os.urandom(B) for _ in chain]
-    with KVStoreClient(n1.url) as c:
-        c.register_namespace("chat", B, LAYOUT)
-        c.put("chat", chain, blocks)
-    wait_for(lambda: published(redis, n1, "chat", chain))
+    chain, blocks = stored(redis, n1, 8)
     n1.kill()  # still "up" in the index for a moment: the read must find out by itself
     with KVStoreClient(n0.url) as c:
         c.register_namespace("chat", B, LAYOUT)
@@ -150,18 +162,9 @@ def test_a_tenant_reads_through_a_peer_only_its_own_blocks(tmp_path: Path) -> No
     n0, n1, _ = nodes
     try:
         wait_for(lambda: len(status(n0, "peer-secret").nodes) == 3)
-        chain = [os.urandom(32) for _ in range(6)]
-        blocks = [os.urandom(B) for _ in chain]
-        with KVStoreClient(n1.url, "tok-a") as c:
-            c.register_namespace("chat", B, LAYOUT)
-            c.put("chat", chain, blocks)
-        wait_for(lambda: published(redis, n1, "a~chat", chain, "peer-secret"))
-        with KVStoreClient(n0.url, "tok-b") as c:  # b's own "chat" is another namespace
-            c.register_namespace("chat", B, LAYOUT)
-            assert c.get("chat", chain) == [None] * 6
-        with KVStoreClient(n0.url, "tok-a") as c:
-            c.register_namespace("chat", B, LAYOUT)
-            assert c.get("chat", chain) == blocks
+        chain, blocks = stored(redis, n1, 6, "tok-a", name="a~chat", admin="peer-secret")
+        assert read(n0, chain, "tok-b") == [None] * 6  # b's own "chat" is another namespace
+        assert read(n0, chain, "tok-a") == blocks
     finally:
         for node in nodes:
             node.stop()
@@ -181,18 +184,9 @@ def test_a_node_without_the_clusters_token_reads_nothing_from_it(tmp_path: Path)
     n0, n1, x = nodes
     try:
         wait_for(lambda: len(status(n0, "right-secret").nodes) == 3)
-        chain = [os.urandom(32) for _ in range(4)]
-        blocks = [os.urandom(B) for _ in chain]
-        with KVStoreClient(n0.url, "right-secret") as c:
-            c.register_namespace("chat", B, LAYOUT)
-            c.put("chat", chain, blocks)
-        wait_for(lambda: published(redis, n0, "chat", chain, "right-secret"))
-        with KVStoreClient(x.url, "wrong") as c:  # its peer reads are refused by n0
-            c.register_namespace("chat", B, LAYOUT)
-            assert c.get("chat", chain) == [None] * 4
-        with KVStoreClient(n1.url, "right-secret") as c:
-            c.register_namespace("chat", B, LAYOUT)
-            assert c.get("chat", chain) == blocks
+        chain, blocks = stored(redis, n0, 4, "right-secret")
+        assert read(x, chain, "wrong") == [None] * 4  # its peer reads are refused by n0
+        assert read(n1, chain, "right-secret") == blocks
     finally:
         for node in nodes:
             node.stop()
@@ -218,12 +212,7 @@ def test_a_restarted_node_is_read_from_again(
 def test_reads_going_on_while_the_holder_is_killed_get_right_bytes_or_misses(
         fleet: tuple[RedisServer, list[ServerProc]]) -> None:
     redis, (n0, n1, _) = fleet
-    chain = [os.urandom(32) for _ in range(16)]
-    blocks = [os.urandom(B) for _ in chain]
-    with KVStoreClient(n1.url) as c:
-        c.register_namespace("chat", B, LAYOUT)
-        c.put("chat", chain, blocks)
-    wait_for(lambda: published(redis, n1, "chat", chain))
+    chain, blocks = stored(redis, n1, 16)
     results: list[list[bytes | None]] = []
     errors: list[BaseException] = []
     stop = threading.Event()

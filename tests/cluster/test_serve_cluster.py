@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from kvstore.protocol.cluster import ClusterStatus, NodeState
 from kvstore.testing.proc import ROOT
 from kvstore.testing.redis_server import RedisServer
 from kvstore.testing.server import ServerProc, kvstore_cmd
+from tests.cluster.conftest import wait_for
 
 pytestmark = pytest.mark.slow
 BEAT = "0.2"  # seconds: suspect after 0.6 s of silence, gone after 2 s
@@ -30,12 +30,6 @@ def kv(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPro
     return subprocess.run([*kvstore_cmd(), *args], capture_output=True, text=True,
                           timeout=120, cwd=ROOT, env={**os.environ, **(env or {})})
 
-
-def wait_for(check: Callable[[], bool], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.1)
 
 
 def status(node: ServerProc) -> ClusterStatus:
