@@ -42,6 +42,7 @@ class Route:
     shm_gen_offset: int | None = None  # where the slots' generations start in the segment
     shm_offered: bool = False  # a slab to map (by name, or a memfd over the Unix socket)
     max_lease_s: float | None = None  # the server cuts longer leases to this (None: unknown)
+    protocol: int = 1  # the data plane protocol version the server speaks
 
 
 def info_url(url: str) -> str:
@@ -92,4 +93,5 @@ def parse_info(url: str, doc: Any, transport: str = "auto") -> Route:
         shm_slot_bytes=shm.slot_bytes if shm is not None else 0,
         shm_gen_offset=shm.gen_offset if shm is not None else None,
         shm_offered=shm is not None and local, max_lease_s=info.max_lease_s,
+        protocol=info.protocol,
     )

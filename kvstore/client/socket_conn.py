@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from kvstore.client.errors import KVStoreUnavailableError, ProtocolError, from_reply
 from kvstore.client.landed import landed, reply_sums
-from kvstore.protocol.frame import PREFIX, PREFIX_BYTES, Buffer, decode_header, encode_frame
+from kvstore.client.summed import frame_groups
+from kvstore.protocol.frame import PREFIX, PREFIX_BYTES, Buffer, decode_header
 
 if TYPE_CHECKING:
     from kvstore.client.exchange import Answer, Call
@@ -100,7 +101,8 @@ class FrameSocket:
         rid = self._next_id
         self._next_id += 1
         try:
-            self.send(encode_frame({**header, "id": rid}, payload))
+            for group in frame_groups({**header, "id": rid}, payload, alongside=True):
+                self.send(group)
             if header.get("noreply"):
                 return {}, []
             header_len, payload_len = PREFIX.unpack(self.recv_bytes(PREFIX_BYTES))

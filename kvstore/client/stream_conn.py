@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 from kvstore.client.discovery import Route
 from kvstore.client.errors import KVStoreUnavailableError, ProtocolError, from_reply
 from kvstore.client.landed import landed, reply_sums
-from kvstore.protocol.frame import PREFIX, PREFIX_BYTES, Buffer, decode_header, encode_frame
+from kvstore.client.summed import frame_groups
+from kvstore.protocol.frame import PREFIX, PREFIX_BYTES, Buffer, decode_header
 
 if TYPE_CHECKING:
     from kvstore.client.exchange import Answer, Call
@@ -51,8 +52,8 @@ class AsyncConn:
                       timeout: float = 10.0) -> tuple[dict[str, Any], list[bytes | None]]:
         rid = self._next_id
         self._next_id += 1
-        for piece in encode_frame({**header, "id": rid}, payload):
-            self.writer.write(piece)
+        for group in frame_groups({**header, "id": rid}, payload):
+            self.writer.writelines(group)
         await asyncio.wait_for(self.writer.drain(), timeout)
         if header.get("noreply"):
             return {}, []

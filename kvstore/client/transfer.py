@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kvstore.checksum import checksums
+from kvstore.client.discovery import Route
 from kvstore.client.errors import (
     BadRequestError,
     CapacityError,
@@ -47,11 +48,23 @@ from kvstore.protocol import (
 )
 from kvstore.types import BlockHash, PutResult
 
+TRAILER_PROTOCOL = 2  # the first protocol in which a put may send its checksums last
+
 
 def check_put(hashes: Sequence[BlockHash], blocks: Sequence[Buffer]) -> None:
     """Refuse a put whose hashes and blocks do not pair up, before anything is sent."""
     if len(hashes) != len(blocks):
         raise ValueError(f"{len(hashes)} hashes but {len(blocks)} blocks")
+
+
+def sent_summed(info: Route, ns: str, hs: list[BlockHash], sizes: list[int], durable: bool,
+                bs: Sequence[Buffer]) -> Put:
+    """A put frame that carries its blocks' checksums: after the blocks (hashed as they are
+    sent, :mod:`kvstore.client.summed`) where the server speaks protocol 2, else in the
+    header (one pass over the blocks before the first byte moves)."""
+    if info.protocol >= TRAILER_PROTOCOL:
+        return Put(ns, hs, sizes, durable, trailer=True)
+    return Put(ns, hs, sizes, durable, [*checksums(bs)])
 
 
 def fencing(gens: list[int | None]) -> list[int | None] | None:
@@ -80,8 +93,8 @@ class Transfers:
         for lo, hi in batches(sizes, link.info, max_bytes=room):
             hs, bs = hashes[lo:hi], blocks[lo:hi]
             if slab is None:  # the server refuses a block whose bytes arrive otherwise
-                sums: list[int | None] = [*checksums(bs)]
-                header, _ = yield Call(Put(ns, hs, sizes[lo:hi], durable, sums), bs)
+                header, _ = yield Call(sent_summed(link.info, ns, hs, sizes[lo:hi], durable,
+                                                   bs), bs)
                 results.append(PutReply.from_header(header))
                 continue
             done: PutReply | ShmPutReply | None

@@ -5,6 +5,7 @@ looked up by op name in :mod:`.ops`."""
 from __future__ import annotations
 
 from kvstore.protocol.blocks import (
+    SUM_BYTES,
     Check,
     CheckReply,
     Delete,
@@ -21,6 +22,7 @@ from kvstore.protocol.blocks import (
     PutReply,
     Release,
     ReleaseReply,
+    pack_sums,
 )
 from kvstore.protocol.frame import PROTOCOL_VERSION, Buffer, FrameError
 from kvstore.protocol.message import Header, Limits, Reply, Request
@@ -62,13 +64,13 @@ from kvstore.protocol.shm import (
 )
 
 __all__ = [
-    "PROTOCOL_VERSION", "REQUESTS", "AbortReply", "Ack", "Buffer", "Check", "CheckReply", "Delete",
-    "DeleteNamespace", "DeleteNamespaceReply", "DeleteReply",
+    "PROTOCOL_VERSION", "REQUESTS", "SUM_BYTES", "AbortReply", "Ack", "Buffer", "Check",
+    "CheckReply", "Delete", "DeleteNamespace", "DeleteNamespaceReply", "DeleteReply",
     "Extents", "ExtentsReply", "Flush", "FrameError", "Get", "GetReply", "Header", "Health",
     "HealthReply", "Hello", "HelloReply", "Limits", "Lookup", "LookupReply", "Namespaces",
     "NamespacesReply", "Pin", "PinReply", "Ping", "Prefetch", "PrefetchReply", "Put",
     "PutReply", "Register", "RegisterReply", "Release", "ReleaseReply", "Reply", "Request",
     "ShmAbort", "ShmAcquire", "ShmCheck", "ShmCommit", "ShmLookup", "ShmLookupReply", "ShmPut",
     "ShmPutReply", "ShmRelease", "ShmReserve", "ShmStage", "StageReply", "Stats", "StatsReply",
-    "decode_request", "first_offsets", "request_type",
+    "decode_request", "first_offsets", "pack_sums", "request_type",
 ]

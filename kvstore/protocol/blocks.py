@@ -2,38 +2,76 @@
 ``prefetch``, ``pin``, ``release``, ``delete``.
 
 Block bytes never go in a header: a put's payload and a get reply's payload carry them back
-to back, their sizes in ``sizes`` (``-1`` for a miss in a get reply).
+to back, their sizes in ``sizes`` (``-1`` for a miss in a get reply). A put's checksums go
+in its header (``sums``) or, from protocol 2, after its blocks (``trailer``): a writer then
+hashes each block right after sending it, while it is in cache, instead of reading every
+block once more before the first byte moves.
 """
 
 from __future__ import annotations
 
+import struct
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
 from kvstore.protocol.fields import arg_bool, arg_float, arg_sizes, arg_sums, without_none
+from kvstore.protocol.frame import Buffer, FrameError
 from kvstore.protocol.message import Header, Limits, NsRequest, Reply, read_ns_hashes
+
+SUM_BYTES = 8  # one checksum in a put's trailer: xxh3-64, unsigned little-endian
+
+
+def pack_sums(sums: Sequence[int]) -> bytes:
+    """A put's trailer: each block's checksum, in block order."""
+    return struct.pack(f"<{len(sums)}Q", *sums)
 
 
 @dataclass(slots=True)
 class Put(NsRequest):
     """Store the payload's blocks; with ``durable`` the reply waits until they are on disk.
     ``sums``: the writer's checksum of each block (xxh3-64); a block whose bytes arrive
-    otherwise is refused."""
+    otherwise is refused. With ``trailer`` (protocol 2) the payload ends, after the blocks,
+    with every block's checksum (:data:`SUM_BYTES` each, :func:`pack_sums`) and the header
+    has no ``sums``; the server reads them with :meth:`read_trailer`."""
 
     op: ClassVar[str] = "put"
     takes_payload: ClassVar[bool] = True
     sizes: list[int]
     durable: bool = False
     sums: list[int | None] | None = None
+    trailer: bool = False
+
+    @property
+    def trailer_bytes(self) -> int:
+        """Bytes of the payload after the blocks."""
+        return SUM_BYTES * len(self.hashes) if self.trailer else 0
+
+    def read_trailer(self, tail: Buffer) -> None:
+        """Take ``sums`` from the trailer (the payload's last :attr:`trailer_bytes`)."""
+        if self.trailer:
+            self.sums = list(struct.unpack(f"<{len(self.hashes)}Q", tail))
 
     def to_header(self) -> Header:
-        return without_none(NsRequest.to_header(self), "sums")
+        header = without_none(NsRequest.to_header(self), "sums")
+        if not self.trailer:  # what peers before protocol 2 send
+            del header["trailer"]
+        return header
 
     @classmethod
     def from_header(cls, header: Header, limits: Limits) -> Self:
         ns, hashes = read_ns_hashes(header, limits)
-        sizes = arg_sizes(header, len(hashes), limits.payload_len)
-        return cls(ns, hashes, sizes, arg_bool(header, "durable"), arg_sums(header, len(hashes)))
+        trailer = arg_bool(header, "trailer")
+        sums = arg_sums(header, len(hashes))
+        if trailer and sums is not None:
+            raise FrameError("bad_request", "a put sends its 'sums' in the header or in a "
+                                            "trailer, not both")
+        tail = SUM_BYTES * len(hashes) if trailer else 0
+        if tail > limits.payload_len:
+            raise FrameError("bad_request", f"a put with a trailer ends with {tail} bytes of "
+                                            f"checksums; its payload has {limits.payload_len}")
+        sizes = arg_sizes(header, len(hashes), limits.payload_len - tail)
+        return cls(ns, hashes, sizes, arg_bool(header, "durable"), sums, trailer)
 
 
 @dataclass(slots=True)

@@ -27,7 +27,7 @@ from kvstore.types import Buffer
 PREFIX = struct.Struct(">II")
 PREFIX_BYTES = PREFIX.size
 MAX_HASH_BYTES = 64  # longest block hash accepted (sha256 is 32, xxhash 8)
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2  # 2: a put may send its checksums after its blocks (``trailer``)
 
 
 class FrameError(Exception):

@@ -19,7 +19,8 @@ lease is still longer than a frame may take (not the default lease).
 
 Each block is hashed as its bytes land, a piece at a time while in cache
 (:class:`~server.dataplane.landing.Landing`), and the commit refuses one whose bytes differ
-from the checksum the client sent with the put. A late shared-memory writer's bytes that reach
+from the checksum the client sent with the put (in its header, or in the trailer that lands
+after the blocks). A late shared-memory writer's bytes that reach
 a place after they landed are caught where every read out of the slab is: against the
 recorded checksum, a miss, never the block.
 
@@ -39,7 +40,7 @@ from kvstore.errors import WouldBlock
 from kvstore.protocol import Limits, Put
 from kvstore.protocol.frame import decode_header
 from kvstore.store import StoreAPI
-from kvstore.types import BlockHash, PutResult
+from kvstore.types import PutResult
 from server.dataplane.buffers import BufferPool
 from server.dataplane.landing import Landing
 from server.dataplane.slab_runs import Extent, coalesce, transfer_lease_s
@@ -54,20 +55,22 @@ _ids = itertools.count()
 class DirectPut:
     """One put frame being received into reserved host-slab places."""
 
-    def __init__(self, store: StoreAPI, ns: str, hashes: list[BlockHash], owner: str,
+    def __init__(self, store: StoreAPI, ns: str, put: Put, owner: str,
                  targets: list[memoryview], scratch: bytearray | None,
-                 buffers: BufferPool, sums: list[int | None] | None = None,
-                 blocks: list[list[memoryview] | None] | None = None) -> None:
+                 buffers: BufferPool, blocks: list[list[memoryview] | None]) -> None:
         self.store = store
         self.ns = ns
-        self.hashes = hashes
-        self.sums = sums
+        self.put = put
+        self.hashes = put.hashes
         self.owner = owner
-        self._targets: Iterator[memoryview] = iter(targets)
+        # a put that sends its checksums after its blocks: they land last, in a buffer
+        self._trailer = bytearray(put.trailer_bytes)
+        self._targets: Iterator[memoryview] = iter([*targets, memoryview(self._trailer)]
+                                                   if put.trailer else targets)
         self._scratch = scratch
         self._buffers = buffers
         self.done = False
-        self._landing = Landing(blocks or [])
+        self._landing = Landing(blocks)
 
     def next_target(self) -> memoryview | None:
         """The next place to receive payload bytes into, None once the payload is complete."""
@@ -83,9 +86,10 @@ class DirectPut:
         if that fails (other than :class:`~kvstore.errors.WouldBlock`, which changes nothing
         and is retried), the places are freed: only this put's commit or abort ever frees
         them."""
+        self.put.read_trailer(self._trailer)
         try:
             result: PutResult = self.store.commit_write(
-                self.ns, self.hashes, owner=self.owner, nowait=nowait, sums=self.sums,
+                self.ns, self.hashes, owner=self.owner, nowait=nowait, sums=self.put.sums,
                 landed=self._landing.sums())
         except WouldBlock:
             raise
@@ -149,5 +153,4 @@ def begin(ops: Any, session: Any, header_bytes: bytes, payload_len: int) -> Dire
                else memoryview(cast(bytearray, scratch))[: ns.block_bytes]
                for place in coalesce(places)]
     blocks = [None if ext is None else [host.view(off, n) for off, n in ext] for ext in extents]
-    return DirectPut(store, ns.name, hashes, owner, targets, scratch, ops.buffers, put.sums,
-                     blocks)
+    return DirectPut(store, ns.name, put, owner, targets, scratch, ops.buffers, blocks)

@@ -164,6 +164,7 @@ class Ops:
 
     async def put(self, session: Session, req: Put, payload: memoryview) -> Answer:
         ns = self.ctx.ns(session, req.ns)
+        req.read_trailer(payload[payload.nbytes - req.trailer_bytes:])
         blocks = split_payload(payload, req.sizes)
         for block in blocks:  # refuse before storing anything: no block partially visible
             ns.check_size(block.nbytes)

@@ -76,7 +76,8 @@ SAMPLES: list[Request] = [
     Hello("secret", "client-1"), Hello(), Ping(),
     Register("llama", 4096, Layout(model_id="m", extra={"k": [1]}), "xxh3_64", "seed", "t1"),
     Register("n", 1),
-    Namespaces(), Put("ns", H, [3, 4], durable=True), Put("ns", H, [5, 2]), Get("ns", H),
+    Namespaces(), Put("ns", H, [3, 4], durable=True), Put("ns", H, [5, 2]),
+    Put("ns", H, [5, 2], trailer=True), Get("ns", H),
     Get("ns", H, checked=True), Check("ns", H),
     Lookup("ns", H), Prefetch("ns", H), Pin("ns", H, 2.5), Pin("ns", H), Release("ns", H),
     Delete("ns", H), Stats(), Health(), Flush(),
@@ -119,7 +120,8 @@ def test_every_op_has_a_sample() -> None:
 def test_request_round_trip(msg: Request) -> None:
     header = wire(msg.to_header())
     assert header["op"] == type(msg).op
-    limits = LIMITS._replace(payload_len=sum(getattr(msg, "sizes", ())))
+    limits = LIMITS._replace(payload_len=sum(getattr(msg, "sizes", ()))
+                             + getattr(msg, "trailer_bytes", 0))
     assert decode_request(header, limits) == msg
 
 
@@ -189,6 +191,10 @@ BAD: list[tuple[dict[str, Any], str, str]] = [
      "field 'sizes' must list 2 block sizes"),
     ({"op": "put", "ns": "n", "hashes": H, "sizes": [3, 4], "durable": 1}, "bad_request",
      "field 'durable' must be a boolean"),
+    ({"op": "put", "ns": "n", "hashes": H, "sizes": [3, 4], "trailer": True, "sums": [1, 2]},
+     "bad_request", "a put sends its 'sums' in the header or in a trailer, not both"),
+    ({"op": "put", "ns": "n", "hashes": H, "sizes": [3, 4], "trailer": True}, "bad_request",
+     "a put with a trailer ends with 16 bytes of checksums; its payload has 7"),
     ({"op": "shm_reserve", "ns": "n", "hashes": H, "lease_s": True}, "bad_request",
      "field 'lease_s' must be a finite, positive number of seconds"),
     ({"op": "shm_lookup", "ns": "n", "hashes": "nope"}, "bad_request",
