@@ -5,13 +5,14 @@ server that speaks protocol 2 (older ones get ``sums`` in the header, as before)
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Callable
 
 import pytest
 
 from kvstore.checksum import checksums
-from kvstore.client import KVStoreClient
+from kvstore.client import AsyncKVStoreClient, KVStoreClient
 from kvstore.client.discovery import Route
 from kvstore.client.summed import ALONGSIDE, frame_groups
 from kvstore.client.transfer import sent_summed
@@ -85,6 +86,18 @@ def test_the_client_puts_with_a_trailer_over_tcp(srv: ServerProc) -> None:
     with KVStoreClient(srv.url, use_shm=False, transport="tcp") as c:
         assert c.put("t", keys, data).stored == 40
         assert c.get("t", keys) == data
+
+
+def test_the_async_client_puts_with_a_trailer_over_tcp(srv: ServerProc) -> None:
+    data = [os.urandom(BLOCK) for _ in range(40)]  # over ALONGSIDE: hashed after the write
+    keys = [h(200 + i) for i in range(40)]
+
+    async def main() -> None:
+        async with AsyncKVStoreClient(srv.url, use_shm=False, transport="tcp") as c:
+            assert (await c.put("t", keys, data)).stored == 40
+            assert await c.get("t", keys) == data
+
+    asyncio.run(main())
 
 
 def _route(protocol: int) -> Route:
