@@ -59,7 +59,7 @@ def test_what_a_node_holds_is_published_with_its_tier(
     node.start()
     try:
         index = ClusterIndex(connect(redis_server.url)[0], 16)
-        wait_for(lambda: node.status().slot is not None)
+        wait_for(lambda: node.status().redis.connected)  # joined, beaten, listed
         slot = node.status().slot
         assert slot is not None
         first = [os.urandom(32) for _ in range(4)]
@@ -92,7 +92,7 @@ def test_redis_away_degrades_the_node_and_back_empty_gets_everything_again(
     node = ClusterNode(quick(redis_server.url, "a", max_pending=16), store, "test")
     node.start()
     try:
-        wait_for(lambda: node.status().slot is not None)
+        wait_for(lambda: node.status().redis.connected)  # joined, beaten, listed
         before = [os.urandom(32) for _ in range(6)]
         store.put(NS.name, before, [os.urandom(B)] * 6)
         wait_for(lambda: node.status().index.pending == 0 and node.status().index.published >= 6)
@@ -142,7 +142,7 @@ def test_a_node_on_a_redis_cluster(redis_cluster: RedisCluster,
     node = ClusterNode(quick(redis_cluster.url, "rc-a"), store, "test")
     node.start()
     try:
-        wait_for(lambda: node.status().slot is not None)
+        wait_for(lambda: node.status().redis.connected)  # joined, beaten, listed
         status = node.status()
         assert status.redis.cluster_mode and status.redis.connected
         hashes = [os.urandom(32) for _ in range(40)]
