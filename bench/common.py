@@ -83,17 +83,24 @@ def row(
     }
 
 
-def report(bench: str, rows: list[dict[str, Any]], json_path: str | None) -> None:
-    """Print ``rows`` as a table and write the JSON report when asked."""
+def table(rows: Sequence[dict[str, Any]]) -> str:
+    """``rows`` as a plain table, one column per key any row has."""
     cols = list(dict.fromkeys(k for r in rows for k in r))
     cells = [[_fmt(r.get(c)) for c in cols] for r in rows]
     widths = [max(len(c), *(len(x[i]) for x in cells)) for i, c in enumerate(cols)]
-    print("  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True)))
-    for x in cells:
-        print("  ".join(v.ljust(w) for v, w in zip(x, widths, strict=True)))
+    lines = ["  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True))]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(x, widths, strict=True)) for x in cells]
+    return "\n".join(lines)
+
+
+def report(bench: str, rows: list[dict[str, Any]], json_path: str | None,
+           extra: dict[str, Any] | None = None) -> None:
+    """Print ``rows`` as a table and write the JSON report when asked (with ``extra``'s
+    keys beside ``rows``)."""
+    print(table(rows))
     if json_path:
         Path(json_path).parent.mkdir(parents=True, exist_ok=True)
-        doc = {"bench": bench, "machine": machine(), "rows": rows}
+        doc = {"bench": bench, "machine": machine(), "rows": rows, **(extra or {})}
         Path(json_path).write_text(json.dumps(doc, indent=1))
         print(f"wrote {json_path}")
 
