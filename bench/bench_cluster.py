@@ -7,9 +7,11 @@ a cluster over one ``redis-server``, and a node alone.
 - put: TCP puts into a node in the cluster against the same into a node alone; target 0.9;
 - lookup p99: a chain held on the node (cluster against alone), and a chain nobody holds
   (the cluster node asks Redis too);
-- Redis: bytes of Redis memory per block published, and Redis calls per put.
+- Redis: bytes of Redis memory per block published, and Redis calls per put;
+- fleet (``bench/cluster_fleet.py``): a trace's token hit rate on four nodes in a cluster,
+  against four isolated nodes and four sharing only an S3 tier.
 
-``--quick`` runs it in well under a minute.
+``--sections`` picks some of costs and fleet; ``--quick`` runs all in a few minutes.
 """
 
 from __future__ import annotations
@@ -22,16 +24,19 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import interleaved, report, row
+from bench.cluster_fleet import fleet_rows, fleet_table
+from bench.common import interleaved, report, row, table
 from bench.raw_socket import RawServer
 from kvstore.client import KVStoreClient
 from kvstore.testing.redis_server import RedisServer
 from kvstore.testing.server import ServerProc
 
 LAYOUT = {"model_id": "bench", "block_size": 16}
+SECTIONS = ("costs", "fleet")
 
 
 def chain(n: int) -> list[bytes]:
@@ -62,16 +67,11 @@ def redis_memory(redis: RedisServer) -> int:
     return 0
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="well under a minute")
-    p.add_argument("--json", default=None, help="write the report here")
-    p.add_argument("--block", type=int, default=256 << 10, help="block bytes")
-    args = p.parse_args()
+def costs(args: argparse.Namespace, root: Path) -> list[dict[str, Any]]:
+    """Two nodes in a cluster and a node alone: peer read, put, lookup and Redis rows."""
     n = 32 if args.quick else 128  # blocks per call
     reps = 3 if args.quick else 7
     block = args.block
-    root = Path(tempfile.mkdtemp(prefix="kvcluster-"))
     redis = RedisServer(root / "redis").start()
     flags = ["--cluster", redis.url, "--cluster-heartbeat-s", "0.2"]
     size = f"{max(256, 4 * n * block >> 20)}MiB"
@@ -169,7 +169,28 @@ def main() -> int:
         for s in (a, b, alone):
             s.stop()
         redis.stop()
-    report("bench_cluster", rows, args.json)
+    return rows
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="a few minutes")
+    p.add_argument("--json", default=None, help="write the report here")
+    p.add_argument("--block", type=int, default=256 << 10, help="block bytes (costs)")
+    p.add_argument("--sections", default=",".join(SECTIONS),
+                   help=f"comma-separated, of: {', '.join(SECTIONS)}")
+    args = p.parse_args()
+    sections = set(args.sections.split(","))
+    if not sections <= set(SECTIONS):
+        p.error(f"unknown sections {sorted(sections - set(SECTIONS))}")
+    root = Path(tempfile.mkdtemp(prefix="kvcluster-"))
+    rows = costs(args, root) if "costs" in sections else []
+    extra: dict[str, Any] = {}
+    if "fleet" in sections:
+        fleet, extra["fleet"] = fleet_rows(root, args.quick)
+        rows += fleet
+        print(table(fleet_table(extra["fleet"])), end="\n\n")
+    report("bench_cluster", rows, args.json, extra)
     return 0
 
 
