@@ -9,9 +9,11 @@ a cluster over one ``redis-server``, and a node alone.
   (the cluster node asks Redis too);
 - Redis: bytes of Redis memory per block published, and Redis calls per put;
 - fleet (``bench/cluster_fleet.py``): a trace's token hit rate on four nodes in a cluster,
-  against four isolated nodes and four sharing only an S3 tier.
+  against four isolated nodes and four sharing only an S3 tier;
+- scale (``bench/cluster_scale.py``): Redis memory, calls, CPU and index staleness modelled
+  for 16 to 1,024 nodes from costs measured on a real Redis and a 3-master Redis Cluster.
 
-``--sections`` picks some of costs and fleet; ``--quick`` runs all in a few minutes.
+``--sections`` picks some of costs, fleet and scale; ``--quick`` runs all in a few minutes.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.cluster_fleet import fleet_rows, fleet_table
+from bench.cluster_scale import scale_rows
+from bench.cluster_scale_model import model_table
 from bench.common import interleaved, report, row, table
 from bench.raw_socket import RawServer
 from kvstore.client import KVStoreClient
@@ -36,7 +40,7 @@ from kvstore.testing.redis_server import RedisServer
 from kvstore.testing.server import ServerProc
 
 LAYOUT = {"model_id": "bench", "block_size": 16}
-SECTIONS = ("costs", "fleet")
+SECTIONS = ("costs", "fleet", "scale")
 
 
 def chain(n: int) -> list[bytes]:
@@ -176,6 +180,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="a few minutes")
     p.add_argument("--json", default=None, help="write the report here")
+    p.add_argument("--plot", default=None, help="write the scale model's PNG here")
     p.add_argument("--block", type=int, default=256 << 10, help="block bytes (costs)")
     p.add_argument("--sections", default=",".join(SECTIONS),
                    help=f"comma-separated, of: {', '.join(SECTIONS)}")
@@ -190,6 +195,10 @@ def main() -> int:
         fleet, extra["fleet"] = fleet_rows(root, args.quick)
         rows += fleet
         print(table(fleet_table(extra["fleet"])), end="\n\n")
+    if "scale" in sections:
+        scale, extra["scale"] = scale_rows(root, args.quick, args.plot)
+        rows += scale
+        print(table(model_table(extra["scale"])), end="\n\n")
     report("bench_cluster", rows, args.json, extra)
     return 0
 
