@@ -189,6 +189,11 @@ class ClusterNode:
                           started_at=self._started_at, blocks=stats.totals.blocks, tiers=tiers,
                           peer_read_bytes_per_s=rate)
 
+    @property
+    def connected(self) -> bool:
+        """Whether Redis answered the last heartbeat (a read of one field: no lock taken)."""
+        return self._connected
+
     def roster(self) -> Roster | None:
         """Every node as Redis listed it at the last heartbeat (None while Redis does not
         answer). Asks nothing of Redis: a status or a scrape never waits on it."""
