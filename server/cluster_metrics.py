@@ -34,5 +34,6 @@ class ClusterCollector(Collector):
         for name, value, text in (
                 ("published", index.published, "block placements published"),
                 ("resyncs", index.resyncs, "full republications of what the node holds"),
-                ("dropped", index.dropped, "placements dropped while Redis was away")):
+                ("dropped", index.dropped, "placements dropped while Redis was away"),
+                ("swept", index.swept, "index records of forgotten nodes removed")):
             yield CounterMetricFamily(f"kvstore_cluster_index_{name}", text, value=float(value))
