@@ -7,14 +7,23 @@ a cluster over one ``redis-server``, and a node alone.
 - put: TCP puts into a node in the cluster against the same into a node alone; target 0.9;
 - lookup p99: a chain held on the node (cluster against alone), and a chain nobody holds
   (the cluster node asks Redis too);
-- Redis: bytes of Redis memory per block published, and Redis calls per put.
+- Redis: bytes of Redis memory per block published, and Redis calls per put;
+- cross-node hits (:mod:`cluster_ttft`): the time to first token of a fresh engine, the
+  built-in one and real vLLM (CPU build, ``KVStoreConnector``), whose long prefix is on its own
+  node, only on a peer node (found through Redis), only in S3 (SeaweedFS, a node without a
+  cluster) or nowhere (recomputed); the peer case against recomputing (target 5) and against
+  S3 (target 3), against its own node (stated), and own and S3 against recomputing. With
+  ``--json PATH`` the TTFT bars are drawn beside it (``PATH`` with ``.png``).
 
-``--quick`` runs it in well under a minute.
+``--quick`` runs it in a few minutes, most of them the cross-node rows (five engine processes
+per engine kind, recomputing a 2k-token prefix three times each round); ``--no-vllm`` leaves
+vLLM out (where it is not installed).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import statistics
 import sys
@@ -25,6 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.cluster_ttft import cross_node_ttft, plot
 from bench.common import interleaved, report, row
 from bench.raw_socket import RawServer
 from kvstore.client import KVStoreClient
@@ -64,10 +74,15 @@ def redis_memory(redis: RedisServer) -> int:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="well under a minute")
+    p.add_argument("--quick", action="store_true",
+                   help="a few minutes, most of them the cross-node TTFT rows")
     p.add_argument("--json", default=None, help="write the report here")
     p.add_argument("--block", type=int, default=256 << 10, help="block bytes")
+    p.add_argument("--no-vllm", action="store_true",
+                   help="cross-node TTFT for the built-in engine only (no vLLM installed)")
     args = p.parse_args()
+    if not args.no_vllm and importlib.util.find_spec("vllm") is None:
+        p.error("vLLM is not importable: install it or pass --no-vllm")
     n = 32 if args.quick else 128  # blocks per call
     reps = 3 if args.quick else 7
     block = args.block
@@ -169,7 +184,13 @@ def main() -> int:
         for s in (a, b, alone):
             s.stop()
         redis.stop()
+    ttft = cross_node_ttft(args.quick, vllm=not args.no_vllm)
+    rows += ttft
     report("bench_cluster", rows, args.json)
+    if args.json:
+        png = Path(args.json).with_suffix(".png")
+        plot(ttft, png)
+        print(f"wrote {png}")
     return 0
 
 
