@@ -7,12 +7,15 @@ and the counters ``kvstore_cluster_index_published_total``, ``..._resyncs_total`
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from kvstore.cluster.node import ClusterNode
 from kvstore.protocol.cluster import NodeState
+
+if TYPE_CHECKING:
+    from kvstore.cluster.node import ClusterNode
 
 
 class ClusterCollector(Collector):

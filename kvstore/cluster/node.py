@@ -21,10 +21,11 @@ from kvstore.cluster.claims import Claims
 from kvstore.cluster.config import ClusterConfig
 from kvstore.cluster.index import ClusterIndex
 from kvstore.cluster.keys import TIER_CODES
-from kvstore.cluster.link import RedisClient, RedisError, connect, masked
+from kvstore.cluster.link import RedisClient, RedisError, connect
 from kvstore.cluster.members import Membership, Roster
 from kvstore.cluster.publisher import Publisher
 from kvstore.cluster.sweep import Sweeper
+from kvstore.cluster.urls import masked
 from kvstore.errors import NamespaceConflictError
 from kvstore.namespace import Namespace
 from kvstore.protocol.cluster import (
@@ -115,6 +116,7 @@ class ClusterNode:
             return
         try:
             self._publisher.flush(link.index, slot)
+            link.sweeper.resign()
             link.members.leave()
         except RedisError as exc:
             log.warning("could not say goodbye to Redis: %s", exc)

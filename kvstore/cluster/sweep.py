@@ -101,6 +101,12 @@ class Sweeper:
         """Whether this node is walking the index now."""
         return self._walk is not None
 
+    def resign(self) -> None:
+        """Give the lease back if this node holds it (a node that stops): another node walks
+        again at once rather than after the lease runs out."""
+        self._walk = None
+        self._done(keys=[SWEEPER, ORPHANS], args=[self._node_id])
+
     def step(self) -> None:
         """One page of the walk if this node leads one (or becomes the leader now)."""
         try:

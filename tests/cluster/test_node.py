@@ -175,13 +175,15 @@ def test_a_forgotten_nodes_records_are_swept_and_no_others(
             stores[name].put(NS.name, held[name] + shared, [os.urandom(B)] * 10)
         wait_for(lambda: all(n.status().index.published >= 10 for n in nodes.values()))
         slots = {name: node.status().slot for name, node in nodes.items()}
+        # (on the shared Redis Cluster, the nodes of earlier tests are forgotten and swept
+        # first; a, should it stop while it sweeps them, would hold the walk for 30 s)
+        wait_for(lambda: not client.exists(SWEEPER) and not client.scard(ORPHANS))
         nodes["a"]._stop.set()  # silent from now on: it neither beats nor says it leaves
         for thread in nodes["a"]._threads:
             thread.join()
         wait_for(lambda: index.where(NS.name, held["a"]) == [[]] * 6)  # forgotten, swept
         assert [[h.slot for h in hs] for hs in index.where(NS.name, shared + held["b"])] \
             == [[slots["b"]]] * 10
-        # the walk ends (on the shared Redis Cluster, earlier tests' nodes are swept too)
         wait_for(lambda: not client.exists(SWEEPER) and not client.scard(ORPHANS))
         assert nodes["b"].status().index.swept >= 10
         assert [n.node_id for n in nodes["b"].status().nodes] == [f"sw-{backend}-b"]
