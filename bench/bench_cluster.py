@@ -11,14 +11,24 @@ a cluster over one ``redis-server``, and a node alone.
 - fleet (``bench/cluster_fleet.py``): a trace's token hit rate on four nodes in a cluster,
   against four isolated nodes and four sharing only an S3 tier;
 - scale (``bench/cluster_scale.py``): Redis memory, calls, CPU and index staleness modelled
-  for 16 to 1,024 nodes from costs measured on a real Redis and a 3-master Redis Cluster.
+  for 16 to 1,024 nodes from costs measured on a real Redis and a 3-master Redis Cluster;
+- cross-node hits (``bench/cluster_ttft.py``): the time to first token of a fresh engine, the
+  built-in one and real vLLM (CPU build, ``KVStoreConnector``), whose long prefix is on its own
+  node, only on a peer node (found through Redis), only in S3 (SeaweedFS, a node without a
+  cluster) or nowhere (recomputed); the peer case against recomputing (target 5) and against
+  S3 (target 3), against its own node (stated), and own and S3 against recomputing.
 
-``--sections`` picks some of costs, fleet and scale; ``--quick`` runs all in a few minutes.
+``--sections`` picks some of costs, fleet, scale and ttft; ``--quick`` runs all in several
+minutes, most of them the cross-node TTFT rows (five engine processes per engine kind,
+recomputing a 2k-token prefix three times each round); ``--no-vllm`` leaves vLLM out (where it
+is not installed). With ``--json PATH`` the TTFT bars and the scale model are drawn beside it
+(``PATH`` with ``-ttft.png`` and ``-scale.png``).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import statistics
 import sys
@@ -33,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.cluster_fleet import fleet_rows, fleet_table
 from bench.cluster_scale import scale_rows
 from bench.cluster_scale_model import model_table
+from bench.cluster_ttft import cross_node_ttft, plot
 from bench.common import interleaved, report, row, table
 from bench.raw_socket import RawServer
 from kvstore.client import KVStoreClient
@@ -40,7 +51,7 @@ from kvstore.testing.redis_server import RedisServer
 from kvstore.testing.server import ServerProc
 
 LAYOUT = {"model_id": "bench", "block_size": 16}
-SECTIONS = ("costs", "fleet", "scale")
+SECTIONS = ("costs", "fleet", "scale", "ttft")
 
 
 def chain(n: int) -> list[bytes]:
@@ -178,16 +189,21 @@ def costs(args: argparse.Namespace, root: Path) -> list[dict[str, Any]]:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="a few minutes")
-    p.add_argument("--json", default=None, help="write the report here")
-    p.add_argument("--plot", default=None, help="write the scale model's PNG here")
+    p.add_argument("--quick", action="store_true",
+                   help="several minutes, most of them the cross-node TTFT rows")
+    p.add_argument("--json", default=None, help="write the report (and its plots) here")
     p.add_argument("--block", type=int, default=256 << 10, help="block bytes (costs)")
     p.add_argument("--sections", default=",".join(SECTIONS),
                    help=f"comma-separated, of: {', '.join(SECTIONS)}")
+    p.add_argument("--no-vllm", action="store_true",
+                   help="cross-node TTFT for the built-in engine only (no vLLM installed)")
     args = p.parse_args()
     sections = set(args.sections.split(","))
     if not sections <= set(SECTIONS):
         p.error(f"unknown sections {sorted(sections - set(SECTIONS))}")
+    if "ttft" in sections and not args.no_vllm and importlib.util.find_spec("vllm") is None:
+        p.error("vLLM is not importable: install it or pass --no-vllm")
+    plots = Path(args.json) if args.json else None
     root = Path(tempfile.mkdtemp(prefix="kvcluster-"))
     rows = costs(args, root) if "costs" in sections else []
     extra: dict[str, Any] = {}
@@ -196,9 +212,15 @@ def main() -> int:
         rows += fleet
         print(table(fleet_table(extra["fleet"])), end="\n\n")
     if "scale" in sections:
-        scale, extra["scale"] = scale_rows(root, args.quick, args.plot)
+        scale_png = plots.with_name(f"{plots.stem}-scale.png") if plots else None
+        scale, extra["scale"] = scale_rows(root, args.quick, str(scale_png) if scale_png else None)
         rows += scale
         print(table(model_table(extra["scale"])), end="\n\n")
+    if "ttft" in sections:
+        ttft = cross_node_ttft(args.quick, vllm=not args.no_vllm)
+        rows += ttft
+        if plots:
+            plot(ttft, plots.with_name(f"{plots.stem}-ttft.png"))
     report("bench_cluster", rows, args.json, extra)
     return 0
 

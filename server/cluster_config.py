@@ -9,7 +9,7 @@ import socket
 from typing import TYPE_CHECKING
 
 from kvstore.cluster.config import ClusterConfig
-from kvstore.cluster.link import check_url
+from kvstore.cluster.urls import check_url
 
 if TYPE_CHECKING:
     from server.settings import ServerSettings

@@ -7,12 +7,15 @@ and the counters ``kvstore_cluster_index_published_total``, ``..._resyncs_total`
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from kvstore.cluster.node import ClusterNode
 from kvstore.protocol.cluster import NodeState
+
+if TYPE_CHECKING:
+    from kvstore.cluster.node import ClusterNode
 
 
 class ClusterCollector(Collector):
@@ -34,5 +37,6 @@ class ClusterCollector(Collector):
         for name, value, text in (
                 ("published", index.published, "block placements published"),
                 ("resyncs", index.resyncs, "full republications of what the node holds"),
-                ("dropped", index.dropped, "placements dropped while Redis was away")):
+                ("dropped", index.dropped, "placements dropped while Redis was away"),
+                ("swept", index.swept, "index records of forgotten nodes removed")):
             yield CounterMetricFamily(f"kvstore_cluster_index_{name}", text, value=float(value))

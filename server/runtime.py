@@ -24,22 +24,19 @@ import socket
 import sys
 import uuid
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 import uvicorn
 
 from kvstore import __version__
 from kvstore.client.discovery import host_id
-from kvstore.cluster.link import masked
-from kvstore.cluster.node import ClusterNode
-from kvstore.cluster.peers import Peers
+from kvstore.cluster.urls import masked
 from kvstore.protocol.frame import PROTOCOL_VERSION
 from kvstore.protocol.info import ServerInfo, ShmInfo
 from kvstore.store import StoreAPI
 from server.auth import Authenticator
-from server.cluster_metrics import ClusterCollector
 from server.dataplane.server import DataPlane
 from server.metrics import ServerMetrics
-from server.peer_fill import PeerFill
 from server.preflight import (
     StartupError,
     bind_tcp,
@@ -51,6 +48,9 @@ from server.preflight import (
 from server.rest.app import create_app
 from server.rest.conn_guard import guarded_http
 from server.settings import ServerSettings
+
+if TYPE_CHECKING:
+    from server.peer_fill import PeerFill
 
 log = logging.getLogger("kvstore.server")
 
@@ -158,6 +158,10 @@ def start_cluster(settings: ServerSettings, store: StoreAPI) -> PeerFill | None:
     config = settings.cluster_config()
     if config is None:
         return None
+    # here, not at the top: a node alone never loads redis-py
+    from kvstore.cluster.node import ClusterNode
+    from kvstore.cluster.peers import Peers
+
     node = ClusterNode(config, store, __version__)
     node.start()
     token = settings.cluster_token.get_secret_value() if settings.cluster_token else None
@@ -180,6 +184,8 @@ async def _serve_node(settings: ServerSettings, store: StoreAPI, rest: list[sock
     info = build_info(settings, store)
     metrics = ServerMetrics(store.stats, store.health)
     if node is not None:
+        from server.cluster_metrics import ClusterCollector
+
         metrics.registry.register(ClusterCollector(node))
     tier = durable_tier(settings)
     app = create_app(store, settings, info, metrics, tier, node, fill)

@@ -140,7 +140,7 @@ def serve(args: argparse.Namespace) -> int:
 def _cluster_view(url: str, heartbeat_s: float) -> ClusterView:
     """The cluster's index as the router reads it, with the nodes' timings."""
     from kvstore.cluster.config import ClusterConfig
-    from kvstore.cluster.link import check_url
+    from kvstore.cluster.urls import check_url
     from kvstore.cluster.view import ClusterView
 
     try:

@@ -24,13 +24,14 @@ from kvstore.client.errors import (
     UnknownNamespaceError,
 )
 from kvstore.client.grant import Grant
+from kvstore.client.landed import Landed
 from kvstore.client.shm import SlabMapping
 from kvstore.client.sync_client import KVStoreClient
 
 __all__ = [
     "AsyncKVStoreClient", "AuthenticationError", "BadRequestError", "BlockSizeError",
     "CapacityError", "Grant", "KVStoreClient", "KVStoreClientError", "KVStoreUnavailableError",
-    "NamespaceConflictError", "PermissionDeniedError", "PinQuotaError", "ProtocolError",
+    "Landed", "NamespaceConflictError", "PermissionDeniedError", "PinQuotaError", "ProtocolError",
     "ServerBusyError",
     "SlabMapping", "StaleStagingError", "StoreUnavailableError", "UnknownNamespaceError",
 ]

@@ -20,6 +20,7 @@ from kvstore.client.core import ClientCore
 from kvstore.client.discovery import Route
 from kvstore.client.errors import KVStoreClientError, ProtocolError
 from kvstore.client.exchange import Exchange, Steps
+from kvstore.client.landed import Landed
 from kvstore.client.stream_conn import AsyncConn
 from kvstore.client.transfer import check_put
 from kvstore.namespace import Layout, Registered
@@ -66,6 +67,10 @@ class AsyncKVStoreClient:
     async def get_into(self, namespace: str, hashes: Sequence[BlockHash],
                        buffers: Sequence[Buffer]) -> list[bool]:
         return await self._run(self._core.transfers.get, namespace, hashes, buffers)
+
+    async def get_into_checked(self, namespace: str, hashes: Sequence[BlockHash],
+                               buffers: Sequence[Buffer]) -> list[Landed | None]:
+        return await self._run(self._core.transfers.get, namespace, hashes, buffers, True)
 
     async def lookup(self, namespace: str,
                      hashes: Sequence[BlockHash]) -> tuple[int, list[str]]:

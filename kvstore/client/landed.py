@@ -10,7 +10,7 @@ received reads it from cache: a check after the whole batch would read it from m
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from kvstore.checksum import Buffer, checksum
 
@@ -28,3 +28,18 @@ def landed(sums: Sequence[int | None] | None, i: int, block: Buffer | None) -> b
     if block is None or sums is None or sums[i] is None:
         return block is not None
     return checksum(block) == sums[i]
+
+
+class Landed(NamedTuple):
+    """A block a checked get copied into its buffer. ``checksum``: the checksum the server
+    recorded for it, which its bytes matched as they landed; None where the server sent none
+    (a block it read from a persistent tier, verified there before sending)."""
+
+    checksum: int | None
+
+
+def landings(found: Sequence[object], sums: Sequence[int | None] | None) -> list[Landed | None]:
+    """``get_into``'s answers (True where a block was copied and passed its check) with the
+    checksum each one was checked against; None for a miss."""
+    return [Landed(None if sums is None else sums[i]) if ok else None
+            for i, ok in enumerate(found)]

@@ -26,6 +26,7 @@ from kvstore.client.discovery import Route
 from kvstore.client.errors import KVStoreClientError, ProtocolError
 from kvstore.client.exchange import Link, Steps, run_blocking
 from kvstore.client.grant import Grant
+from kvstore.client.landed import Landed
 from kvstore.client.shm import SlabMapping
 from kvstore.client.socket_conn import FrameSocket
 from kvstore.client.transfer import check_put
@@ -82,6 +83,13 @@ class KVStoreClient:
                  buffers: Sequence[Buffer]) -> list[bool]:
         """Copy each block into the matching writable buffer; True where found."""
         return self._run(self._core.transfers.get, namespace, hashes, buffers)
+
+    def get_into_checked(self, namespace: str, hashes: Sequence[BlockHash],
+                         buffers: Sequence[Buffer]) -> list[Landed | None]:
+        """:meth:`get_into`, saying for each block copied the checksum its bytes were checked
+        against as they landed (a receiver that keeps the blocks need not hash them again);
+        None for a miss."""
+        return self._run(self._core.transfers.get, namespace, hashes, buffers, True)
 
     def lookup(self, namespace: str, hashes: Sequence[BlockHash]) -> tuple[int, list[str]]:
         """``(prefix_blocks, tiers)``: the longest cached prefix and each block's tier."""

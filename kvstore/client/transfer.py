@@ -23,6 +23,7 @@ from kvstore.client.errors import (
     StaleStagingError,
 )
 from kvstore.client.exchange import Call, Link, Steps
+from kvstore.client.landed import landings
 from kvstore.client.plan import batches, frame_batch, get_batch, merge_put, slab_room
 from kvstore.client.shm import SlabMapping, read_checked, read_into_checked, write_fenced
 from kvstore.client.staging import StagedPlaces
@@ -159,9 +160,9 @@ class Transfers:
 
     # -- gets -----------------------------------------------------------------------------
     def get(self, link: Link, ns: str, hashes: Sequence[BlockHash],
-            into: Sequence[Buffer] | None) -> Steps[list[Any]]:
+            into: Sequence[Buffer] | None, summed: bool = False) -> Steps[list[Any]]:
         """Each block's bytes or None; with ``into``, whether it was copied into its
-        buffer."""
+        buffer, or with ``summed`` too, its :class:`Landed` (None for a miss)."""
         hashes = list(hashes)
         out: list[Any] = []
         lo = 0
@@ -174,7 +175,7 @@ class Transfers:
             hs, dest = hashes[lo:hi], None if into is None else into[lo:hi]
             part = None
             if link.slab is not None:
-                part = yield from self._get_mapped(link.slab, ns, hs, dest)
+                part = yield from self._get_mapped(link.slab, ns, hs, dest, summed)
             if part is None:  # no slab, or the host tier is full of pinned blocks
                 try:
                     header, part = yield Call(Get(ns, hs, checked=True), into=dest)
@@ -185,9 +186,12 @@ class Transfers:
                     continue
                 # the connection checked each block as it landed; a miss where one was sent
                 # failed: the server hashes its copy and drops the block if it is bad
-                bad = GetReply.from_header(header).bad(part)
+                reply = GetReply.from_header(header)
+                bad = reply.bad(part)
                 if bad:
                     yield Call(Check(ns, [hs[i] for i in bad]), noreply=True)
+                if summed:
+                    part = landings(part, reply.sums)
                 for block in part:  # learn the block size: later batches fit the frame
                     if isinstance(block, bytes | bytearray | memoryview):
                         self.block_bytes[ns] = memoryview(block).nbytes
@@ -197,7 +201,8 @@ class Transfers:
         return out
 
     def _get_mapped(self, slab: SlabMapping, ns: str, hs: list[BlockHash],
-                    dest: Sequence[Buffer] | None) -> Steps[list[Any] | None]:
+                    dest: Sequence[Buffer] | None, summed: bool = False
+                    ) -> Steps[list[Any] | None]:
         """One batch copied out of the slab; None if the host tier could not pin it."""
         try:
             header, _ = yield Call(ShmAcquire(ns, hs))
@@ -226,4 +231,4 @@ class Transfers:
             yield Call(ShmRelease(ns, hs), noreply=True)
         if bad:  # our copy failed its checksum: the server hashes its own and drops it
             yield Call(ShmCheck(ns, bad), noreply=True)
-        return out
+        return landings(out, acquired.sums) if summed else out

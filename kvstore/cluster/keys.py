@@ -1,6 +1,6 @@
 """Where the cluster's state lies in Redis.
 
-Membership is four small keys under one hash tag (``{kvs}``), so that one script can read or
+Membership is a few small keys under one hash tag (``{kvs}``), so that one script can read or
 change them together on a Redis Cluster too. The block index is spread over many keys:
 
 - ``kvs:ix:<namespace>:<bucket>`` is a Redis hash, one per bucket (``2**index_bits`` per
@@ -22,6 +22,9 @@ REPORTS = f"{PREFIX}:{{m}}:reports"  # hash: node id -> its NodeReport (JSON)
 SLOTS = f"{PREFIX}:{{m}}:slots"  # hash: node id -> its slot, never reused
 NEXT_SLOT = f"{PREFIX}:{{m}}:next-slot"  # counter the slots come from
 SETTINGS = f"{PREFIX}:{{m}}:settings"  # hash: what every node must agree on (index_bits)
+ORPHANS = f"{PREFIX}:{{m}}:orphans"  # set: slots of pruned nodes whose records await a sweep
+SWEEPER = f"{PREFIX}:{{m}}:sweeper"  # string: the node sweeping now (a lease, PX)
+INDEX_MATCH = f"{PREFIX}:ix:*"  # every index bucket of every namespace
 
 FIELD_BYTES = 16
 SLOT_BYTES = 4

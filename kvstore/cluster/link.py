@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import redis
 from redis.client import Pipeline
@@ -20,26 +19,6 @@ SOCKET_TIMEOUT_S = 2.0  # seconds any Redis call may take before it counts as a 
 
 RedisClient = redis.Redis | RedisCluster
 RedisError = redis.RedisError  # what every failed call raises (timeouts and refusals too)
-
-
-def masked(url: str) -> str:
-    """``url`` with its password (if any) replaced by ``***``."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    netloc = f"{user}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
-
-
-def check_url(url: str) -> str:
-    """``url`` if redis-py can use it; ValueError naming the problem otherwise."""
-    scheme = urlsplit(url).scheme
-    if scheme not in ("redis", "rediss", "unix"):
-        raise ValueError(f"cluster URL {masked(url)!r} must start with redis://, rediss:// or "
-                         "unix://")
-    return url
 
 
 def connect(url: str) -> tuple[RedisClient, bool]:

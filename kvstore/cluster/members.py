@@ -3,7 +3,9 @@
 Time is Redis' own (``TIME`` inside the scripts), so the nodes' clocks never need to agree: a
 node is ``up`` while its last heartbeat is at most ``suspect_after_s`` old by Redis' clock,
 ``suspect`` up to ``gone_after_s``, then ``gone``; after ``forget_after_s`` any node's
-heartbeat prunes it from the list (its slot is never given to another node).
+heartbeat prunes it from the list. A slot is never given to another node, nor again to a
+pruned one (it joins anew under a new slot): the pruned slot's records are swept from the
+index (:mod:`kvstore.cluster.sweep`) without racing a node that publishes under it.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvstore.cluster.config import ClusterConfig
-from kvstore.cluster.keys import MEMBERS, NEXT_SLOT, REPORTS, SETTINGS, SLOTS
+from kvstore.cluster.keys import MEMBERS, NEXT_SLOT, ORPHANS, REPORTS, SETTINGS, SLOTS
 from kvstore.cluster.link import RedisClient
 from kvstore.protocol.cluster import NodeReport, NodeState, NodeView
 
@@ -30,19 +32,30 @@ end
 return {tonumber(s), bits}
 """
 
-# KEYS: MEMBERS, REPORTS; ARGV: node id, report JSON, forget-after ms. Records the beat at
-# Redis' time, prunes nodes silent past forget-after, returns Redis' time in ms.
+# KEYS: MEMBERS, REPORTS, SLOTS, ORPHANS; ARGV: node id, report JSON, forget-after ms, the
+# node's slot. Records the beat at Redis' time unless the node's slot is no longer its own
+# (it was pruned: it must join again, under a new slot), prunes nodes silent past forget-after
+# (their slots go to ORPHANS, for their records to be swept, and are never given again), and
+# returns {Redis' time in ms or -1 for a lost slot, how many slots await a sweep}.
 _BEAT = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if redis.call('HGET', KEYS[3], ARGV[1]) ~= ARGV[4] then
+  return {-1, redis.call('SCARD', KEYS[4])}
+end
 redis.call('ZADD', KEYS[1], now, ARGV[1])
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 local old = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[3]))
 for _, id in ipairs(old) do
   redis.call('ZREM', KEYS[1], id)
   redis.call('HDEL', KEYS[2], id)
+  local s = redis.call('HGET', KEYS[3], id)
+  if s then
+    redis.call('SADD', KEYS[4], s)
+    redis.call('HDEL', KEYS[3], id)
+  end
 end
-return now
+return {now, redis.call('SCARD', KEYS[4])}
 """
 
 # KEYS: MEMBERS; ARGV: node id, gone-after ms. Dates its last beat back past gone-after.
@@ -101,11 +114,15 @@ class Membership:
                              "node ids than the index can number")
         return int(slot), int(bits)
 
-    def beat(self, report: NodeReport) -> None:
-        """One heartbeat carrying ``report``."""
+    def beat(self, slot: int, report: NodeReport) -> int | None:
+        """One heartbeat of the node joined as ``slot``, carrying ``report``: how many pruned
+        nodes' slots await a sweep of their records, or None if ``slot`` is no longer this
+        node's (it was pruned meanwhile and must join again)."""
         forget_ms = int(self._config.forget_after_s * 1000)
-        self._beat(keys=[MEMBERS, REPORTS],
-                   args=[self._config.node_id, report.model_dump_json(), forget_ms])
+        now, orphans = self._beat(keys=[MEMBERS, REPORTS, SLOTS, ORPHANS],
+                                  args=[self._config.node_id, report.model_dump_json(),
+                                        forget_ms, slot])
+        return None if int(now) < 0 else int(orphans)
 
     def leave(self) -> None:
         """Say the node stopped: it is ``gone`` at once rather than after ``gone_after_s``."""

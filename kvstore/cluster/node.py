@@ -21,9 +21,11 @@ from kvstore.cluster.claims import Claims
 from kvstore.cluster.config import ClusterConfig
 from kvstore.cluster.index import ClusterIndex
 from kvstore.cluster.keys import TIER_CODES
-from kvstore.cluster.link import RedisClient, RedisError, connect, masked
+from kvstore.cluster.link import RedisClient, RedisError, connect
 from kvstore.cluster.members import Membership, Roster
 from kvstore.cluster.publisher import Publisher
+from kvstore.cluster.sweep import Sweeper
+from kvstore.cluster.urls import masked
 from kvstore.errors import NamespaceConflictError
 from kvstore.namespace import Namespace
 from kvstore.protocol.cluster import (
@@ -58,6 +60,7 @@ class _Link:
         self.members = Membership(client, config)
         self.index = ClusterIndex(client, config.index_bits)
         self.claims = Claims(client, config.node_id)
+        self.sweeper = Sweeper(client, config.node_id, config.heartbeat_s)
 
     def join(self, config: ClusterConfig) -> int:
         slot, bits = self.members.join()
@@ -87,6 +90,7 @@ class ClusterNode:
         self._error: str | None = None
         self._resync_owed = True
         self._roster: Roster | None = None  # as of the last heartbeat
+        self._orphans = 0  # forgotten nodes' slots whose records await a sweep (last beat)
         self._fetched_blocks = self._fetched_bytes = 0
         self._fetch_s = 0.0
         self._threads = [threading.Thread(target=self._run, args=(f, p), name=n, daemon=True)
@@ -112,6 +116,7 @@ class ClusterNode:
             return
         try:
             self._publisher.flush(link.index, slot)
+            link.sweeper.resign()
             link.members.leave()
         except RedisError as exc:
             log.warning("could not say goodbye to Redis: %s", exc)
@@ -135,19 +140,30 @@ class ClusterNode:
             link = _Link(client, clustered, self.config)
             with self._state:
                 self._link = link
-        if not self._connected or self._slot is None:
-            slot = link.join(self.config)
-            with self._state:
-                if slot != self._slot:
-                    log.info("node %s joined as slot %d", self.config.node_id, slot)
-                self._slot, self._resync_owed = slot, True
-        link.members.beat(self._report())
+        slot = self._slot
+        if not self._connected or slot is None:
+            slot = self._join(link)
+        orphans = link.members.beat(slot, self._report())
+        if orphans is None:  # pruned while silent: its old slot's records are swept
+            log.warning("node %s was forgotten by the cluster (silent past forget_after_s); "
+                        "joining again", self.config.node_id)
+            orphans = link.members.beat(self._join(link), self._report())
         roster = link.members.roster()
         with self._state:
             self._roster = roster
+            self._orphans = orphans or 0
             if not self._connected:
                 log.info("connected to Redis at %s", masked(self.config.url))
             self._connected, self._error = True, None
+
+    def _join(self, link: _Link) -> int:
+        """Join (again): this node's slot, everything it holds owed to the index under it."""
+        slot = link.join(self.config)
+        with self._state:
+            if slot != self._slot:
+                log.info("node %s joined as slot %d", self.config.node_id, slot)
+            self._slot, self._resync_owed = slot, True
+        return slot
 
     def _publish_once(self) -> None:
         with self._state:
@@ -168,6 +184,10 @@ class ClusterNode:
             if not done:
                 return
         self._publisher.flush(link.index, slot)
+        with self._state:
+            orphans = self._orphans
+        if orphans or link.sweeper.leading:
+            link.sweeper.step()
 
     def _failed(self, exc: Exception) -> None:
         with self._state:
@@ -188,6 +208,11 @@ class ClusterNode:
                           rest_url=self.config.rest_url, version=self._version,
                           started_at=self._started_at, blocks=stats.totals.blocks, tiers=tiers,
                           peer_read_bytes_per_s=rate)
+
+    @property
+    def connected(self) -> bool:
+        """Whether Redis answered the last heartbeat (a read of one field: no lock taken)."""
+        return self._connected
 
     def roster(self) -> Roster | None:
         """Every node as Redis listed it at the last heartbeat (None while Redis does not
@@ -272,8 +297,11 @@ class ClusterNode:
             fetched = PeerCounts(blocks=self._fetched_blocks, bytes=self._fetched_bytes,
                                  seconds=round(self._fetch_s, 6))
         c = self.config
+        link = self._link
+        index = self._publisher.view()
+        index.swept = link.sweeper.swept if link is not None else 0
         return ClusterStatus(node_id=c.node_id, slot=slot, redis=redis,
-                             index=self._publisher.view(), fetched=fetched,
+                             index=index, fetched=fetched,
                              heartbeat_s=c.heartbeat_s,
                              suspect_after_s=c.suspect_after_s, gone_after_s=c.gone_after_s,
                              nodes=roster.nodes if roster is not None else [])

@@ -13,13 +13,14 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from kvstore.client import KVStoreClient
+from kvstore.client import KVStoreClient, Landed
 from kvstore.client.errors import KVStoreClientError
 from kvstore.cluster.node import ClusterNode, Source
 from kvstore.errors import KVStoreError
 from kvstore.namespace import Namespace
+from kvstore.protocol import Buffer
 from kvstore.protocol.cluster import PEER_OWNER, NodeView
 from kvstore.types import BlockHash
 
@@ -56,6 +57,17 @@ class Peers:
         """Blocks of ``ns`` from ``node`` (None for each it lacks or that fails its checksum).
         The namespace is registered there first, once: a peer holding it with another
         definition refuses (``NamespaceConflictError``), and is not read."""
+        return self._registered_client(node, ns).get(ns.name, hashes)
+
+    def read_into(self, node: NodeView, ns: Namespace, hashes: Sequence[BlockHash],
+                  buffers: Sequence[Buffer]) -> list[Landed | None]:
+        """:meth:`read`, each block copied into its buffer and checked as it lands: its
+        :class:`~kvstore.client.Landed` (the checksum it matched), None where it is missing or
+        failed the check."""
+        return self._registered_client(node, ns).get_into_checked(ns.name, hashes, buffers)
+
+    def _registered_client(self, node: NodeView, ns: Namespace) -> KVStoreClient:
+        """The client to ``node``, with ``ns`` registered there (once)."""
         client = self._client(node)
         mark = (node.node_id, node.rest_url, ns.name)
         if mark not in self._registered:
@@ -63,7 +75,7 @@ class Peers:
                                       ns.hash_seed, tenant=ns.tenant)
             with self._lock:
                 self._registered.add(mark)
-        return client.get(ns.name, hashes)
+        return client
 
     def forget(self, node: NodeView) -> None:
         key = (node.node_id, node.rest_url)
@@ -80,17 +92,24 @@ class Peers:
             client.close()
 
 
-def fetch_run(node: ClusterNode, peers: Peers, ns: Namespace, hashes: Sequence[BlockHash]
-              ) -> tuple[list[BlockHash], list[bytes]]:
-    """The longest leading run of ``hashes`` that other nodes hold, read from them: each
-    stretch from one node that holds all of it (the best tier first), a block a node turns
-    out not to hold taken from another, and that node's stale record removed. The first block
-    is asked of the index alone first: a chain that no other node holds (a new prompt's
-    suffix, the common miss) costs one small Redis read, not one per block."""
-    if not hashes or not node.holders(ns.name, hashes[:1])[0]:
-        return [], []
-    sources = node.holders(ns.name, hashes)
-    got: list[bytes] = []
+Receive = Callable[[NodeView, Sequence[BlockHash]], "list[bool] | None"]
+
+
+def fetch_run(node: ClusterNode, peers: Peers, ns: Namespace, hashes: Sequence[BlockHash],
+              receive: Receive) -> int:
+    """How many leading ``hashes`` other nodes gave: each stretch is read (``receive``: from
+    a node, whether each block landed and was kept; None when this node can keep no more)
+    from one node that holds all of it (the best tier first), a block a node turns out not to
+    hold taken from another, and that node's stale record removed. The first block is asked
+    of the index alone first: a chain that no other node holds (a new prompt's suffix, the
+    common miss) costs one small Redis read, not one per block."""
+    if not hashes:
+        return 0
+    sources = node.holders(ns.name, hashes[:1])
+    if not sources[0]:
+        return 0
+    if len(hashes) > 1:
+        sources += node.holders(ns.name, hashes[1:])
     i = 0
     while i < len(hashes) and sources[i]:
         src = sources[i][0].node
@@ -98,21 +117,21 @@ def fetch_run(node: ClusterNode, peers: Peers, ns: Namespace, hashes: Sequence[B
         while j < len(hashes) and any(s.node.slot == src.slot for s in sources[j]):
             j += 1
         try:
-            blocks = peers.read(src, ns, hashes[i:j])
+            landed = receive(src, hashes[i:j])
         except _FAILED as exc:
             log.warning("peer %s failed reading %d blocks of %s (%s); trying other copies",
                         src.node_id, j - i, ns.name, exc)
             peers.forget(src)
             _drop(sources, src.slot, range(len(sources)))
             continue
-        k = next((n for n, b in enumerate(blocks) if b is None), len(blocks))
-        got += [b for b in blocks[:k] if b is not None]
-        if k < len(blocks):
-            lacking = [hashes[i + n] for n, b in enumerate(blocks) if b is None]
-            node.correct(src, ns.name, lacking)
+        if landed is None:
+            break
+        k = next((n for n, ok in enumerate(landed) if not ok), len(landed))
+        if k < len(landed):
+            node.correct(src, ns.name, [hashes[i + n] for n, ok in enumerate(landed) if not ok])
             _drop(sources, src.slot, range(i + k, j))
         i += k
-    return list(hashes[:len(got)]), got
+    return i
 
 
 def _drop(sources: list[list[Source]], slot: int, at: range) -> None:

@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from kvstore.cluster.config import ClusterConfig
 from kvstore.cluster.index import ClusterIndex
 from kvstore.cluster.keys import SETTINGS
-from kvstore.cluster.link import RedisClient, RedisError, connect, masked
+from kvstore.cluster.link import RedisClient, RedisError, connect
 from kvstore.cluster.members import Membership, Roster
+from kvstore.cluster.urls import masked
 
 log = logging.getLogger("kvstore.cluster")
 

@@ -77,6 +77,8 @@ class IndexView(BaseModel):
                            "Redis was away)")
     dropped: Count = Field(default=0, description="pending placements dropped while Redis was "
                            "away (a full republication follows)")
+    swept: Count = Field(default=0, description="index records of forgotten nodes this node "
+                         "removed")
 
 
 class PeerCounts(BaseModel):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvstore.errors import WouldBlock
 from kvstore.namespace import Namespace
@@ -16,9 +16,11 @@ from kvstore.store import StoreAPI
 from kvstore.types import BlockHash
 from server.auth import Principal
 from server.dataplane.budget import ByteBudget
-from server.peer_fill import PeerFill
 from server.settings import ServerSettings
 from server.tenant_view import resolve
+
+if TYPE_CHECKING:
+    from server.peer_fill import PeerFill
 
 Answer = tuple[Reply, list[Buffer]]
 Handler = Callable[[Any, Any, memoryview], Awaitable[Answer]]

@@ -20,7 +20,7 @@ The ``shm_*`` ops are in :mod:`server.dataplane.shm_ops`.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvstore.namespace import Namespace
 from kvstore.protocol import (
@@ -75,10 +75,12 @@ from server.dataplane.get_reply import read_within, reply_bound
 from server.dataplane.prefetch_share import PrefetchShare
 from server.dataplane.shm_ops import SharedMemoryOps
 from server.errors import AuthError
-from server.peer_fill import PeerFill
 from server.settings import ServerSettings
 from server.tenant_view import as_seen, to_register, visible, visible_health, visible_stats
 from server.writes import durable_put
+
+if TYPE_CHECKING:
+    from server.peer_fill import PeerFill
 
 
 class Ops:

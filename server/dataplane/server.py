@@ -24,7 +24,7 @@ import socket
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvstore.protocol.frame import FrameError
 from kvstore.protocol.info import ServerInfo
@@ -34,9 +34,11 @@ from server.dataplane.conn import Connection
 from server.dataplane.ops import Ops
 from server.dataplane.shm_ops import GRANT_SUFFIX, READ_SUFFIX
 from server.metrics import ServerMetrics
-from server.peer_fill import PeerFill
 from server.preflight import claim_socket_path
 from server.settings import ServerSettings
+
+if TYPE_CHECKING:
+    from server.peer_fill import PeerFill
 
 __all__ = ["Connection", "DataPlane"]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
@@ -20,7 +20,6 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.routing import Match
 
-from kvstore.cluster.node import ClusterNode
 from kvstore.errors import KVStoreError, UnknownNamespaceError
 from kvstore.protocol.info import ServerInfo
 from kvstore.store import StoreAPI
@@ -35,7 +34,6 @@ from server.errors import (
     map_error,
 )
 from server.metrics import ServerMetrics
-from server.peer_fill import PeerFill
 from server.rest import blocks, cluster, dashboard, explain, health, namespaces, ops
 from server.rest.gate import GateMiddleware
 from server.rest.limits import (
@@ -48,6 +46,10 @@ from server.rest.limits import (
 from server.rest.observe import ObserveMiddleware
 from server.settings import ServerSettings
 from server.tenant_view import resolve
+
+if TYPE_CHECKING:
+    from kvstore.cluster.node import ClusterNode
+    from server.peer_fill import PeerFill
 
 log = logging.getLogger("kvstore.server")
 _MAPPED = (KVStoreError, AuthError, ForbiddenError, BlockNotFoundError, InvalidRequestError)

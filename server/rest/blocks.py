@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 from fastapi import APIRouter, Header, Path, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
@@ -16,12 +16,14 @@ from kvstore.types import BlockHash
 from server.auth import Principal
 from server.dataplane.direct_get import DirectGet
 from server.errors import BlockNotFoundError
-from server.peer_fill import PeerFill
 from server.rest.deps import PrincipalDep, StoreDep, errors
 from server.rest.schemas import HEX_PATTERN, REF_PATTERN, DeleteOut, PutOut
 from server.rest.slab_body import SlabResponse
 from server.tenant_view import resolve
 from server.writes import durable_put
+
+if TYPE_CHECKING:
+    from server.peer_fill import PeerFill
 
 router = APIRouter(prefix="/v1/blocks", tags=["blocks"])
 

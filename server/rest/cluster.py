@@ -3,16 +3,18 @@ admin's: it names every node's address and holdings); a 404 on a node without a 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Request
 from starlette.exceptions import HTTPException
 
-from kvstore.cluster.node import ClusterNode
 from kvstore.protocol.cluster import ClusterStatus
 from server.errors import ForbiddenError
 from server.rest.deps import PrincipalDep, errors
 from server.rest.schemas import ErrorBody
+
+if TYPE_CHECKING:
+    from kvstore.cluster.node import ClusterNode
 
 router = APIRouter(tags=["cluster"])
 

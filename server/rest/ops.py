@@ -3,6 +3,8 @@ translate hex to bytes, check the tenant and call the store."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from fastapi import APIRouter, Request
 
 from kvstore.protocol.info import ServerInfo
@@ -11,10 +13,12 @@ from kvstore.store import StoreAPI
 from kvstore.types import BlockHash
 from server.auth import Principal
 from server.errors import InvalidRequestError
-from server.peer_fill import PeerFill
 from server.rest.deps import PrincipalDep, StoreDep, errors
 from server.rest.schemas import HashesIn, LookupOut, PrefetchOut
 from server.tenant_view import resolve, visible_stats
+
+if TYPE_CHECKING:
+    from server.peer_fill import PeerFill
 
 router = APIRouter(prefix="/v1", tags=["operations"])
 

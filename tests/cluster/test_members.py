@@ -39,9 +39,9 @@ def test_a_silent_node_turns_suspect_then_gone_and_a_leaving_one_gone_at_once(
     a = Membership(client, quick(redis_server.url, "a"))
     b = Membership(client, quick(redis_server.url, "b"))
     c = Membership(client, quick(redis_server.url, "c"))
+    slots = {name: m.join()[0] for m, name in ((a, "a"), (b, "b"), (c, "c"))}
     for m, name in ((a, "a"), (b, "b"), (c, "c")):
-        m.join()
-        m.beat(report(name))
+        m.beat(slots[name], report(name))
     states = {n.node_id: n.state for n in a.roster().nodes}
     assert states == {"a": NodeState.UP, "b": NodeState.UP, "c": NodeState.UP}
     c.leave()
@@ -49,7 +49,7 @@ def test_a_silent_node_turns_suspect_then_gone_and_a_leaving_one_gone_at_once(
     seen: dict[str, set[NodeState]] = {"b": set()}
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:  # a keeps beating, b is silent
-        a.beat(report("a"))
+        a.beat(slots["a"], report("a"))
         roster = {n.node_id: n for n in a.roster().nodes}
         assert roster["a"].state is NodeState.UP
         seen["b"].add(roster["b"].state)
@@ -61,14 +61,22 @@ def test_a_silent_node_turns_suspect_then_gone_and_a_leaving_one_gone_at_once(
     assert view.silent_s > 1.0 and view.blocks == 3 and view.address == "127.0.0.1:1"
 
 
-def test_a_node_silent_past_forget_after_is_pruned(redis_server: RedisServer) -> None:
+def test_a_node_silent_past_forget_after_is_pruned_and_comes_back_under_a_new_slot(
+        redis_server: RedisServer) -> None:
     client, _ = connect(redis_server.url)
     a = Membership(client, quick(redis_server.url, "a", forget_after_s=1.5))
     b = Membership(client, quick(redis_server.url, "b", forget_after_s=1.5))
+    slots = {name: m.join()[0] for m, name in ((a, "a"), (b, "b"))}
     for m, name in ((a, "a"), (b, "b")):
-        m.join()
-        m.beat(report(name))
+        assert m.beat(slots[name], report(name)) == 0
     time.sleep(1.7)
-    a.beat(report("a"))
+    assert a.beat(slots["a"], report("a")) == 1  # b pruned: its slot awaits a sweep
     assert [n.node_id for n in a.roster().nodes] == ["a"]
-    assert b.join()[0] == 2  # its slot is kept: records of it in the index stay its own
+    # b, still running, finds out at its next beat that its slot is gone, and joins anew:
+    # the records left under its old slot are swept, never taken for its new ones
+    assert b.beat(slots["b"], report("b")) is None
+    assert [n.node_id for n in a.roster().nodes] == ["a"]
+    new_slot = b.join()[0]
+    assert new_slot not in slots.values()
+    assert b.beat(new_slot, report("b")) == 1
+    assert sorted(n.node_id for n in a.roster().nodes) == ["a", "b"]

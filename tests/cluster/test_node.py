@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from kvstore.cluster.index import ClusterIndex, Holder
-from kvstore.cluster.keys import TIER_CODES
+from kvstore.cluster.keys import ORPHANS, SWEEPER, TIER_CODES
 from kvstore.cluster.link import connect
 from kvstore.cluster.members import Membership
 from kvstore.cluster.node import ClusterNode
@@ -154,3 +154,39 @@ def test_a_node_on_a_redis_cluster(redis_cluster: RedisCluster,
         assert "rc-a" in {n.node_id for n in node.status().nodes}
     finally:
         node.close()
+
+
+@pytest.mark.parametrize("backend", ["redis_server", "redis_cluster"])
+def test_a_forgotten_nodes_records_are_swept_and_no_others(
+        backend: str, request: pytest.FixtureRequest,
+        make_store: Callable[[str], Store]) -> None:
+    redis: RedisServer | RedisCluster = request.getfixturevalue(backend)
+    client = connect(redis.url)[0]
+    client.delete(ORPHANS, SWEEPER)  # the module's Redis Cluster is shared between tests
+    stores = {name: make_store(name) for name in ("a", "b")}
+    nodes = {name: ClusterNode(quick(redis.url, f"sw-{backend}-{name}", forget_after_s=1.5),
+                               store, "test") for name, store in stores.items()}
+    held = {name: [os.urandom(32) for _ in range(6)] for name in nodes}
+    shared = [os.urandom(32) for _ in range(4)]  # held by both: one record each
+    index = ClusterIndex(client, 16)
+    try:
+        for name, node in nodes.items():
+            node.start()
+            stores[name].put(NS.name, held[name] + shared, [os.urandom(B)] * 10)
+        wait_for(lambda: all(n.status().index.published >= 10 for n in nodes.values()))
+        slots = {name: node.status().slot for name, node in nodes.items()}
+        # (on the shared Redis Cluster, the nodes of earlier tests are forgotten and swept
+        # first; a, should it stop while it sweeps them, would hold the walk for 30 s)
+        wait_for(lambda: not client.exists(SWEEPER) and not client.scard(ORPHANS))
+        nodes["a"]._stop.set()  # silent from now on: it neither beats nor says it leaves
+        for thread in nodes["a"]._threads:
+            thread.join()
+        wait_for(lambda: index.where(NS.name, held["a"]) == [[]] * 6)  # forgotten, swept
+        assert [[h.slot for h in hs] for hs in index.where(NS.name, shared + held["b"])] \
+            == [[slots["b"]]] * 10
+        wait_for(lambda: not client.exists(SWEEPER) and not client.scard(ORPHANS))
+        assert nodes["b"].status().index.swept >= 10
+        assert [n.node_id for n in nodes["b"].status().nodes] == [f"sw-{backend}-b"]
+    finally:
+        for node in nodes.values():
+            node.close()

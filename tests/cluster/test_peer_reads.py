@@ -109,6 +109,24 @@ def test_a_chain_on_one_node_comes_byte_identical_from_the_others(
     longer = chain[:5] + [os.urandom(32) for _ in range(3)]
     with KVStoreClient(n0.url) as c:
         assert c.get("chat", longer) == blocks[:5] + [None] * 3
+    # blocks of four 64 KiB slots landing in a slab whose free slots are scattered (every
+    # other one of a namespace of one-slot blocks deleted): each arrives in pieces, whole
+    small, big = 64 << 10, 256 << 10
+    with KVStoreClient(n2.url, use_shm=False, transport="tcp") as c:
+        c.register_namespace("frag", small, LAYOUT)
+        scattered = [os.urandom(32) for _ in range(16)]
+        c.put("frag", scattered, [os.urandom(small) for _ in scattered])
+        assert c.delete("frag", scattered[::2]) == 8
+    with KVStoreClient(n1.url) as c:
+        c.register_namespace("big", big, LAYOUT)
+        large = [os.urandom(32) for _ in range(2)]
+        large_blocks = [os.urandom(big) for _ in large]
+        c.put("big", large, large_blocks)
+    wait_for(lambda: published(redis, n1, "big", large))
+    with KVStoreClient(n2.url, use_shm=False, transport="tcp") as c:
+        c.register_namespace("big", big, LAYOUT)
+        assert c.get("big", large) == large_blocks
+        assert c.lookup("big", large)[1] == ["host", "host"]
 
 
 def test_a_stale_record_is_a_miss_and_is_removed(
@@ -194,7 +212,7 @@ def test_a_node_without_the_clusters_token_reads_nothing_from_it(tmp_path: Path)
 
 
 def test_a_restarted_node_is_read_from_again(
-        fleet: tuple[RedisServer, list[ServerProc]]) -> None:
+        fleet: tuple[RedisServer, list[ServerProc]], tmp_path: Path) -> None:
     redis, (n0, n1, _) = fleet
     chain = [os.urandom(32) for _ in range(6)]
     blocks = [os.urandom(B) for _ in chain]
@@ -207,6 +225,17 @@ def test_a_restarted_node_is_read_from_again(
     with KVStoreClient(n0.url) as c:
         c.register_namespace("chat", B, LAYOUT)
         assert c.get("chat", chain) == blocks
+    # a node without a host tier keeps what it reads from a peer on disk
+    disk_only = ServerProc(tmp_path / "n3", "--cluster", redis.url, "--node-id", "n3",
+                           "--cluster-heartbeat-s", BEAT, host_capacity="0").start()
+    try:
+        wait_for(lambda: status(disk_only).redis.connected)
+        with KVStoreClient(disk_only.url) as c:
+            c.register_namespace("chat", B, LAYOUT)
+            assert c.get("chat", chain) == blocks
+            assert c.lookup("chat", chain)[1] == ["disk"] * len(chain)
+    finally:
+        disk_only.stop()
 
 
 def test_reads_going_on_while_the_holder_is_killed_get_right_bytes_or_misses(

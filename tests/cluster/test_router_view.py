@@ -28,7 +28,7 @@ HOST, DISK = TIER_CODES["host"], TIER_CODES["disk"]
 def join(url: str, node_id: str, peer_rate: float | None = None) -> int:
     members = Membership(connect(url)[0], quick(url, node_id))
     slot, _ = members.join()
-    members.beat(NodeReport(node_id=node_id, address="127.0.0.1:1", version="t",
+    members.beat(slot, NodeReport(node_id=node_id, address="127.0.0.1:1", version="t",
                             started_at=0, peer_read_bytes_per_s=peer_rate))
     return slot
 

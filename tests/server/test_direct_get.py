@@ -5,6 +5,7 @@ its reply is still on the way reaches the reader intact."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import time
@@ -13,7 +14,8 @@ from collections.abc import Callable
 import msgpack
 import pytest
 
-from kvstore.client import KVStoreClient
+from kvstore.checksum import checksum
+from kvstore.client import AsyncKVStoreClient, KVStoreClient, Landed
 from kvstore.protocol.frame import PREFIX
 from kvstore.testing.server import ServerProc
 
@@ -64,6 +66,28 @@ def test_get_over_the_socket_mixes_slab_and_lower_tiers(
         assert c.get_into("dg", asked, into) == [w is not None for w in want]
         assert [bytes(b) for b, w in zip(into, want, strict=True) if w is not None] \
             == [w for w in want if w is not None]
+    assert _until_unpinned(srv) == 0
+
+
+@pytest.mark.parametrize("use_shm", [False, True])
+def test_get_into_checked_names_the_checksum_each_block_was_checked_against(
+    make_server: Callable[..., ServerProc], use_shm: bool,
+) -> None:
+    srv, data = two_tiers(make_server, "uvloop", "dg")
+    asked = [h(7), h(99), h(0)]  # in the host tier, nowhere, on disk
+    into = [bytearray(BLOCK) for _ in asked]
+    transport = "unix" if use_shm else "tcp"  # the slab is shared over the Unix socket
+    with KVStoreClient(srv.url, use_shm=use_shm, transport=transport) as c:
+        got = c.get_into_checked("dg", asked, into)
+    # from disk, a socket get sends the block checked there; a grant promotes it first
+    on_disk = Landed(checksum(data[0]) if use_shm else None)
+    assert got == [Landed(checksum(data[7])), None, on_disk]
+    assert (bytes(into[0]), bytes(into[2])) == (data[7], data[0])
+
+    async def checked() -> list[Landed | None]:
+        async with AsyncKVStoreClient(srv.url, use_shm=use_shm, transport=transport) as c:
+            return await c.get_into_checked("dg", asked[:2], into[:2])
+    assert asyncio.run(checked()) == [Landed(checksum(data[7])), None]
     assert _until_unpinned(srv) == 0
 
 
