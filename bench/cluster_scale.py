@@ -148,12 +148,14 @@ def measure_members(client: RedisClient, servers: Sequence[RedisServer], sizes: 
     for size in sizes:
         for i in range(listed, size):
             cfg = replace(base, node_id=f"node-{i:04d}")
-            Membership(client, cfg).beat(report.model_copy(update={"node_id": cfg.node_id}))
+            other = Membership(client, cfg)
+            other.beat(other.join()[0], report.model_copy(update={"node_id": cfg.node_id}))
         listed = size
         me = Membership(client, base)
+        slot = me.join()[0]
         before = sample(servers)
         for _ in range(beats):
-            me.beat(report)
+            me.beat(slot, report)
             me.roster()
         cost.append(sample(servers).since(before).cpu_s / beats * 1e6)
     per_node = (cost[-1] - cost[0]) / (sizes[-1] - sizes[0])
