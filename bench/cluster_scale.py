@@ -12,7 +12,7 @@ loopback, pipelined as a node sends:
   sent; script calls per batch of 256 changes and ``HMGET`` per lookup of 32 blocks, round
   trips per batch (one per shard);
 - membership: CPU of one heartbeat (beat and list) as a function of the nodes listed, and the
-  bytes each listed node adds to the reply (every node lists every node at every beat).
+  bytes of a report (a node lists every node, reading their reports now and then).
 
 Modelled (``bench/cluster_scale_model.py``), for 16, 64, 256 and 1,024 nodes at the per-node
 load of its ``Load`` (the assumptions): Redis memory, calls/s, CPU, index staleness and Redis

@@ -3,7 +3,8 @@ per-node load, from the costs measured on a real Redis (``IndexCost``, ``MemberC
 
 Per N: index entries and Redis memory, index calls/s (one script call per index change, as a
 node's flush touches that many buckets; one ``HMGET`` per index read), heartbeat calls and
-their replies (every node lists every node at every beat), the CPU share of one Redis
+their replies (a node beats every period and lists every node every ``ceil(N / LIST_FANOUT)``
+beats, reading their reports at one listing in ``REPORTS_EVERY``), the CPU share of one Redis
 command thread for each, the index's staleness (publish period, a round trip and the flush's
 calls served by the busiest master, stretched by 1 / (1 - load) as an M/M/1 queue would) and
 the masters a Redis Cluster needs: the index shards over masters, membership lives under one
@@ -17,6 +18,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
+
+from kvstore.cluster.members import REPORTS_EVERY
+from kvstore.cluster.node import LIST_FANOUT
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,12 +71,21 @@ class IndexCost(NamedTuple):
 
 
 class MemberCost(NamedTuple):
-    """One heartbeat (beat + list): CPU ``base_us + per_node_us * nodes``; reply bytes per
-    listed node."""
+    """One heartbeat (beat + list): CPU ``base_us + per_node_us * nodes`` (the listings mixed
+    as a node makes them: reports read at one in ``REPORTS_EVERY``); a report's bytes."""
 
     base_us: float
     per_node_us: float
     report_bytes: int
+
+    def listed_bytes(self) -> float:
+        """Reply bytes per node listed, averaged over the listings (id, beat and slot: ~40)."""
+        return 40 + self.report_bytes / REPORTS_EVERY
+
+
+def list_every(n: int) -> int:
+    """Beats between a node's listings in a fleet of ``n`` (``kvstore.cluster.node``)."""
+    return max(1, -(-n // LIST_FANOUT))
 
 
 class Scale(NamedTuple):
@@ -83,7 +96,7 @@ class Scale(NamedTuple):
     memory_gib: float
     index_calls_s: float
     beat_calls_s: float
-    roster_mb_s: float  # heartbeat replies (every node lists every node)
+    roster_mb_s: float  # listing replies (every node lists every node, now and then)
     cpu_index: float  # share of one Redis command thread (> 1: one server cannot serve it)
     cpu_beats: float  # membership: on one master whatever the cluster's size
     staleness_ms: float  # with one server (inf: saturated)
@@ -104,12 +117,14 @@ def model(n: int, load: Load, one: IndexCost, sharded: IndexCost, mem: MemberCos
               + n * mem.report_bytes for c in (one, sharded)]
     publish, reads = n * load.changes_s, n * load.reads_s
     cpu = [(publish * c.publish_us + reads * c.lookup_us) / 1e6 for c in (one, sharded)]
-    beats = n / load.heartbeat_s * (mem.base_us + mem.per_node_us * n) / 1e6
+    beats = n / load.heartbeat_s * (mem.base_us + mem.per_node_us * n / list_every(n)) / 1e6
     masters = 0 if beats >= load.redis_cpu else \
         max(math.ceil(cpu[1] / (load.redis_cpu - beats)),
             math.ceil(memory[1] / load.redis_memory))
-    return Scale(n, entries, memory[0] / (1 << 30), publish + reads, 2 * n / load.heartbeat_s,
-                 n * n * mem.report_bytes / load.heartbeat_s / 1e6, cpu[0], beats,
+    beat_calls = n / load.heartbeat_s * (1 + 1 / list_every(n))  # beats and listings
+    return Scale(n, entries, memory[0] / (1 << 30), publish + reads, beat_calls,
+                 n * n * mem.listed_bytes() / list_every(n) / load.heartbeat_s / 1e6,
+                 cpu[0], beats,
                  staleness_ms(load, one, cpu[0], beats, 1),
                  masters, staleness_ms(load, sharded, cpu[1], beats, masters))
 

@@ -161,6 +161,7 @@ def start_cluster(settings: ServerSettings, store: StoreAPI) -> PeerFill | None:
     # here, not at the top: a node alone never loads redis-py
     from kvstore.cluster.node import ClusterNode
     from kvstore.cluster.peers import Peers
+    from server.peer_fill import PeerFill
 
     node = ClusterNode(config, store, __version__)
     node.start()

@@ -66,20 +66,27 @@ redis.call('ZADD', KEYS[1], now - tonumber(ARGV[2]) - 1, ARGV[1])
 return now
 """
 
-# KEYS: MEMBERS, REPORTS, SLOTS. Redis' time in ms, then id, last beat, report, slot per node.
+# KEYS: MEMBERS, REPORTS, SLOTS; ARGV: '1' for the reports too. Redis' time in ms, then id,
+# last beat, slot and (with reports) report per node.
 _LIST = """
 local t = redis.call('TIME')
 local out = {tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)}
 local members = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
+local full = ARGV[1] == '1'
 for i = 1, #members, 2 do
   local id = members[i]
   out[#out + 1] = id
   out[#out + 1] = members[i + 1]
-  out[#out + 1] = redis.call('HGET', KEYS[2], id) or ''
   out[#out + 1] = redis.call('HGET', KEYS[3], id) or '0'
+  if full then out[#out + 1] = redis.call('HGET', KEYS[2], id) or '' end
 end
 return out
 """
+
+# A roster reads every node's report (~500 bytes: tiers, blocks, rates) only every this many
+# listings, or when it lists a node it has no report of; the other listings read each node's
+# last beat and slot alone (the states, a few dozen bytes a node).
+REPORTS_EVERY = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +106,8 @@ class Membership:
 
     def __init__(self, client: RedisClient, config: ClusterConfig) -> None:
         self._config = config
+        self._reports: dict[str, NodeReport] = {}  # as of the last listing that read them
+        self._listings = 0
         self._join = client.register_script(_JOIN)
         self._beat = client.register_script(_BEAT)
         self._list = client.register_script(_LIST)
@@ -130,18 +139,40 @@ class Membership:
                                           int(self._config.gone_after_s * 1000)])
 
     def roster(self) -> Roster:
-        """Every listed node with its state now."""
-        raw = self._list(keys=[MEMBERS, REPORTS, SLOTS])
+        """Every listed node with its state now; its report as of the last listing that read
+        the reports (:data:`REPORTS_EVERY`). Not thread-safe: one caller at a time."""
+        full = self._listings % REPORTS_EVERY == 0
+        self._listings += 1
+        nodes = self._list_nodes(full)
+        if not full and any(node_id not in self._reports for node_id, *_ in nodes):
+            nodes = self._list_nodes(True)  # a node not seen yet: its report now
+        out = []
+        for node_id, silent, slot, report in nodes:
+            if report is not None:
+                self._reports[node_id] = report
+            base = self._reports[node_id]
+            out.append(NodeView(**base.model_dump(), slot=slot, state=self._state(silent),
+                                silent_s=round(silent, 3)))
+        if full:  # forget the reports of nodes no longer listed
+            self._reports = {n.node_id: self._reports[n.node_id] for n in out}
+        return Roster(out)
+
+    def _list_nodes(self, full: bool) -> list[tuple[str, float, int, NodeReport | None]]:
+        """``(node id, seconds silent, slot, report or None)`` of every listed node."""
+        raw = self._list(keys=[MEMBERS, REPORTS, SLOTS], args=["1" if full else "0"])
         now_ms = float(raw[0])
-        nodes = []
-        for i in range(1, len(raw), 4):
-            node_id, last, report, slot = raw[i:i + 4]
-            silent = max(0.0, (now_ms - float(last)) / 1000)
-            base = NodeReport.model_validate_json(report) if report else \
-                NodeReport(node_id=_text(node_id), address="", version="", started_at=0)
-            nodes.append(NodeView(**base.model_dump(), slot=max(1, int(slot)),
-                                  state=self._state(silent), silent_s=round(silent, 3)))
-        return Roster(nodes)
+        step = 4 if full else 3
+        out = []
+        for i in range(1, len(raw), step):
+            node_id, last, slot = _text(raw[i]), raw[i + 1], raw[i + 2]
+            report = None
+            if full:
+                text = raw[i + 3]
+                report = NodeReport.model_validate_json(text) if text else \
+                    NodeReport(node_id=node_id, address="", version="", started_at=0)
+            out.append((node_id, max(0.0, (now_ms - float(last)) / 1000), max(1, int(slot)),
+                        report))
+        return out
 
     def _state(self, silent_s: float) -> NodeState:
         if silent_s <= self._config.suspect_after_s:

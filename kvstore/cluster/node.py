@@ -50,6 +50,14 @@ class Source:
     tier: int
 
 
+# A node lists the other nodes at every beat in a fleet of up to this many, and every
+# ceil(nodes / LIST_FANOUT) beats in a larger one: each listing costs Redis a little per node
+# listed, so listing at every beat would cost it nodes^2 per beat period; this keeps it linear
+# (LIST_FANOUT listings of the whole fleet per beat period) at the price of a roster up to that
+# many beats old in a large fleet (a peer's death is then seen later; reading from a dead peer
+# fails fast and another copy is read).
+LIST_FANOUT = 128
+
 class _Link:
     """What the node holds while Redis answers: the client and the calls over it (the index
     once the node joined: its bits are the cluster's)."""
@@ -91,6 +99,8 @@ class ClusterNode:
         self._resync_owed = True
         self._roster: Roster | None = None  # as of the last heartbeat
         self._orphans = 0  # forgotten nodes' slots whose records await a sweep (last beat)
+        self._beats = 0  # (the beat thread's alone)
+        self._list_every = 1  # beats between two listings of the nodes
         self._fetched_blocks = self._fetched_bytes = 0
         self._fetch_s = 0.0
         self._threads = [threading.Thread(target=self._run, args=(f, p), name=n, daemon=True)
@@ -148,7 +158,11 @@ class ClusterNode:
             log.warning("node %s was forgotten by the cluster (silent past forget_after_s); "
                         "joining again", self.config.node_id)
             orphans = link.members.beat(self._join(link), self._report())
-        roster = link.members.roster()
+        self._beats += 1
+        roster = self._roster
+        if roster is None or not self._connected or self._beats % self._list_every == 0:
+            roster = link.members.roster()
+            self._list_every = max(1, -(-len(roster.nodes) // LIST_FANOUT))
         with self._state:
             self._roster = roster
             self._orphans = orphans or 0

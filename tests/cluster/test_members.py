@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 from kvstore.cluster.link import connect
-from kvstore.cluster.members import Membership
+from kvstore.cluster.members import REPORTS_EVERY, Membership
 from kvstore.protocol.cluster import NodeReport, NodeState
 from kvstore.testing.redis_server import RedisServer
 from tests.cluster.conftest import quick
@@ -80,3 +80,28 @@ def test_a_node_silent_past_forget_after_is_pruned_and_comes_back_under_a_new_sl
     assert new_slot not in slots.values()
     assert b.beat(new_slot, report("b")) == 1
     assert sorted(n.node_id for n in a.roster().nodes) == ["a", "b"]
+
+
+def test_a_roster_reads_the_reports_every_tenth_listing_and_a_new_nodes_at_once(
+        redis_server: RedisServer) -> None:
+    client, _ = connect(redis_server.url)
+    a = Membership(client, quick(redis_server.url, "a"))
+    slot = a.join()[0]
+
+    def beat(blocks: int) -> None:
+        a.beat(slot, report("a").model_copy(update={"blocks": blocks}))
+
+    def blocks() -> dict[str, int]:
+        return {n.node_id: n.blocks for n in a.roster().nodes}
+    beat(1)
+    assert blocks() == {"a": 1}  # the first listing reads the reports
+    beat(2)
+    assert blocks() == {"a": 1}  # the next ones the states alone
+    b = Membership(client, quick(redis_server.url, "b"))
+    b.beat(b.join()[0], report("b"))
+    assert blocks() == {"a": 2, "b": 3}  # a node not seen yet: every report read again
+    beat(4)
+    assert [blocks() for _ in range(REPORTS_EVERY - 3)] == [{"a": 2, "b": 3}] * 7
+    assert blocks() == {"a": 4, "b": 3}  # the tenth listing
+    b.leave()
+    assert {n.node_id: n.state for n in a.roster().nodes}["b"] is NodeState.GONE  # at once
