@@ -4,14 +4,16 @@ One client per peer, over its TCP data plane with the cluster token (a node whos
 not match is refused by the peer, as any client would be). Every block is checked against its
 checksum as it lands (the client's checked get): a damaged or missing block ends the run there
 or is taken from another holder, never served. A peer that fails (dies mid-transfer, times
-out, holds the namespace with another definition) is skipped for the rest of the call and
-another copy is tried; what no peer gives is a miss. Nothing here raises to the caller.
+out, holds the namespace with another definition) is skipped for the rest of the call, and by
+every call for :data:`PEER_COOLDOWN_S` after, and another copy is tried; what no peer gives is
+a miss. Nothing here raises to the caller.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable, Sequence
 
@@ -27,15 +29,21 @@ from kvstore.types import BlockHash
 log = logging.getLogger("kvstore.cluster")
 
 PEER_TIMEOUT_S = 5.0  # seconds one peer call may take before the peer counts as failed
+# seconds a failed peer is not read from: a peer cut off (not refusing) would otherwise cost
+# every read the whole timeout until the roster says it is suspect
+PEER_COOLDOWN_S = 10.0
 _FAILED = (KVStoreClientError, KVStoreError, OSError)
 
 
 class Peers:
     """Clients to the other nodes, made on first use, dropped when a call to one fails."""
 
-    def __init__(self, token: str | None, timeout_s: float = PEER_TIMEOUT_S) -> None:
+    def __init__(self, token: str | None, timeout_s: float = PEER_TIMEOUT_S,
+                 cooldown_s: float = PEER_COOLDOWN_S) -> None:
         self._token = token
         self._timeout_s = timeout_s
+        self._cooldown_s = cooldown_s
+        self._failed: dict[tuple[str, str], float] = {}  # -> when it may be read again
         self._lock = threading.Lock()
         self._clients: dict[tuple[str, str], KVStoreClient] = {}
         self._registered: set[tuple[str, str, str]] = set()  # (node, url, namespace)
@@ -77,9 +85,23 @@ class Peers:
                 self._registered.add(mark)
         return client
 
-    def forget(self, node: NodeView) -> None:
+    def usable(self, node: NodeView) -> bool:
+        """Whether ``node`` may be read from: not failed within the cooldown."""
         key = (node.node_id, node.rest_url)
         with self._lock:
+            until = self._failed.get(key)
+            if until is None:
+                return True
+            if time.monotonic() < until:
+                return False
+            del self._failed[key]
+            return True
+
+    def forget(self, node: NodeView) -> None:
+        """``node`` failed: drop its client, and read nothing from it for the cooldown."""
+        key = (node.node_id, node.rest_url)
+        with self._lock:
+            self._failed[key] = time.monotonic() + self._cooldown_s
             client = self._clients.pop(key, None)
             self._registered = {m for m in self._registered if m[:2] != key}
         if client is not None:
@@ -110,6 +132,7 @@ def fetch_run(node: ClusterNode, peers: Peers, ns: Namespace, hashes: Sequence[B
         return 0
     if len(hashes) > 1:
         sources += node.holders(ns.name, hashes[1:])
+    sources = [[s for s in at if peers.usable(s.node)] for at in sources]
     i = 0
     while i < len(hashes) and sources[i]:
         src = sources[i][0].node
