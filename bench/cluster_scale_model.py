@@ -118,28 +118,37 @@ def model(n: int, load: Load, one: IndexCost, sharded: IndexCost, mem: MemberCos
     publish, reads = n * load.changes_s, n * load.reads_s
     cpu = [(publish * c.publish_us + reads * c.lookup_us) / 1e6 for c in (one, sharded)]
     beats = n / load.heartbeat_s * (mem.base_us + mem.per_node_us * n / list_every(n)) / 1e6
-    masters = 0 if beats >= load.redis_cpu else \
-        max(math.ceil(cpu[1] / (load.redis_cpu - beats)),
-            math.ceil(memory[1] / load.redis_memory))
+    masters, shards = (0, 0) if beats >= load.redis_cpu else \
+        index_masters(load, cpu[1], memory[1], beats)
     beat_calls = n / load.heartbeat_s * (1 + 1 / list_every(n))  # beats and listings
     return Scale(n, entries, memory[0] / (1 << 30), publish + reads, beat_calls,
                  n * n * mem.listed_bytes() / list_every(n) / load.heartbeat_s / 1e6,
                  cpu[0], beats,
-                 staleness_ms(load, one, cpu[0], beats, 1),
-                 masters, staleness_ms(load, sharded, cpu[1], beats, masters))
+                 staleness_ms(load, one, cpu[0], beats, 1, True),
+                 masters, staleness_ms(load, sharded, cpu[1], beats, shards, masters == shards))
+
+
+def index_masters(load: Load, cpu: float, memory: float, beats: float) -> tuple[int, int]:
+    """Masters a Redis Cluster needs, and how many of them hold index buckets: enough for the
+    index's CPU and memory, membership on one of them; or, where membership would leave that
+    one too little room, one more master that holds the membership keys' hash slot alone (a
+    Redis Cluster assigns hash slots to masters as told)."""
+    shards = max(1, math.ceil(cpu / load.redis_cpu), math.ceil(memory / load.redis_memory))
+    return (shards, shards) if cpu / shards + beats <= load.redis_cpu else (shards + 1, shards)
 
 
 def staleness_ms(load: Load, cost: IndexCost, cpu_index: float, cpu_beats: float,
-                 masters: int) -> float:
+                 shards: int, shared: bool) -> float:
     """How old the index may be: a node's publish period, a round trip and its flush's
-    script calls (spread over the masters) served by the busiest master, stretched by
-    1 / (1 - load) as an M/M/1 queue would; inf where the master is saturated."""
-    if masters == 0:
+    script calls (spread over the ``shards`` masters holding index buckets) served by the
+    busiest master (one that holds membership too, if ``shared``), stretched by 1 / (1 -
+    load) as an M/M/1 queue would; inf where the master is saturated."""
+    if shards == 0:
         return math.inf
-    busy = cpu_index / masters + cpu_beats  # the master that holds membership too
+    busy = cpu_index / shards + (cpu_beats if shared else 0.0)
     if busy >= 1:
         return math.inf
-    flush = load.changes_s * load.publish_s / masters * cost.publish_us / 1e6
+    flush = load.changes_s * load.publish_s / shards * cost.publish_us / 1e6
     return (load.publish_s + load.rtt_s + flush / (1 - busy)) * 1e3
 
 
