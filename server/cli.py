@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import logging
 import typing
 from typing import Any
 
@@ -106,6 +105,7 @@ def add_serve_parser(sub: Any) -> None:
 
 
 def run_serve(args: argparse.Namespace) -> int:
+    from server.logs import configure as configure_logs
     from server.preflight import StartupError
     from server.runtime import loop_factory, serve
     from server.settings import ConfigFileError, ServerSettings, load_settings
@@ -117,7 +117,6 @@ def run_serve(args: argparse.Namespace) -> int:
         raise StartupError(invalid_settings(exc)) from None
     except (FileNotFoundError, ConfigFileError) as exc:
         raise StartupError(f"{exc}; fix --config (KVSTORE_CONFIG)") from None
-    logging.basicConfig(level=settings.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logs(settings.log_level, settings.log_format)
     with asyncio.Runner(loop_factory=loop_factory(settings.event_loop)) as runner:
         return runner.run(serve(settings))

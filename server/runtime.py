@@ -21,7 +21,6 @@ import logging
 import os
 import signal
 import socket
-import sys
 import uuid
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
@@ -34,8 +33,10 @@ from kvstore.cluster.urls import masked
 from kvstore.protocol.frame import PROTOCOL_VERSION
 from kvstore.protocol.info import ServerInfo, ShmInfo
 from kvstore.store import StoreAPI
+from server import banner
 from server.auth import Authenticator
 from server.dataplane.server import DataPlane
+from server.logs import announce
 from server.metrics import ServerMetrics
 from server.preflight import (
     StartupError,
@@ -143,12 +144,12 @@ async def serve(settings: ServerSettings) -> int:
         try:
             return await _serve_store(settings, store, rest, data)
         finally:
-            lost = store.close()
-            if lost:
-                log.error("store closed; %d memory-only blocks could not be written to disk "
-                          "and are lost", lost)
-            else:
-                log.info("store closed and synced")
+            try:
+                held = store.stats()
+            except Exception:  # a broken tier: the close still runs, the line says less
+                held = None
+            text, fields = banner.stopped(store.close(), held)
+            announce(text, settings.log_format, **fields)
 
 
 def start_cluster(settings: ServerSettings, store: StoreAPI) -> PeerFill | None:
@@ -196,7 +197,8 @@ async def _serve_node(settings: ServerSettings, store: StoreAPI, rest: list[sock
     metrics.watch_connections("rest", rest_conns.__len__)
     server = _Uvicorn(uvicorn.Config(
         app, host=settings.host, port=settings.port, log_level=settings.log_level,
-        access_log=False, lifespan="off", timeout_graceful_shutdown=int(settings.shutdown_grace_s),
+        log_config=None, access_log=settings.access_log, lifespan="off",
+        timeout_graceful_shutdown=int(settings.shutdown_grace_s),
         timeout_keep_alive=30,  # requests in flight: server.rest.gate; half-open: conn_guard
         http=guarded_http(settings.rest_header_timeout_s, settings.rest_max_pending_connections,
                           live=rest_conns),
@@ -210,11 +212,9 @@ async def _serve_node(settings: ServerSettings, store: StoreAPI, rest: list[sock
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop, sig)
-    print(f"kvstore serving REST http://{settings.host}:{settings.port} data tcp "
-          f"{settings.data_port or 'off'} unix {settings.socket_path or 'off'} shm "
-          f"{(info.shm.name or 'memfd') if info.shm else 'off'}"
-          + (f" cluster {node.config.node_id} via {masked(node.config.url)}" if node else ""),
-          file=sys.stderr, flush=True)
+    cluster = f"{node.config.node_id} via {masked(node.config.url)}" if node else None
+    text, fields = banner.start(settings, info, store.stats(), cluster)
+    announce(text, settings.log_format, **fields)
     try:
         await server.serve(sockets=rest)
     finally:

@@ -25,9 +25,9 @@ from server.rest.dashboard import PATHS as DASHBOARD_PATHS
 Scope = dict[str, Any]
 PRINCIPAL = "kvstore.principal"  # the scope key of the caller the gate let in (a Principal)
 
-PUBLIC_PATHS = frozenset({"/healthz", "/docs", "/docs/oauth2-redirect", "/redoc",
-                          "/openapi.json", *DASHBOARD_PATHS})
-UNCOUNTED_PATHS = frozenset({"/healthz"})
+PUBLIC_PATHS = frozenset({"/", "/healthz", "/health", "/docs", "/docs/oauth2-redirect",
+                          "/redoc", "/openapi.json", *DASHBOARD_PATHS})
+UNCOUNTED_PATHS = frozenset({"/healthz", "/health"})
 
 
 def bearer_token(scope: Mapping[str, Any]) -> str | None:

@@ -1,4 +1,5 @@
-"""``/healthz`` (public; 503 when the store cannot serve) and ``/metrics`` (Prometheus).
+"""``/healthz`` (public; 503 when the store cannot serve; also ``/health``), ``/metrics``
+(Prometheus), and ``/``, which sends a browser to the dashboard.
 
 Without a token ``/healthz`` says only whether the server can serve: a probe needs no more,
 and the tiers' block counts, free slots and paths are nobody else's business. The admin's
@@ -12,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, RedirectResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from kvstore.protocol.health import StoreHealth
@@ -59,6 +60,18 @@ def healthz(request: Request, store: StoreDep) -> Any:
         return JSONResponse(shown.model_dump(exclude_none=True), status_code=status)
     # absent rather than null: closing and error
     return JSONResponse(visible_health(health, caller).doc(), status_code=status)
+
+
+@router.get("/health", include_in_schema=False)
+def health(request: Request, store: StoreDep) -> Any:
+    """``/healthz`` under the name the workers and the router answer to."""
+    return healthz(request, store)
+
+
+@router.get("/", include_in_schema=False)
+def root() -> RedirectResponse:
+    """The dashboard, for someone who opens the server's address in a browser."""
+    return RedirectResponse("/dashboard")
 
 
 @router.get(

@@ -48,3 +48,14 @@ def test_shutting_down_is_503(app_and_store) -> None:
     client.app.state.closing = True
     r = client.get("/healthz")
     assert r.status_code == 503 and r.json()["closing"] is True
+
+
+def test_health_answers_as_healthz_and_the_root_sends_a_browser_to_the_dashboard(
+        app_and_store) -> None:
+    client, store = app_and_store
+    assert client.get("/health").json() == client.get("/healthz").json()
+    r = client.get("/", follow_redirects=False)
+    assert r.status_code == 307 and r.headers["location"] == "/dashboard"
+    assert client.get("/").headers["content-type"].startswith("text/html")
+    store.tier("disk").close()
+    assert client.get("/health").status_code == 503
