@@ -197,6 +197,27 @@ def check_tenant_name(tenant: str) -> str:
     return tenant
 
 
+def differences(mine: dict[str, Any], theirs: dict[str, Any],
+                labels: tuple[str, str]) -> list[str]:
+    """``field (mine <label>, theirs <label>)`` for each field of two namespace definitions
+    (:meth:`Namespace.to_dict`) that differs; a layout's fields each by name
+    (``layout.block_size (16 registered, 32 requested)``)."""
+    out = []
+    for field_name in sorted(set(mine) | set(theirs)):
+        a, b = mine.get(field_name), theirs.get(field_name)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += [f"{field_name}.{d}" for d in differences(a, b, labels)]
+        elif a != b:
+            out.append(f"{field_name} ({a!r} {labels[0]}, {b!r} {labels[1]})")
+    return out
+
+
+def _definition(ns: Namespace) -> dict[str, Any]:
+    """What must match for a registration to be accepted (:meth:`Namespace.identity`)."""
+    doc = ns.to_dict()
+    return {k: doc[k] for k in ("block_bytes", "layout", "hash_algo", "hash_seed")}
+
+
 class NamespaceRegistry:
     """Registered namespaces by name. Not thread-safe on its own; the store serialises access."""
 
@@ -211,18 +232,10 @@ class NamespaceRegistry:
             self._by_name[ns.name] = ns
             return True
         if have.identity() != ns.identity():
-            diffs = [
-                f"{k}: registered {a!r}, requested {b!r}"
-                for k, a, b in zip(
-                    ("block_bytes", "layout", "hash_algo", "hash_seed"),
-                    have.identity(), ns.identity(), strict=True,
-                )
-                if a != b
-            ]
+            diffs = differences(_definition(have), _definition(ns), ("registered", "requested"))
             raise NamespaceConflictError(
-                f"namespace {ns.name!r} already exists with a different definition ("
-                + "; ".join(diffs) + ")"
-            )
+                f"namespace {ns.name!r} already exists with a different definition: "
+                + ", ".join(diffs))
         return False
 
     def remove(self, name: str) -> Namespace:

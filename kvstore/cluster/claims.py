@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from kvstore.cluster.keys import PREFIX
 from kvstore.cluster.link import RedisClient
 from kvstore.errors import NamespaceConflictError
-from kvstore.namespace import Namespace
+from kvstore.namespace import Namespace, differences
 
 # KEYS: the namespace's key; ARGV: node id, definition, then the ids of nodes not gone. The
 # first differing definition of a live node ({id, definition}), else {} once noted.
@@ -42,18 +42,6 @@ def definition(ns: Namespace) -> str:
     return json.dumps(ns.to_dict(), sort_keys=True, separators=(",", ":"))
 
 
-def differences(mine: dict[str, object], theirs: dict[str, object]) -> list[str]:
-    """``field (mine vs theirs)`` for each field that differs (layout fields by name)."""
-    out = []
-    for field in sorted(set(mine) | set(theirs)):
-        a, b = mine.get(field), theirs.get(field)
-        if isinstance(a, dict) and isinstance(b, dict):
-            out += [f"layout.{d}" for d in differences(a, b)]
-        elif a != b:
-            out.append(f"{field} ({a!r} here, {b!r} there)")
-    return out
-
-
 class Claims:
     """This node's claims, over one Redis client. Methods raise ``redis.RedisError`` when
     Redis does not answer."""
@@ -68,7 +56,7 @@ class Claims:
         found = self._claim(keys=[key(ns.name)], args=[self._node_id, mine, *live])
         if found:
             node_id, theirs = (v.decode() if isinstance(v, bytes) else v for v in found)
-            diff = differences(json.loads(mine), json.loads(theirs))
+            diff = differences(json.loads(mine), json.loads(theirs), ("here", "there"))
             raise NamespaceConflictError(
                 f"namespace {ns.name!r} is held by cluster node {node_id!r} with another "
                 f"definition: {', '.join(diff)}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pytest
@@ -12,7 +13,7 @@ from kvstore.errors import (
     NamespaceConflictError,
     UnknownNamespaceError,
 )
-from kvstore.namespace import Layout, Namespace
+from kvstore.namespace import Namespace
 
 from .conftest import BLOCK, NS, StoreFactory, blocks
 
@@ -53,8 +54,14 @@ def test_namespace_registration_conflicts(make_store: StoreFactory) -> None:
         store.register_namespace(Namespace("m", BLOCK, NS.layout, hash_seed="0"))
     with pytest.raises(NamespaceConflictError, match="block_bytes"):
         store.register_namespace(Namespace("m", BLOCK * 2, NS.layout))
-    with pytest.raises(NamespaceConflictError, match="layout"):
-        store.register_namespace(Namespace("m", BLOCK, Layout(model_id="other")))
+    layout = dataclasses.replace(NS.layout, model_id="other", block_size=32)
+    with pytest.raises(NamespaceConflictError) as err:
+        store.register_namespace(Namespace("m", BLOCK, layout))
+    # each field that differs, by name, and nothing of what matches
+    assert str(err.value) == (
+        f"namespace 'm' already exists with a different definition: layout.block_size "
+        f"({NS.layout.block_size!r} registered, 32 requested), layout.model_id "
+        f"({NS.layout.model_id!r} registered, 'other' requested)")
     with pytest.raises(NamespaceConflictError, match="hash_algo"):
         store.register_namespace(Namespace("m", BLOCK, NS.layout, hash_algo="sha256_cbor"))
     with pytest.raises(ValueError, match="unknown hash_algo"):
