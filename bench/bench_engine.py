@@ -2,7 +2,7 @@
 affinity on realistic traffic, TTFT with kvstore reuse, our decoder vs transformers, block copy
 kernels.
 
-Rows (each a ratio against a baseline measured in the same run, BENCH.md):
+Rows (each a ratio against a baseline measured in the same run, as bench/common.py reports them):
 - routing (:mod:`engine_routing`): generated traffic (multi-turn chats, tenants' system
   prompts, Zipf-popular RAG documents, one-off prompts; :mod:`engines.workload`) through the
   router to 4 worker processes per policy (the policies run at the same time) whose caches

@@ -1,6 +1,6 @@
 """The server's data paths: how fast block bytes move through ``kvstore serve``.
 
-Rows (each against a baseline measured in the same run, BENCH.md):
+Rows (each against a baseline measured in the same run, as bench/common.py reports them):
 - put/get GB/s of 256 KiB and 2 MiB blocks through (a) the shared-memory local path, (b) the
   TCP data plane, (c) REST single-block PUT/GET (``http.client``, each body read into a
   preallocated buffer), beside (d) a plain memcpy of the same bytes into preallocated
@@ -329,7 +329,7 @@ def _pct(values: list[float], q: int) -> float:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="well under a minute, every row")
-    p.add_argument("--json", default=None, help="write the BENCH.md report here")
+    p.add_argument("--json", default=None, help="write the report (JSON) here")
     p.add_argument("--clients", default="1,2,4,8",
                    help="client process counts for the many-clients rows ('' for none)")
     args = p.parse_args()

@@ -227,7 +227,7 @@ def measure(kind: str, model: Path, fleet: Fleet, sizes: Sizes, logs: Path,
 
 
 def rows_of(kind: str, samples: Samples, prefix_tokens: int, block: int) -> list[dict[str, Any]]:
-    """The ratio rows of one engine kind (BENCH.md): the peer case against recomputing and
+    """The ratio rows of one engine kind (bench/common.py): the peer case against recomputing and
     against S3 (with targets), against its own node (stated), and own and S3 against
     recomputing."""
     med = {c: statistics.median(a.seconds for a in samples[c]) for c in CASES}

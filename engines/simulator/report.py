@@ -51,15 +51,16 @@ def table(results: dict[tuple[str, bool], dict[str, float]], title: str) -> str:
 
 
 def ratio(value: float, base: float, higher: bool) -> float | None:
-    """``value`` against ``base`` so that higher is better (BENCH.md), None without one."""
+    """``value`` against ``base`` so that higher is better (as bench/common.py reports), None
+    without one."""
     if higher:
         return value / base if base else None
     return base / value if value else None
 
 
 def rows(results: dict[tuple[str, bool], dict[str, float]], **context: Any) -> list[dict[str, Any]]:
-    """BENCH.md rows: each policy's metrics against round-robin with the same kvstore
-    setting (round-robin itself is the baseline and has no row)."""
+    """Report rows (bench/common.py): each policy's metrics against round-robin with the same
+    kvstore setting (round-robin itself is the baseline and has no row)."""
     out = []
     for (policy, store), m in results.items():
         base = results.get(("round-robin", store))
