@@ -17,14 +17,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from kvstore.cluster.claims import Claims
 from kvstore.cluster.config import ClusterConfig
-from kvstore.cluster.index import ClusterIndex
 from kvstore.cluster.keys import TIER_CODES
-from kvstore.cluster.link import RedisClient, RedisError, connect
-from kvstore.cluster.members import Membership, Roster
+from kvstore.cluster.link import RedisError, connect
+from kvstore.cluster.members import Roster
 from kvstore.cluster.publisher import Publisher
-from kvstore.cluster.sweep import Sweeper
+from kvstore.cluster.session import RedisSession
 from kvstore.cluster.urls import masked
 from kvstore.errors import NamespaceConflictError
 from kvstore.namespace import Namespace
@@ -58,27 +56,6 @@ class Source:
 # fails fast and another copy is read).
 LIST_FANOUT = 128
 
-class _Link:
-    """What the node holds while Redis answers: the client and the calls over it (the index
-    once the node joined: its bits are the cluster's)."""
-
-    def __init__(self, client: RedisClient, clustered: bool, config: ClusterConfig) -> None:
-        self.client = client
-        self.clustered = clustered
-        self.members = Membership(client, config)
-        self.index = ClusterIndex(client, config.index_bits)
-        self.claims = Claims(client, config.node_id)
-        self.sweeper = Sweeper(client, config.node_id, config.heartbeat_s)
-
-    def join(self, config: ClusterConfig) -> int:
-        slot, bits = self.members.join()
-        if bits != self.index.bits:
-            if bits != config.index_bits:
-                log.warning("index_bits is %d in this cluster, not %d as set here; "
-                            "using %d", bits, config.index_bits, bits)
-            self.index = ClusterIndex(self.client, bits)
-        return slot
-
 
 class ClusterNode:
     """Runs one node's membership and index publication for ``store``."""
@@ -92,7 +69,7 @@ class ClusterNode:
                                     config.max_pending)
         self._stop = threading.Event()
         self._state = threading.Lock()  # guards the fields below
-        self._link: _Link | None = None
+        self._link: RedisSession | None = None
         self._slot: int | None = None
         self._connected = False
         self._error: str | None = None
@@ -147,7 +124,7 @@ class ClusterNode:
         link = self._link
         if link is None:
             client, clustered = connect(self.config.url)
-            link = _Link(client, clustered, self.config)
+            link = RedisSession(client, clustered, self.config)
             with self._state:
                 self._link = link
         slot = self._slot
@@ -170,7 +147,7 @@ class ClusterNode:
                 log.info("connected to Redis at %s", masked(self.config.url))
             self._connected, self._error = True, None
 
-    def _join(self, link: _Link) -> int:
+    def _join(self, link: RedisSession) -> int:
         """Join (again): this node's slot, everything it holds owed to the index under it."""
         slot = link.join(self.config)
         with self._state:
@@ -268,7 +245,7 @@ class ClusterNode:
         except RedisError as exc:
             self._failed(exc)
 
-    def _claim_held(self, link: _Link) -> None:
+    def _claim_held(self, link: RedisSession) -> None:
         """Claim every namespace the store holds (at each join): a conflict found here is
         logged, and reads of that namespace from peers are refused by the peers."""
         live = self._live_ids() or [self.config.node_id]
