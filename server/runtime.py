@@ -94,6 +94,7 @@ def build_info(settings: ServerSettings, store: StoreAPI) -> ServerInfo:
         max_frame_bytes=settings.max_frame_bytes, max_header_bytes=settings.max_header_bytes,
         max_batch=settings.max_batch, max_lease_s=settings.max_lease_s,
         node_id=cluster.node_id if (cluster := settings.cluster_config()) else None,
+        rest_port=settings.port, data_dir=str(settings.data_path),
     )
 
 

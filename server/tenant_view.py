@@ -14,6 +14,7 @@ plainly, a tenant's as ``tenant~name``, and sees each with its tenant.
 Tiers are shared by every tenant, so their counters and occupancy tell one tenant about the
 others' traffic: a tenant's stats have no tiers, and its totals count only its own blocks and
 requests (``capacity_bytes`` stays the store's, which is configuration, not activity).
+The server's info leaves out its data dir for a tenant (a path on the operator's host).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import dataclasses
 from kvstore.errors import UnknownNamespaceError
 from kvstore.namespace import TENANT_SEP, Namespace, store_name
 from kvstore.protocol.health import StoreHealth
+from kvstore.protocol.info import ServerInfo
 from kvstore.protocol.stats import StoreStats, TotalStats
 from kvstore.store import StoreAPI
 from server.auth import Principal
@@ -101,6 +103,11 @@ def visible_health(health: StoreHealth, principal: Principal) -> StoreHealth:
     the store and each tier are ok, nothing of the tiers' block counts, free slots, paths or
     damage (they hold every tenant's blocks)."""
     return health if principal.admin else health.only_ok()
+
+
+def visible_info(info: ServerInfo, principal: Principal) -> ServerInfo:
+    """The server's info as ``principal`` may see it: a tenant's has no ``data_dir``."""
+    return info if principal.admin else info.model_copy(update={"data_dir": None})
 
 
 def _registered(store: StoreAPI, name: str) -> Namespace | None:

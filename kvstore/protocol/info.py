@@ -38,3 +38,7 @@ class ServerInfo(BaseModel):
                                   "are cut to it")
     node_id: str | None = Field(default=None, description="this node's id in its cluster "
                                 "(none: a node alone); a router maps workers to nodes by it")
+    rest_port: int | None = Field(default=None, description="the port the REST control plane "
+                                  "listens on (a proxy in front may publish another)")
+    data_dir: str | None = Field(default=None, description="the server's data dir (absolute); "
+                                 "in the admin's answer only")

@@ -76,7 +76,14 @@ from server.dataplane.prefetch_share import PrefetchShare
 from server.dataplane.shm_ops import SharedMemoryOps
 from server.errors import AuthError
 from server.settings import ServerSettings
-from server.tenant_view import as_seen, to_register, visible, visible_health, visible_stats
+from server.tenant_view import (
+    as_seen,
+    to_register,
+    visible,
+    visible_health,
+    visible_info,
+    visible_stats,
+)
 from server.writes import durable_put
 
 if TYPE_CHECKING:
@@ -133,7 +140,7 @@ class Ops:
             # scoped by tenant: a client of one tenant can never release another's pins
             session.owner = f"{session.principal.tenant or '*'}/{req.owner}"
             session.from_peer = req.owner.startswith(PEER_OWNER)
-        return HelloReply(self.info, session.owner), []
+        return HelloReply(visible_info(self.info, session.principal), session.owner), []
 
     async def ping(self, session: Session, req: Ping, _: memoryview) -> Answer:
         return Ack(), []

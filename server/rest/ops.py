@@ -15,7 +15,7 @@ from server.auth import Principal
 from server.errors import InvalidRequestError
 from server.rest.deps import PrincipalDep, StoreDep, errors
 from server.rest.schemas import HashesIn, LookupOut, PrefetchOut
-from server.tenant_view import resolve, visible_stats
+from server.tenant_view import resolve, visible_info, visible_stats
 
 if TYPE_CHECKING:
     from server.peer_fill import PeerFill
@@ -78,6 +78,6 @@ def stats(
 
 @router.get("/info", response_model=ServerInfo, responses=errors(401))
 def info(request: Request, principal: PrincipalDep) -> ServerInfo:
-    """How to reach the data plane: TCP port, Unix socket, shared memory, host identity."""
-    out: ServerInfo = request.app.state.info
-    return out
+    """How to reach the data plane (TCP port, Unix socket, shared memory, host identity), the
+    version and the REST port; the admin's answer also names the data dir."""
+    return visible_info(request.app.state.info, principal)

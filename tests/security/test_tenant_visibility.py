@@ -1,6 +1,7 @@
 """What tenants can see of each other: a tenant's ``/metrics`` and
-``/v1/stats`` cover only its own namespaces (the admin sees all), and tokens can come from
-files so that they stay out of the process list."""
+``/v1/stats`` cover only its own namespaces (the admin sees all), the server's info names its
+data dir to the admin alone, and tokens can come from files so that they stay out of the
+process list."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 
 from kvstore.testing.server import ServerProc
 from server.cli import add_serve_parser
+from tests.security.dataplane_wire import call, connect
 
 ADMIN, TOK_A, TOK_B = "vis-admin-secret", "vis-tenant-a-secret", "vis-tenant-b-secret"
 BLOCK = 64
@@ -90,6 +92,19 @@ def test_tenant_stats_totals_cover_only_its_namespaces(vis_server: ServerProc) -
     assert mine["totals"]["queries"] == mine["namespaces"]["vis-b"]["queries"]
     assert {"a~vis-a", "b~vis-b"} <= set(admin["namespaces"]) and admin["tiers"]
     assert admin["totals"]["blocks"] == 7
+
+
+def test_only_the_admin_sees_the_data_dir(vis_server: ServerProc) -> None:
+    data_dir = str(vis_server.data_dir.resolve())
+    with httpx.Client(base_url=vis_server.url) as api:
+        admin = api.get("/v1/info", headers=_bearer(ADMIN)).json()
+        mine = api.get("/v1/info", headers=_bearer(TOK_A)).json()
+    assert admin["data_dir"] == data_dir and admin["rest_port"] == vis_server.port
+    assert mine["data_dir"] is None and mine["rest_port"] == vis_server.port
+    for token, shown in ((ADMIN, data_dir), (TOK_A, None)):  # the data plane's hello too
+        with connect(vis_server) as s:
+            reply = call(s, {"op": "hello", "id": 1, "token": token})
+        assert reply["ok"] is True and reply["data_dir"] == shown, reply
 
 
 def test_token_flags_are_documented_as_visible_in_ps() -> None:
