@@ -1,5 +1,6 @@
 // kvstore's dashboard: polls /v1/stats and /healthz of the server that served this page and
-// draws the history it has seen since it opened, as plain SVG. No library, no external asset.
+// draws the history it has seen since it opened, as plain SVG; reads /v1/info once for the
+// version, ports and data dir. No library, no external asset.
 // A token (when the server wants one) comes from the form or from #token=... in the address
 // (a fragment never reaches the server or its logs); it is kept for this tab only. URLs are
 // relative to the page, so that it also works behind a proxy that adds a path prefix.
@@ -14,6 +15,7 @@
   const SVG = "http://www.w3.org/2000/svg";
   const TOKEN_KEY = "kvstore-dashboard-token";
   const samples = []; // {t: seconds, stats, health}
+  let info = null; // the server's /v1/info, read with the first poll that a token allows
   const $ = (id) => document.getElementById(id);
 
   class AuthNeeded extends Error {}
@@ -48,8 +50,13 @@
     return `${n.toFixed(n >= 100 || i === 0 ? 0 : 1)} ${units[i]}`;
   }
   const fmtPct = (x) => (x === null || x === undefined ? "–" : `${(100 * x).toFixed(1)}%`);
+  // a row's hit rate: "–" where nothing was asked for (the server says 0 then)
+  const fmtHitRate = (row) => (row && row.queries > 0 ? fmtPct(row.hit_rate) : "–");
   const fmtNum = (x) => (Math.abs(x) >= 100 ? x.toFixed(0) : Number(x.toPrecision(3)).toString());
   const FORMATS = { ratio: fmtPct, bytes: fmtBytes, rate: fmtNum, count: fmtNum };
+  // axis labels: whole percents, and "2 KiB" rather than "2.0 KiB" (a tick is a round number)
+  const TICK_FORMATS = { ...FORMATS, ratio: (x) => `${Math.round(100 * x)}%`,
+                         bytes: (x) => fmtBytes(x).replace(/\.0 /, " ") };
 
   // -- series from the history --------------------------------------------------------------
   // A rate is the change between two polls; a counter that went down (restart) is a gap.
@@ -96,15 +103,38 @@
     return node;
   }
 
-  // the smallest of 1, 2, 2.5, 5 times a power of ten (of 1024 for bytes) at or above x,
-  // so that the four grid steps read as round numbers
-  function niceCeil(x, unit) {
-    if (!(x > 0)) return 1;
-    const base = unit === "bytes" ? 1024 ** Math.floor(Math.log(x) / Math.log(1024)) : 1;
-    const scaled = x / base;
-    const p = 10 ** Math.floor(Math.log10(scaled));
-    const step = [1, 2, 2.5, 5, 10].find((m) => m * p >= scaled);
-    return step * p * base;
+  // The y-axis's labelled values, 0 first: four equal steps up to at least ``max``, each step a
+  // round number of the unit (a power of two of bytes, a whole count, 1, 2 or 5 times a power of
+  // ten otherwise), so that no two labels read the same at any size. Only data that is all zero
+  // (or none) gets a single label, 0, on the baseline.
+  function yTicks(max, unit) {
+    if (unit === "ratio") return [0, 0.25, 0.5, 0.75, 1];
+    if (!(max > 0)) return [0];
+    const quarter = max / 4;
+    let step;
+    if (unit === "bytes") {
+      step = Math.max(1, 2 ** Math.ceil(Math.log2(quarter)));
+    } else {
+      const p = 10 ** Math.floor(Math.log10(quarter));
+      step = [1, 2, 5, 10].find((m) => m * p >= quarter) * p;
+      if (unit === "count") step = Math.max(1, Math.ceil(step));
+    }
+    return [0, 1, 2, 3, 4].map((i) => i * step);
+  }
+
+  // the HTML legend under a chart: one key per series, its colour and its latest value
+  function drawLegend(svg, keys) {
+    const legend = document.querySelector(`.legend[data-for="${svg.id}"]`);
+    legend.replaceChildren(...keys.map(({ name, color, value }) => {
+      const key = document.createElement("span");
+      key.className = "key";
+      key.dataset.name = name;
+      key.style.setProperty("--key", color); // CSSOM: allowed by the page's CSP
+      const shown = document.createElement("b");
+      shown.textContent = value;
+      key.append(`${name} `, shown);
+      return key;
+    }));
   }
 
   function draw(svg, series, emptyText) {
@@ -112,9 +142,15 @@
     const fmt = FORMATS[unit];
     const w = svg.clientWidth || 400;
     const h = svg.clientHeight || 190;
-    const m = { left: 58, right: 10, top: 18, bottom: 20 };
+    const m = { left: 52, right: 10, top: 8, bottom: 20 };
     svg.replaceChildren();
     svg.setAttribute("viewBox", `0 0 ${w} ${h}`);
+    const lastOf = (s) => s.points.reduce((v, p) => (p[1] === null ? v : p[1]), null);
+    drawLegend(svg, series.map((s, i) => {
+      const last = lastOf(s);
+      return { name: s.name, color: COLORS[i % COLORS.length],
+               value: last === null ? "–" : fmt(last) };
+    }));
     const values = series.flatMap((s) => s.points.map((p) => p[1]).filter((v) => v !== null));
     if (values.length === 0) {
       svg.append(el("text", { x: w / 2, y: h / 2, "text-anchor": "middle", class: "empty" },
@@ -123,39 +159,32 @@
     }
     const t0 = samples[0].t;
     const t1 = Math.max(latest().t, t0 + 1);
-    const top = unit === "ratio" ? 1 : niceCeil(Math.max(...values), unit);
+    const ticks = yTicks(Math.max(...values), unit);
+    const top = ticks.length > 1 ? ticks[ticks.length - 1] : 1; // all zero: 0 on the baseline
     const x = (t) => m.left + ((t - t0) / (t1 - t0)) * (w - m.left - m.right);
     const y = (v) => h - m.bottom - (v / top) * (h - m.top - m.bottom);
-    for (let i = 0; i <= 4; i += 1) {
-      const v = (top * i) / 4;
+    for (const v of ticks) {
       svg.append(el("line", { x1: m.left, x2: w - m.right, y1: y(v), y2: y(v), class: "axis" }));
-      svg.append(el("text", { x: m.left - 4, y: y(v) + 3, "text-anchor": "end", class: "tick" },
-                    fmt(v)));
+      svg.append(el("text", { x: m.left - 4, y: y(v) + 3, "text-anchor": "end",
+                              class: "tick y", "data-value": v }, TICK_FORMATS[unit](v)));
     }
     const span = Math.round(t1 - t0);
     svg.append(el("text", { x: m.left, y: h - 4, class: "tick" }, `${span} s ago`));
     svg.append(el("text", { x: w - m.right, y: h - 4, "text-anchor": "end", class: "tick" }, "now"));
-    let legendX = m.left;
     series.forEach((s, i) => {
-      const color = COLORS[i % COLORS.length];
       let d = "";
       let pen = "M";
       let count = 0;
-      let last = null;
       for (const [t, v] of s.points) {
         if (v === null) { pen = "M"; continue; }
         d += `${pen}${x(t).toFixed(1)},${y(v).toFixed(1)}`;
         pen = "L";
         count += 1;
-        last = v;
       }
-      svg.append(el("path", { d: d || "M0,0", class: "series", stroke: color,
+      const last = lastOf(s);
+      svg.append(el("path", { d: d || "M0,0", class: "series", stroke: COLORS[i % COLORS.length],
                               "data-name": s.name, "data-points": count,
                               "data-last": last === null ? "" : last }));
-      const label = el("text", { x: legendX, y: 11, fill: color, class: "legend" },
-                       `${s.name} ${last === null ? "" : fmt(last)}`);
-      svg.append(label);
-      legendX += 14 + (label.getComputedTextLength ? label.getComputedTextLength() : 80);
     });
   }
 
@@ -177,8 +206,8 @@
     const namespaces = nsNames();
     const noTiers = "no tier rows for this token (tiers are shared; a tenant sees none)";
 
-    $("hit-rate").textContent = fmtPct(totals.hit_rate);
-    $("hit-rate").dataset.value = totals.hit_rate;
+    $("hit-rate").textContent = fmtHitRate(totals);
+    $("hit-rate").dataset.value = totals.queries > 0 ? totals.hit_rate : "";
     $("blocks").textContent = totals.blocks;
     $("bytes").textContent = fmtBytes(totals.bytes);
     $("pinned").textContent = totals.pinned_bytes === undefined ? "–"
@@ -211,16 +240,27 @@
       const t = stats.tiers[n];
       const up = (health.tiers || {})[n];
       return row([n, up === undefined ? "–" : up.ok ? "up" : "down", t.blocks, fmtBytes(t.bytes),
-                  fmtBytes(t.capacity_bytes), fmtPct(t.occupancy), fmtPct(t.hit_rate),
+                  fmtBytes(t.capacity_bytes), fmtPct(t.occupancy), fmtHitRate(t),
                   t.evictions]);
     }));
     const nsBody = document.querySelector("#namespaces tbody");
     nsBody.replaceChildren(...namespaces.map((n) => {
       const s = stats.namespaces[n];
-      return row([n, s.blocks, fmtBytes(s.bytes), fmtPct(s.hit_rate), fmtBytes(s.bytes_in),
+      return row([n, s.blocks, fmtBytes(s.bytes), fmtHitRate(s), fmtBytes(s.bytes_in),
                   fmtBytes(s.bytes_out)]);
     }));
     document.body.dataset.polls = samples.length;
+  }
+
+  function showInfo() {
+    const off = (v) => (v === null || v === undefined ? "off" : String(v));
+    $("version").textContent = info.version;
+    $("rest-port").textContent = info.rest_port ?? (location.port || "–");
+    $("data-port").textContent = off(info.data_port);
+    $("unix-socket").textContent = off(info.unix_socket);
+    // the admin's answer names the data dir; a tenant's does not
+    $("data-dir").textContent = info.data_dir ?? "–";
+    $("data-dir").title = info.data_dir ? "" : "shown to the admin only";
   }
 
   function setStatus(text, cls) {
@@ -230,7 +270,9 @@
 
   async function poll() {
     try {
-      const [stats, health] = await Promise.all([getJSON("v1/stats"), getJSON("healthz")]);
+      const [stats, health, about] = await Promise.all([
+        getJSON("v1/stats"), getJSON("healthz"), info ?? getJSON("v1/info")]);
+      if (info === null) { info = about; showInfo(); }
       samples.push({ t: Date.now() / 1000, stats, health });
       if (samples.length > KEEP) samples.shift();
       $("auth").hidden = true;
@@ -255,8 +297,11 @@
     ev.preventDefault();
     sessionStorage.setItem(TOKEN_KEY, $("token").value);
     $("token").value = "";
+    info = null; // another token may see more (or less) of it
     poll();
   });
+  // charts are drawn to their size: draw them again when it changes
+  window.addEventListener("resize", () => { if (samples.length) render(); });
   takeTokenFromFragment();
   poll();
 })();

@@ -1,6 +1,7 @@
 """``GET /dashboard``: a live page of the server's stats (hit rate over time per tier and per
 namespace, occupancy and evictions per tier, bytes in and out, pinned bytes, S3 health), drawn
-in the browser as plain SVG from polls of ``/v1/stats`` and ``/healthz``.
+in the browser as plain SVG from polls of ``/v1/stats`` and ``/healthz``, with the server's
+version, ports and data dir from ``/v1/info``.
 
 The page and its assets (``server/dashboard/``, package data) are public: they hold no
 data, and a browser cannot send a bearer header when it opens a page. The data comes from the

@@ -2,7 +2,8 @@
 a real ``kvstore serve`` with a token, host, disk and S3 tiers, while a real client keeps it
 busy: the page asks for the token, then draws every chart from the server's polls, and the
 numbers it shows are the server's own (``/v1/stats`` once the traffic stops). A tenant's token
-shows the tenant's own namespace and no tiers, as ``/v1/stats`` does."""
+shows the tenant's own namespace and no tiers, as ``/v1/stats`` does. The page also holds at
+400 px wide, with every legend key in view, and draws sane axes on a server with no traffic."""
 
 from __future__ import annotations
 
@@ -16,8 +17,11 @@ from typing import Any
 import httpx
 import pytest
 
+from kvstore import __version__
+from kvstore.client import KVStoreClient
 from kvstore.testing.server import ServerProc
-from kvstore.testing.traffic import Traffic, busy_server
+from kvstore.testing.traffic import BLOCK, Traffic, busy_server
+from kvstore.types import BlockHash
 
 CHROMIUM = Path("/usr/bin/chromium")
 # no network, no sandbox (root in CI), nothing that phones home
@@ -26,9 +30,13 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
                  "--disable-component-update", "--disable-sync"]
 TOKEN = secrets.token_hex(16)
 TENANT_TOKEN = secrets.token_hex(16)
+# namespaces no block is ever asked of: one holding a block, one empty (long names, so that
+# the legend of five namespaces needs more than one line)
+IDLE = ("idle-namespace-holding-one-block", "idle-namespace-never-used")
+ACTIVE_NS = {"chat", "code", "acme~acme-chat"}  # the admin names a tenant's so
 CHARTS = {
     "chart-tier-hits": {"host", "disk", "s3"},
-    "chart-ns-hits": {"chat", "code", "acme~acme-chat"},  # the admin names a tenant's so
+    "chart-ns-hits": ACTIVE_NS | set(IDLE),
     "chart-occupancy": {"host", "disk", "s3"},
     "chart-evictions": {"host", "disk", "s3"},
     "chart-bytes": {"in", "out"},
@@ -45,6 +53,10 @@ def busy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Busy]:
     tenants = json.dumps({"acme": TENANT_TOKEN})
     with busy_server(tmp_path_factory.mktemp("dash"), "--tenant-tokens", tenants, token=TOKEN,
                      pause_s=0.1) as (server, traffic):
+        with KVStoreClient(server.url, TOKEN, transport="tcp") as admin:
+            for ns in IDLE:
+                admin.register_namespace(ns, BLOCK, {"model_id": ns})
+            admin.put(IDLE[0], [BlockHash(bytes(32))], [bytes(BLOCK)])
         tenant = Traffic(server.url, TENANT_TOKEN, namespaces=("acme-chat",), pause_s=0.2)
         tenant.start()
         try:
@@ -83,12 +95,64 @@ def series(page: Any, chart: str) -> dict[str, dict[str, str]]:
             for p in page.query_selector_all(f"#{chart} path.series")}
 
 
-def test_dashboard_draws_the_servers_numbers(busy: Busy, browser: Any, tmp_path: Path) -> None:
-    server, traffic, tenant = busy
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+def open_page(browser: Any, width: int) -> tuple[Any, list[str]]:
+    """A page ``width`` px wide and the list its errors (script and console) go to."""
+    page = browser.new_page(viewport={"width": width, "height": 1000})
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    return page, errors
+
+
+# Read in one evaluation each: the page redraws its charts and legends at every poll, and an
+# element read across two calls may have been replaced in between.
+def legend(page: Any, chart: str) -> dict[str, str]:
+    """The legend under ``chart``: each key's value, by series name."""
+    return dict(page.evaluate(
+        """(chart) => [...document.querySelectorAll(`.legend[data-for="${chart}"] .key`)]
+               .map((k) => [k.dataset.name, k.querySelector("b").textContent])""", chart))
+
+
+def y_labels(page: Any, chart: str) -> list[str]:
+    return list(page.evaluate(
+        """(chart) => [...document.querySelectorAll(`#${chart} text.tick.y`)]
+               .map((t) => t.textContent)""", chart))
+
+
+LAYOUT = """(width) => {
+  const bad = [];
+  const scroll = document.documentElement.scrollWidth;
+  if (scroll > width) bad.push(`the page is ${scroll} px wide`);
+  for (const figure of document.querySelectorAll("figure")) {
+    const f = figure.getBoundingClientRect();
+    if (f.left < 0 || f.right > width) bad.push(`${figure.textContent} spans ${f.left}-${f.right}`);
+    for (const key of figure.querySelectorAll(".legend .key")) {
+      const k = key.getBoundingClientRect();
+      if (!(k.width > 0 && k.left >= f.left && k.right <= f.right && k.top >= f.top
+            && k.bottom <= f.bottom)) bad.push(`legend key ${key.textContent} is cut`);
+    }
+  }
+  return bad;
+}"""
+
+
+def check_layout(page: Any, width: int) -> None:
+    """Nothing is wider than the page, and every legend key lies inside its chart's box."""
+    assert page.evaluate(LAYOUT, width) == []
+
+
+def check_axes(page: Any) -> None:
+    """Every drawn y-axis reads 0 at the bottom, then distinct values (0 alone: all zero)."""
+    for chart in CHARTS:
+        labels = y_labels(page, chart)
+        if labels:
+            assert len(set(labels)) == len(labels), (chart, labels)
+            assert labels[0].startswith("0"), (chart, labels)
+
+
+def test_dashboard_draws_the_servers_numbers(busy: Busy, browser: Any, tmp_path: Path) -> None:
+    server, traffic, tenant = busy
+    page, errors = open_page(browser, 1400)
 
     page.goto(f"{server.url}/dashboard?interval=400")
     page.wait_for_selector("#auth:not([hidden])")  # the polls got 401: the page asks
@@ -112,7 +176,11 @@ def test_dashboard_draws_the_servers_numbers(busy: Busy, browser: Any, tmp_path:
     for chart, names in CHARTS.items():
         drawn = series(page, chart)
         assert set(drawn) == names, chart
+        assert set(legend(page, chart)) == names, chart
         for name, s in drawn.items():
+            if name in IDLE:
+                assert s["points"] == "0", name
+                continue
             assert int(s["points"]) >= 8, (chart, name)
             assert s["d"].count("L") >= 7, (chart, name)  # a line through the points
     totals = stats["totals"]
@@ -128,13 +196,34 @@ def test_dashboard_draws_the_servers_numbers(busy: Busy, browser: Any, tmp_path:
     assert page.inner_text("#s3") == "up"
     rows = page.inner_text("#tiers tbody")
     assert all(t in rows for t in ("host", "disk", "s3"))
+    # a namespace nothing was asked of has no hit rate: a dash, in the legend and the table
+    keys = legend(page, "chart-ns-hits")
+    assert [keys[ns] for ns in IDLE] == ["\u2013", "\u2013"]
+    assert all(keys[ns].endswith("%") for ns in ACTIVE_NS)
+    cells = [[c.inner_text() for c in r.query_selector_all("td")]
+             for r in page.query_selector_all("#namespaces tbody tr")]
+    table = {row[0]: row for row in cells}
+    assert [table[ns][3] for ns in IDLE] == ["\u2013", "\u2013"]
+    assert table[IDLE[0]][1] == "1"  # it holds its block all the same
+    check_layout(page, 1400)  # five namespaces: the legend wraps, every key in view
+    check_axes(page)
+    # what "stored bytes" and a tier's bytes are, said on the page
+    assert "once" in page.get_attribute("#bytes-card", "title")
+    note = page.inner_text("#bytes-note")
+    assert "capacity" in note and "Stored bytes" in note
+    # the server's version, ports and data dir (the admin's token sees the data dir)
+    assert page.inner_text("#version") == __version__
+    assert page.inner_text("#rest-port") == str(server.port)
+    assert page.inner_text("#data-port") == str(server.data_port)
+    assert page.inner_text("#data-dir") == str(server.data_dir.resolve())
+    assert page.inner_text("#unix-socket").endswith("kvstore.sock")
     # the only error is the first poll's 401, before the token was given
     assert all("401" in e for e in errors), errors
 
 
 def test_a_tenant_sees_its_namespace_and_no_tiers(busy: Busy, browser: Any) -> None:
     server, _, tenant = busy
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page, errors = open_page(browser, 1400)
     page.goto(f"{server.url}/dashboard?interval=300#token={TENANT_TOKEN}")
     deadline = time.monotonic() + 60
     while int(page.get_attribute("body", "data-polls") or 0) < 5:  # traffic between polls
@@ -147,6 +236,43 @@ def test_a_tenant_sees_its_namespace_and_no_tiers(busy: Busy, browser: Any) -> N
     assert "no tier rows" in page.text_content("#chart-tier-hits")  # an SVG: no inner_text
     assert page.inner_text("#pinned") == "\u2013"  # the page's "no value"
     assert page.inner_text("#namespaces tbody").split()[0] == "acme-chat"
+    assert page.inner_text("#version") == __version__
+    assert page.inner_text("#data-dir") == "\u2013"  # the operator's path: not a tenant's
+    assert errors == []
+
+
+@pytest.mark.parametrize("width", [400, 420])
+def test_a_narrow_page_fits_its_width(busy: Busy, browser: Any, width: int) -> None:
+    server = busy[0]
+    page, errors = open_page(browser, width)
+    page.goto(f"{server.url}/dashboard?interval=300#token={TOKEN}")
+    wait_polls(page, 4)
+    check_layout(page, width)
+    check_axes(page)
+    assert set(legend(page, "chart-ns-hits")) == CHARTS["chart-ns-hits"]
+    assert page.is_visible("#data-dir")
+    assert errors == []
+
+
+def test_a_server_with_no_traffic_draws_sane_axes(browser: Any, tmp_path: Path) -> None:
+    server = ServerProc(tmp_path / "data").start()  # no token: every caller is the admin
+    try:
+        page, errors = open_page(browser, 400)
+        page.goto(f"{server.url}/dashboard?interval=250")
+        wait_polls(page, 4)
+        check_layout(page, 400)
+        check_axes(page)
+        for chart in ("chart-bytes", "chart-pinned", "chart-evictions"):
+            assert y_labels(page, chart) == [y_labels(page, chart)[0]], chart  # 0 alone
+        assert y_labels(page, "chart-bytes") == ["0 B"]
+        assert y_labels(page, "chart-occupancy") == ["0%", "25%", "50%", "75%", "100%"]
+        assert "no namespace" in page.text_content("#chart-ns-hits")
+        assert page.inner_text("#hit-rate") == "\u2013"  # nothing asked for yet
+        assert page.inner_text("#data-dir") == str(server.data_dir.resolve())
+        assert page.inner_text("#data-port") == str(server.data_port)
+        assert errors == []
+    finally:
+        server.stop()
 
 
 def test_page_is_public_and_self_contained(busy: Busy) -> None:
