@@ -1,8 +1,9 @@
 """Prometheus series of a node in a cluster, read from its last heartbeat at scrape time
 (a scrape never waits on Redis): ``kvstore_cluster_redis_up`` (1 while Redis answers, 0 while
-the node is degraded), ``kvstore_cluster_nodes{state}``, ``kvstore_cluster_index_pending``
-and the counters ``kvstore_cluster_index_published_total``, ``..._resyncs_total`` and
-``..._dropped_total``."""
+the node is degraded), ``kvstore_cluster_nodes{state}``,
+``kvstore_cluster_index_pending_placements`` (was ``kvstore_cluster_index_pending``) and the
+counters ``kvstore_cluster_index_published_total``, ``..._resyncs_total``,
+``..._dropped_total`` and ``..._swept_total``."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from kvstore.protocol.cluster import NodeState
 
 if TYPE_CHECKING:
     from kvstore.cluster.node import ClusterNode
+
+RENAMED = {"kvstore_cluster_index_pending_placements": "kvstore_cluster_index_pending"}
 
 
 class ClusterCollector(Collector):
@@ -32,8 +35,8 @@ class ClusterCollector(Collector):
             nodes.add_metric([state.value], float(sum(n.state is state for n in status.nodes)))
         yield nodes
         index = status.index
-        yield GaugeMetricFamily("kvstore_cluster_index_pending", "block placements not yet "
-                                "published", value=float(index.pending))
+        yield GaugeMetricFamily("kvstore_cluster_index_pending_placements", "block placements "
+                                "not yet published", value=float(index.pending))
         for name, value, text in (
                 ("published", index.published, "block placements published"),
                 ("resyncs", index.resyncs, "full republications of what the node holds"),

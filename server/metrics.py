@@ -1,9 +1,11 @@
 """Prometheus metrics of one server: the store's series (:mod:`server.store_metrics`), request
 counters and latencies of both planes, open connections by plane, ``kvstore_build_info`` and
 prometheus-client's process, platform and GC collectors. One registry per server (not the
-global one), so that several servers in one process (tests) never collide.
+global one), so that several servers in one process (tests) never collide; it also exports the
+renamed series under their old names for one release (``RENAMED``: :mod:`server.renamed_metrics`).
 
-Series here: ``kvstore_requests_total{plane,op,status}``, ``kvstore_request_seconds{plane,op}``,
+Series here: ``kvstore_requests_total{plane,op,status}``,
+``kvstore_request_duration_seconds{plane,op}`` (was ``kvstore_request_seconds``),
 ``kvstore_connections_open{plane}`` (``rest``, ``tcp``, ``unix``),
 ``kvstore_dataplane_connections_total`` (accepted),
 ``kvstore_dataplane_connections_refused_total{reason}`` (the limit that refused one:
@@ -25,11 +27,16 @@ from prometheus_client.registry import Collector
 
 from kvstore import __version__
 from kvstore.protocol.frame import PROTOCOL_VERSION
+from server import cluster_metrics, store_metrics
+from server.renamed_metrics import RenamingRegistry
 from server.store_metrics import Health, HealthCollector, Stats, StoreCollector
 
-__all__ = ["REFUSAL_REASONS", "ServerMetrics", "tenant_registry"]
+__all__ = ["REFUSAL_REASONS", "RENAMED", "ServerMetrics", "tenant_registry"]
 
 REFUSAL_REASONS = ("max_connections", "max_connections_per_tenant", "max_pending_connections")
+# every series of a server that was renamed: new family name -> old
+RENAMED = {"kvstore_request_duration_seconds": "kvstore_request_seconds",
+           **store_metrics.RENAMED, **cluster_metrics.RENAMED}
 
 
 class ConnectionsCollector(Collector):
@@ -51,7 +58,7 @@ class ServerMetrics:
     """The registry a server exposes at ``/metrics`` (the admin's view)."""
 
     def __init__(self, stats: Stats, health: Health | None = None) -> None:
-        self.registry = CollectorRegistry()
+        self.registry: CollectorRegistry = RenamingRegistry(RENAMED)
         self.registry.register(StoreCollector(stats))
         if health is not None:
             self.registry.register(HealthCollector(health))
@@ -63,8 +70,8 @@ class ServerMetrics:
              "python": platform.python_version()})
         self.requests = Counter("kvstore_requests", "requests served", ["plane", "op", "status"],
                                 registry=self.registry)
-        self.latency = Histogram("kvstore_request_seconds", "request latency", ["plane", "op"],
-                                 registry=self.registry,
+        self.latency = Histogram("kvstore_request_duration_seconds", "request latency",
+                                 ["plane", "op"], registry=self.registry,
                                  buckets=(1e-4, 5e-4, 1e-3, 5e-3, 0.01, 0.05, 0.1, 0.5, 1, 5))
         self.connections = Counter("kvstore_dataplane_connections", "data plane connections "
                                    "accepted", registry=self.registry)
@@ -88,6 +95,6 @@ class ServerMetrics:
 def tenant_registry(stats: Stats) -> CollectorRegistry:
     """A registry of the store's series alone, over ``stats`` (a tenant's view): no request
     counters or latencies, which are every tenant's traffic."""
-    registry = CollectorRegistry()
+    registry = RenamingRegistry(store_metrics.RENAMED)
     registry.register(StoreCollector(stats))
     return registry

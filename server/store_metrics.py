@@ -2,10 +2,14 @@
 each scrape: counters and gauges per tier, per namespace and in total, whether each tier is
 up, and the back-end counters a tier reports (the S3 tier's write-back queue and faults).
 
-Names: ``kvstore_<key>`` for totals, ``kvstore_tier_<key>{tier}``,
-``kvstore_namespace_<key>{namespace}``; ``kvstore_up`` and ``kvstore_tier_up{tier}`` (1 or 0);
-``kvstore_tier_backend_<key>{tier}`` for a tier's back-end counters (``BACKEND``);
-``kvstore_tier_corrupt_dropped_by_cause{tier,cause}``.
+Names: ``kvstore_<name>`` for totals, ``kvstore_tier_<name>{tier}``,
+``kvstore_namespace_<name>{namespace}``, where a field's name is its key in the stats but for
+those ``NAMES`` gives a unit to (``bytes_in`` is ``received_bytes``, ``pinned`` is
+``pinned_blocks``, ``hit_rate`` is ``hit_ratio``...); ``kvstore_up`` and
+``kvstore_tier_up{tier}`` (1 or 0); ``kvstore_tier_backend_<name>{tier}`` for a tier's back-end
+counters (``BACKEND``); ``kvstore_tier_corrupt_dropped_by_cause_total{tier,cause}``.
+``RENAMED`` maps each new family name to the one it had before (still exported for one
+release: :mod:`server.renamed_metrics`).
 """
 
 from __future__ import annotations
@@ -16,11 +20,15 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from kvstore.protocol.health import StoreHealth
-from kvstore.protocol.stats import StoreStats, TierStats
+from kvstore.protocol.stats import Counts, StoreStats, TierStats, TotalStats
 from kvstore.store.counters import COUNTERS
 
 GAUGES = ("hit_rate", "blocks", "bytes", "capacity_bytes", "logical_bytes", "occupancy",
           "charged_bytes", "pinned", "pinned_bytes")
+# a stats key -> its metric name, where the key lacks the unit (or puts it first)
+NAMES = {"bytes_in": "received_bytes", "bytes_out": "sent_bytes", "hit_rate": "hit_ratio",
+         "occupancy": "occupancy_ratio", "pinned": "pinned_blocks"}
+BACKEND_NAMES = {"pending": "pending_blocks"}
 # a tier's back-end document (the S3 tier's ``stats()``): key -> (kind, help)
 BACKEND = {
     "pending": ("gauge", "blocks queued for upload (write-back queue depth)"),
@@ -34,6 +42,13 @@ BACKEND = {
     "recoveries": ("counter", "times the back end recovered from a fault"),
     "discovered": ("counter", "blocks adopted from other nodes"),
 }
+# the rows of each scope: totals, per tier, per namespace
+SCOPES = (("", TotalStats), ("tier_", TierStats), ("namespace_", Counts))
+# new family name -> old (counters without ``_total``), for the fields each scope has
+RENAMED = {f"kvstore_{scope}{new}": f"kvstore_{scope}{key}"
+           for scope, row in SCOPES for key, new in NAMES.items() if key in row.model_fields} | {
+    f"kvstore_tier_backend_{new}": f"kvstore_tier_backend_{key}"
+    for key, new in BACKEND_NAMES.items()}
 Stats = Callable[[], StoreStats]
 Health = Callable[[], StoreHealth]
 
@@ -65,7 +80,7 @@ class StoreCollector(Collector):
                 rows = [(g, v[key]) for g, v in groups.items() if key in v]
                 if not rows:
                     continue
-                family = _family(f"kvstore_{prefix}{key}",
+                family = _family(f"kvstore_{prefix}{NAMES.get(key, key)}",
                                  "counter" if key in COUNTERS else "gauge",
                                  f"{key} ({label or 'total'})", [label] if label else [])
                 for group, value in rows:
@@ -94,7 +109,8 @@ class StoreCollector(Collector):
             rows = [(t, v.backend[key]) for t, v in tiers.items()
                     if v.backend is not None and key in v.backend]
             if rows:
-                family = _family(f"kvstore_tier_backend_{key}", kind, text, ["tier"])
+                family = _family(f"kvstore_tier_backend_{BACKEND_NAMES.get(key, key)}", kind,
+                                 text, ["tier"])
                 for tier, value in rows:
                     family.add_metric([tier], float(value))
                 yield family

@@ -13,8 +13,9 @@ Series: ``kvstore_router_decisions_total{policy,worker,outcome}`` (``routed``: s
 every worker failed), ``kvstore_router_requests_total{policy}``,
 ``kvstore_router_retries_total``, ``kvstore_router_prompt_tokens_total{worker}``,
 ``kvstore_router_hit_tokens_total{worker}``, ``kvstore_router_store_prefix_tokens_total``,
-``kvstore_router_worker_up{worker,role}``, ``kvstore_router_worker_inflight{worker}``,
-``kvstore_router_worker_queued_tokens{worker}``,
+``kvstore_router_worker_up{worker,role}``,
+``kvstore_router_worker_inflight_requests{worker}`` (was ``kvstore_router_worker_inflight``,
+still exported for one release: ``RENAMED``), ``kvstore_router_worker_queued_tokens{worker}``,
 ``kvstore_router_worker_resident_blocks{worker}``, ``kvstore_router_ttft_seconds``,
 ``kvstore_router_itl_seconds``.
 """
@@ -25,15 +26,17 @@ from collections.abc import Iterator
 
 from fastapi import APIRouter
 from fastapi.responses import Response
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from engines.router.core import Router
+from server.renamed_metrics import RenamingRegistry
 
 # seconds: a tiny CPU model answers in milliseconds, a real one in tenths to seconds
 TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1)
+RENAMED = {"kvstore_router_worker_inflight_requests": "kvstore_router_worker_inflight"}
 
 
 class RoutingCollector(Collector):
@@ -63,13 +66,16 @@ class RoutingCollector(Collector):
                                   "prompt tokens kvstore held when routed",
                                   value=stats.store_prefix_tokens)
         rows = {url: w.model_dump() for url, w in workers.items()}  # a family per field
-        per_worker = (("prompt_tokens", "counter", "prompt tokens routed"),
-                      ("hit_tokens", "counter", "prefix tokens the worker did not compute"),
-                      ("inflight", "gauge", "requests running"),
-                      ("queued_tokens", "gauge", "estimated tokens of work running"),
-                      ("resident_blocks", "gauge", "blocks the router knows the worker holds"))
-        for key, kind, text in per_worker:
-            name = f"kvstore_router_{key}" if kind == "counter" else f"kvstore_router_worker_{key}"
+        # (stats key, metric name, kind, help)
+        per_worker = (
+            ("prompt_tokens", "prompt_tokens", "counter", "prompt tokens routed"),
+            ("hit_tokens", "hit_tokens", "counter", "prefix tokens the worker did not compute"),
+            ("inflight", "worker_inflight_requests", "gauge", "requests running"),
+            ("queued_tokens", "worker_queued_tokens", "gauge", "estimated tokens of work running"),
+            ("resident_blocks", "worker_resident_blocks", "gauge",
+             "blocks the router knows the worker holds"))
+        for key, metric, kind, text in per_worker:
+            name = f"kvstore_router_{metric}"
             family = (CounterMetricFamily(name, text, labels=["worker"]) if kind == "counter"
                       else GaugeMetricFamily(name, text, labels=["worker"]))
             for url, row in rows.items():
@@ -86,7 +92,7 @@ class RouterMetrics:
     """The router's registry; observes the tokens of its streams."""
 
     def __init__(self, router: Router) -> None:
-        self.registry = CollectorRegistry()
+        self.registry = RenamingRegistry(RENAMED)
         self.registry.register(RoutingCollector(router))
         self.ttft = Histogram("kvstore_router_ttft_seconds", "request to first token",
                               buckets=TTFT_BUCKETS, registry=self.registry)

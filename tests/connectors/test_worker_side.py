@@ -100,7 +100,8 @@ def _acquires(server: Any) -> int:
     import httpx
 
     text = httpx.get(server.url + "/metrics").text
-    m = re.search(r'kvstore_request_seconds_count{op="shm_acquire",plane="data"} (\S+)', text)
+    m = re.search(r'kvstore_request_duration_seconds_count{op="shm_acquire",plane="data"} (\S+)',
+                  text)
     return int(float(m.group(1))) if m else 0
 
 

@@ -1,6 +1,6 @@
 """``/metrics`` of the engine worker and of the router, scraped after real requests: the
-routing decisions and hit tokens match ``/stats``, and every token shows in the TTFT and
-inter-token histograms."""
+routing decisions and hit tokens match ``/stats``, every token shows in the TTFT and
+inter-token histograms, and the renamed gauges are there under their old names too."""
 
 from __future__ import annotations
 
@@ -48,7 +48,8 @@ def test_router_and_worker_metrics_count_real_requests(worker: ThreadServer) -> 
             assert s.status_code == 200
             s.read()
         stats = c.get("/stats").json()
-        got = samples(c.get("/metrics").text)
+        router_page = c.get("/metrics").text
+    got = samples(router_page)
     w = worker.url
     assert got[("kvstore_router_decisions_total",
                 (("outcome", "routed"), ("policy", "kv"), ("worker", w)))] == 4
@@ -59,6 +60,9 @@ def test_router_and_worker_metrics_count_real_requests(worker: ThreadServer) -> 
     assert got[("kvstore_router_worker_up", (("role", "both"), ("worker", w)))] == 1
     assert got[("kvstore_router_ttft_seconds_count", ())] == 4
     assert got[("kvstore_router_itl_seconds_count", ())] == 4 * 4  # 5 tokens: 4 gaps each
+    inflight = (("worker", w),)
+    assert got[("kvstore_router_worker_inflight_requests", inflight)] == 0
+    assert got[("kvstore_router_worker_inflight", inflight)] == 0  # deprecated, still there
 
     page = httpx.get(f"{w}/metrics").text
     wk = samples(page)
@@ -69,3 +73,10 @@ def test_router_and_worker_metrics_count_real_requests(worker: ThreadServer) -> 
     assert wk[("kvstore_worker_ttft_seconds_count", ())] == 4
     assert wk[("kvstore_worker_itl_seconds_count", ())] == 16
     assert wk[("kvstore_worker_ttft_seconds_sum", ())] > 0
+    for gauge in ("running", "waiting", "inflight"):
+        assert wk[(f"kvstore_worker_{gauge}_requests", role)] == 0
+        assert wk[(f"kvstore_worker_{gauge}", role)] == 0
+        assert f"# HELP kvstore_worker_{gauge} deprecated: use kvstore_worker_{gauge}_requests" \
+            in page
+    assert "# HELP kvstore_router_worker_inflight deprecated: use " \
+           "kvstore_router_worker_inflight_requests" in router_page

@@ -23,7 +23,7 @@ BLOCK = 64 << 10
 
 def _op_count(srv: ServerProc, op: str) -> int:
     text = httpx.get(srv.url + "/metrics").text
-    m = re.search(rf'kvstore_request_seconds_count{{op="{op}",plane="data"}} (\S+)', text)
+    m = re.search(rf'kvstore_request_duration_seconds_count{{op="{op}",plane="data"}} (\S+)', text)
     return int(float(m.group(1))) if m else 0
 
 

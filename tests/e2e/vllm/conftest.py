@@ -248,7 +248,7 @@ def data_op_count(url: str, op: str) -> int:
     """How many ``op`` frames the kvstore data plane at ``url`` has served (its metrics)."""
     with urllib.request.urlopen(f"{url}/metrics", timeout=10) as resp:
         text = resp.read().decode()
-    m = re.search(rf'kvstore_request_seconds_count{{op="{op}",plane="data"}} (\S+)', text)
+    m = re.search(rf'kvstore_request_duration_seconds_count{{op="{op}",plane="data"}} (\S+)', text)
     return int(float(m.group(1))) if m else 0
 
 
