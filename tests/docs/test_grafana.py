@@ -1,6 +1,8 @@
 """``docs/grafana/kvstore.json`` is a Grafana dashboard whose every query names metrics that
-kvstore exports: the names are checked against real ``/metrics`` pages of a ``kvstore serve``
-(host, disk and S3 tiers, under traffic), a router and an engine worker."""
+kvstore exports under their current names: the names are checked against real ``/metrics``
+pages of a ``kvstore serve`` (host, disk and S3 tiers, under traffic), a router and an engine
+worker, and none is a deprecated name (those pages still export each renamed series under its
+old name too, its HELP saying which name replaces it)."""
 
 from __future__ import annotations
 
@@ -8,25 +10,37 @@ import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from engines.router.metrics import RENAMED as ROUTER_RENAMED
 from engines.testing import ThreadServer
+from engines.worker_metrics import RENAMED as WORKER_RENAMED
 from kvstore.testing.traffic import busy_server
+from server.metrics import RENAMED as SERVER_RENAMED
 from tests.engines.conftest import make_checkpoint
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "docs" / "grafana" / "kvstore.json"
 METRIC = re.compile(r"\b(?:kvstore|process|python)_[A-Za-z0-9_:]+")
+RENAMED = SERVER_RENAMED | WORKER_RENAMED | ROUTER_RENAMED  # new family name -> old
+DEPRECATED = "deprecated: use "
 
 
-def exported(url: str) -> set[str]:
-    """Every sample name on ``url``'s ``/metrics`` page (``_total``, ``_bucket``... included)."""
+class Family(NamedTuple):
+    type: str
+    help: str
+
+
+def exported(url: str) -> dict[str, Family]:
+    """Every sample name on ``url``'s ``/metrics`` page (``_total``, ``_bucket``... included)
+    and the type and HELP text of its family."""
     text = httpx.get(f"{url}/metrics", timeout=30).text
-    return {s.name for family in text_string_to_metric_families(text) for s in family.samples}
+    return {s.name: Family(family.type, family.documentation)
+            for family in text_string_to_metric_families(text) for s in family.samples}
 
 
 def queries(doc: dict[str, Any]) -> list[tuple[str, str]]:
@@ -39,7 +53,7 @@ def queries(doc: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 @pytest.fixture(scope="module")
-def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[set[str]]:
+def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Family]]:
     from engines.decoder.config import EngineConfig
     from engines.decoder.runner import Engine
     from engines.router.app import create_app as router_app
@@ -79,18 +93,53 @@ def test_dashboard_is_a_grafana_document() -> None:
             assert expr.count(opening) == expr.count(closing), (where, expr)
 
 
-def test_every_query_names_an_exported_metric(scraped: set[str]) -> None:
+def test_every_query_names_an_exported_metric(scraped: dict[str, Family]) -> None:
     doc = json.loads(DASHBOARD.read_text())
-    missing = []
+    missing, deprecated = [], []
     for where, expr in queries(doc):
         names = METRIC.findall(expr)
         assert names, f"{where}: no kvstore metric in {expr!r}"
         missing += [f"{where}: {name}" for name in names if name not in scraped]
+        deprecated += [f"{where}: {name} ({scraped[name].help})" for name in names
+                       if name in scraped and scraped[name].help.startswith(DEPRECATED)]
     assert not missing, "\n".join(missing)
-    # the families the issue asks for are there
-    for name in ("kvstore_tier_occupancy", "kvstore_tier_backend_pending", "kvstore_build_info",
+    assert not deprecated, "\n".join(deprecated)
+    # the families the dashboard is for are there
+    for name in ("kvstore_tier_occupancy_ratio", "kvstore_tier_backend_pending_blocks",
+                 "kvstore_build_info", "kvstore_received_bytes_total",
+                 "kvstore_request_duration_seconds_bucket", "kvstore_worker_running_requests",
                  "process_cpu_seconds_total", "kvstore_connections_open", "kvstore_tier_up",
                  "kvstore_router_decisions_total", "kvstore_router_ttft_seconds_bucket",
                  "kvstore_worker_itl_seconds_bucket", "kvstore_prefetched_total",
                  "kvstore_pinned_bytes"):
         assert name in scraped, name
+
+
+def test_old_names_are_still_exported_and_marked_deprecated(scraped: dict[str, Family]) -> None:
+    """Each renamed series of a server, router and worker is on their pages under both names
+    (the cluster's only on a node in a cluster)."""
+    for new, old in RENAMED.items():
+        if new.startswith("kvstore_cluster_"):
+            continue
+        suffix = next((s for s in ("_total", "", "_count") if new + s in scraped), None)
+        assert suffix is not None, f"{new} is not exported"
+        shown = new + ("_total" if suffix == "_total" else "")
+        assert scraped[old + suffix].help == DEPRECATED + shown, old
+        assert scraped[old + suffix].type == scraped[new + suffix].type, old
+        assert not scraped[new + suffix].help.startswith(DEPRECATED), new
+
+
+def test_exported_names_follow_prometheus_conventions(scraped: dict[str, Family]) -> None:
+    """``_total`` on counters only, units in base units, ``_seconds`` last on latency
+    histograms (the deprecated names aside)."""
+    non_base = re.compile(r"_(ms|milliseconds|minutes|hours|percent|kb|mb|kib|mib|gib)(_|$)")
+    for name, family in scraped.items():
+        if family.help.startswith(DEPRECATED):
+            continue
+        assert not non_base.search(name), name
+        if family.type == "counter":
+            assert name.endswith(("_total", "_created")), name
+        else:
+            assert not name.endswith("_total"), name
+        if family.type == "histogram" and name.endswith("_bucket"):
+            assert name.removesuffix("_bucket").endswith(("_seconds", "_bytes")), name

@@ -5,6 +5,7 @@ says ``deprecated: use <new>``; the new names follow Prometheus' conventions."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from prometheus_client import Counter, Gauge, Histogram, generate_latest
 from prometheus_client.metrics_core import Metric
@@ -115,3 +116,11 @@ def test_new_names_follow_the_conventions() -> None:
     assert EVERY_RENAME["kvstore_request_duration_seconds"] == "kvstore_request_seconds"
     assert EVERY_RENAME["kvstore_pinned_blocks"] == "kvstore_pinned"
 
+
+def test_the_operations_guide_lists_every_rename() -> None:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
+    table = text[text.index("| deprecated name | new name |"):].split("\n\n")[0]
+    for new, old in EVERY_RENAME.items():
+        rows = [row for row in table.splitlines() if f"`{old}`" in row or f"`{old}_total`" in row
+                or f"`{old}` (" in row]
+        assert len(rows) == 1 and f"`{new}" in rows[0].split("|")[2], (old, new)
