@@ -26,7 +26,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from kvstore.cluster.link import RedisError
 from kvstore.cluster.node import ClusterNode
@@ -36,6 +36,7 @@ from kvstore.namespace import Namespace
 from kvstore.protocol import Buffer
 from kvstore.protocol.cluster import NodeView
 from kvstore.store import StoreAPI
+from kvstore.tiers.host import HostTier
 from kvstore.types import BlockHash
 
 log = logging.getLogger("kvstore.cluster")
@@ -103,7 +104,7 @@ class PeerFill:
             log.info("no room here for %d blocks from peers: %s", len(hashes), exc)
             return None
         try:
-            host = store.tier("host")
+            host = cast(HostTier, store.tier("host"))
             places = [[host.view(off, n) for off, n in ext] if ext is not None else None
                       for ext in extents]
             # one piece: straight into it; in pieces, or stored here already: into a buffer

@@ -74,7 +74,7 @@ return 1
 class _Walk:
     """One sweep in progress: the slots it removes, and where it is."""
 
-    slots: list[bytes]  # as the set holds them (decimal text)
+    slots: list[int]
     servers: list[RedisClient]
     at: int = 0  # the server being scanned
     cursor: int = 0
@@ -124,7 +124,7 @@ class Sweeper:
             self._asked = now
             if not self._lease(keys=[SWEEPER], args=[self._node_id, LEASE_MS]):
                 return
-            slots = sorted(self._client.smembers(ORPHANS))
+            slots = sorted(int(s) for s in self._client.smembers(ORPHANS))
             if not slots:
                 self._done(keys=[SWEEPER, ORPHANS], args=[self._node_id])
                 return
@@ -135,7 +135,7 @@ class Sweeper:
         server = walk.servers[walk.at]
         cursor, keys = server.scan(walk.cursor, match=INDEX_MATCH, count=PAGE)
         if keys:
-            gone = [slot_bytes(int(s)) for s in walk.slots]
+            gone = [slot_bytes(s) for s in walk.slots]
             pipe = server.pipeline(transaction=False)
             for key in keys:
                 self._sweep(keys=[key], args=gone, client=pipe)
