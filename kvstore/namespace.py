@@ -293,7 +293,10 @@ def _check_extra(extra: Any) -> None:
 
 class Registered(NamedTuple):
     """What registering a namespace did: the namespace as the server holds it (under the name
-    its caller uses) and whether this call created it."""
+    its caller uses), whether this call created it, and the name the store (and a cluster's
+    block index) knows it by: ``tenant~name`` for a tenant's, else the name itself ("" from a
+    server too old to say)."""
 
     namespace: Namespace
     created: bool
+    store_name: str = ""

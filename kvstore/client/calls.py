@@ -51,7 +51,7 @@ def register(_: Link, name: str, block_bytes: int, layout: Layout | Mapping[str,
     except (TypeError, ValueError) as exc:
         raise ProtocolError(f"register answered with no namespace it could name: {exc}") \
             from None
-    return Registered(reply.namespace, reply.created)
+    return Registered(reply.namespace, reply.created, reply.store_name)
 
 
 def lookup(_: Link, ns: str, hashes: Sequence[BlockHash]) -> Steps[tuple[int, list[str]]]:

@@ -107,18 +107,24 @@ class Register(Request):
 
 @dataclass(slots=True)
 class RegisterReply(Reply):
-    """Whether the call created the namespace, and the namespace as its caller names it.
-    Reading one that is not a valid namespace raises ``ValueError`` or ``TypeError``."""
+    """Whether the call created the namespace, the namespace as its caller names it, and the
+    name the store knows it by (``tenant~name`` for a tenant's: what a cluster's block index
+    and a router that reads it use; "" from a server too old to say). Reading one that is not
+    a valid namespace raises ``ValueError`` or ``TypeError``."""
 
     created: bool
     namespace: Namespace
+    store_name: str = ""
 
     def to_header(self) -> Header:
-        return {"created": self.created, "namespace": self.namespace.to_dict()}
+        return {"created": self.created, "namespace": self.namespace.to_dict(),
+                "store_name": self.store_name}
 
     @classmethod
     def from_header(cls, header: Header) -> Self:
-        return cls(bool(header.get("created")), Namespace.from_dict(header.get("namespace") or {}))
+        name = header.get("store_name")
+        return cls(bool(header.get("created")), Namespace.from_dict(header.get("namespace") or {}),
+                   name if isinstance(name, str) else "")
 
 
 @dataclass(slots=True)

@@ -157,7 +157,7 @@ class Ops:
             raise FrameError("invalid_request", str(exc)) from None
         created = await self.run(self.store.register_namespace, ns)
         held = as_seen(principal, self.store.namespace(ns.name))
-        return RegisterReply(created, held), []
+        return RegisterReply(created, held, ns.name), []
 
     async def namespaces(self, session: Session, req: Namespaces, _: memoryview) -> Answer:
         principal = session.principal

@@ -90,6 +90,8 @@ def test_two_tenants_both_have_chat(server: ServerProc) -> None:
             # re-registering one's own is idempotent, whatever the other tenant holds
             again = client.register_namespace("chat", size, layout)
             assert again.namespace.name == "chat" and not again.created
+            # the store's own name (a cluster's index uses it): the tenant's, scoped
+            assert again.store_name == f"{again.namespace.tenant}~chat"
     r = httpx.get(server.url + "/v1/namespaces", headers=bearer(TOK_A), timeout=30)
     assert [ns["name"] for ns in r.json()["namespaces"]] == ["chat"]  # not b's b-only
     # the admin sees both, each with its tenant, and names them tenant~name
@@ -244,6 +246,8 @@ def test_a_name_registered_before_scoping_keeps_its_blocks(tmp_path: Path) -> No
         proc.restart()
         with KVStoreClient(proc.url, TOK_A, use_shm=False) as a, \
                 KVStoreClient(proc.url, TOK_B, use_shm=False) as b:
+            assert a.register_namespace("legacy", BLOCK_B, {}).store_name == "legacy"
+            assert b.register_namespace("legacy", BLOCK_A, {}).store_name == "b~legacy"
             assert a.get("legacy", HASHES) == blocks
             assert b.get("legacy", HASHES) == [None] * len(HASHES)  # b's own, empty
         r = httpx.get(proc.url + "/v1/namespaces", headers=bearer(ADMIN), timeout=30)
