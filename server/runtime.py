@@ -43,6 +43,7 @@ from server.preflight import (
     bind_tcp,
     check_data_dir,
     check_device,
+    check_extras,
     check_memory,
     claim_socket_path,
 )
@@ -132,6 +133,7 @@ async def serve(settings: ServerSettings) -> int:
     machine cannot honour, a taken port, data dir or socket) is checked before the store is
     opened and before the server says it is serving: :class:`StartupError`."""
     check_memory(settings)
+    check_extras(settings)
     check_device(settings)
     with data_dir_lock(settings), contextlib.ExitStack() as bound:
         rest = bind_tcp(settings.host, settings.port, "--port")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -97,3 +98,24 @@ def test_stats_into_a_closed_pipe_ends_quietly(server: ServerProc) -> None:
     finally:
         os.close(write)
     assert run.returncode == 0 and run.stderr == "", run.stderr
+
+
+# ``kvstore serve`` in an install without an extra's package (a plain ``pip install kvstore``):
+# the module is hidden as an uninstalled one is, and nothing else changes.
+WITHOUT = ("import sys; sys.modules[{module!r}] = None; from server.main import main; "
+           "sys.exit(main())")
+
+
+@pytest.mark.parametrize(("module", "flags", "words"), [
+    ("torch", ("--device-capacity", "16MiB"), ("--device-capacity", "kvstore[gpu]")),
+    ("boto3", ("--s3-bucket", "b", "--s3-endpoint", "http://127.0.0.1:1"),
+     ("--s3-bucket", "kvstore[s3]")),
+])
+def test_tier_whose_extra_is_not_installed(tmp_path: Path, module: str,
+                                           flags: tuple[str, ...], words: tuple[str, ...]) -> None:
+    cmd = [sys.executable, "-c", WITHOUT.format(module=module), "serve", "--data-dir",
+           str(tmp_path / "data"), "--port", str(free_port()), "--data-port", str(free_port()),
+           "--host-capacity", "8MiB", "--disk-capacity", "32MiB", *flags]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert_one_line(run, *words)
