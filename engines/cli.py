@@ -37,6 +37,9 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kvstore", default=None, metavar="URL",
                    help="kvstore server URL or host:port: reuse and store prompt blocks "
                         "(default: none, no store)")
+    p.add_argument("--kvstore-token-file", default=None, metavar="PATH",
+                   help="file holding the token of a kvstore that requires one (its "
+                        "--token-file) (default: none)")
     p.add_argument("--device", default=None,
                    help="cpu, cuda or cuda:N (default: cuda when torch sees a GPU, else cpu)")
     p.add_argument("--dtype", default=None, choices=("float32", "bfloat16", "float16"),
@@ -88,12 +91,14 @@ def _check_model(path: str) -> None:
 def _build(args: argparse.Namespace) -> Engine:  # imports torch lazily, for a quick --help
     import torch
 
+    from engines.access import load_token
     from engines.decoder import kernels
     from engines.decoder.runner import Engine
     from engines.store_io import open_store
-    from kvstore.client import KVStoreUnavailableError
+    from kvstore.client import AuthenticationError, KVStoreUnavailableError
 
     _check_model(args.model)
+    store_token = load_token(args.kvstore_token_file, "127.0.0.1", "--kvstore-token-file")
     kernels.set_backend(args.kernels)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device.startswith("cuda") and not torch.cuda.is_available():
@@ -106,10 +111,14 @@ def _build(args: argparse.Namespace) -> Engine:  # imports torch lazily, for a q
     except ValueError as exc:
         raise CommandError(str(exc)) from None
     try:
-        return Engine(args.model, ecfg, open_store(args.kvstore))
+        return Engine(args.model, ecfg, open_store(args.kvstore, store_token))
     except KVStoreUnavailableError as exc:
         raise CommandError(f"--kvstore {args.kvstore}: {exc.__cause__ or exc}; start kvstore "
                            "serve there or fix the URL") from None
+    except AuthenticationError:
+        why = ("refused the token in --kvstore-token-file" if store_token else
+               "requires a token; give --kvstore-token-file PATH (a file holding it)")
+        raise CommandError(f"--kvstore {args.kvstore} {why}") from None
     except ValueError as exc:  # a checkpoint the decoder does not implement
         raise CommandError(f"--model {args.model}: {exc}") from None
 

@@ -108,10 +108,10 @@ def _block_hashes(hashes: Sequence[bytes]) -> list[BlockHash]:
 class RemoteStore:
     """:class:`BlockStore` over ``kvstore.client.KVStoreClient`` (a ``kvstore serve``)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, token: str | None = None) -> None:
         from kvstore.client import KVStoreClient
 
-        self.client = KVStoreClient(url)
+        self.client = KVStoreClient(url, token)
         self.url = url
         self._node: tuple[str | None] | None = None  # (the answer,) once the server gave it
 
@@ -156,13 +156,14 @@ class RemoteStore:
         self.client.close()
 
 
-def open_store(addr: str | None) -> BlockStore | None:
-    """``None``/``""``: no store. ``http(s)://...`` or ``host:port``: a kvstore server."""
+def open_store(addr: str | None, token: str | None = None) -> BlockStore | None:
+    """``None``/``""``: no store. ``http(s)://...`` or ``host:port``: a kvstore server, called
+    with bearer ``token`` when it requires one."""
     if not addr:
         return None
     if "://" not in addr:
         addr = f"http://{addr}"
-    return RemoteStore(addr)
+    return RemoteStore(addr, token)
 
 
 class KVConnector:

@@ -47,6 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kvstore", default=None, metavar="URL",
                    help="kvstore server URL for prefix lookups (default: none, score by the "
                         "workers' own caches only)")
+    p.add_argument("--kvstore-token-file", default=None, metavar="PATH",
+                   help="file holding the token of a --kvstore that requires one (its "
+                        "--token-file) (default: none)")
     p.add_argument("--cluster", default=None, metavar="REDIS_URL",
                    help="Redis URL of the workers' kvstore cluster (kvstore serve --cluster): "
                         "score each worker by the prefix its own node holds and the one held "
@@ -105,6 +108,7 @@ def serve(args: argparse.Namespace) -> int:
     from engines.router.api.limits import Limits
     from engines.router.app import create_app
     from engines.router.core import Router
+    from engines.store_io import open_store
 
     if args.tokenizer and not any((Path(args.tokenizer) / name).is_file() for name in
                                   ("tokenizer.json", "tokenizer_config.json")):
@@ -120,11 +124,13 @@ def serve(args: argparse.Namespace) -> int:
     worker_token = token
     if args.worker_token_file:
         worker_token = load_token(args.worker_token_file, "127.0.0.1", "--worker-token-file")
+    store_token = load_token(args.kvstore_token_file, "127.0.0.1", "--kvstore-token-file")
     cluster = _cluster_view(args.cluster, args.cluster_heartbeat_s) if args.cluster else None
     socks = cli_kit.bind_tcp(args.host, args.port, "--port")
     try:
         router = Router(_urls(args.workers), prefill_workers=_urls(args.prefill_workers),
-                        policy=args.policy, kvstore=args.kvstore, load_weight=args.load_weight,
+                        policy=args.policy, kvstore=open_store(args.kvstore, store_token),
+                        load_weight=args.load_weight,
                         store_weight=args.store_weight, worker_token=worker_token,
                         cluster=cluster)
     except ValueError as exc:
