@@ -13,8 +13,8 @@ VLLM_STAMP := $(VENV)/.vllm-installed
 CONSTRAINTS := requirements/constraints.txt
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: venv runtime engine vllm chromium redis serve test lint bench gpu-wheels gpu-check \
-	clean constraints
+.PHONY: venv runtime engine vllm chromium redis podman deploy-base serve test lint bench \
+	gpu-wheels gpu-check clean constraints
 
 # The runtime: kvstore serve, the client and the vLLM connector (`pip install .`; no torch).
 $(RUNTIME_STAMP): pyproject.toml $(CONSTRAINTS)
@@ -85,7 +85,42 @@ $(REDIS):
 
 redis: $(REDIS)
 
-test: $(STAMP) $(VLLM_STAMP) $(CHROMIUM) $(REDIS)
+# The deploy tests: `systemd-analyze verify` on the systemd unit, `docker-compose config` on
+# the compose file (Debian's, which needs no container engine), and deploy/Dockerfile built
+# and run with Debian's rootful podman. runc, not crun: crun refuses a machine whose cgroups
+# mix v1 and v2. The image's base is made here with debootstrap from Debian's packages, since
+# no container registry is reached (deploy/Dockerfile's BASE build argument takes it).
+SYSTEMD_ANALYZE := /usr/bin/systemd-analyze
+DOCKER_COMPOSE := /usr/bin/docker-compose
+PODMAN := /usr/bin/podman
+DEPLOY_BASE := localhost/kvstore-deploy-base:bookworm
+
+$(SYSTEMD_ANALYZE):
+	apt-get update -q
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q systemd
+
+$(DOCKER_COMPOSE):
+	apt-get update -q
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q docker-compose
+
+$(PODMAN):
+	apt-get update -q
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q podman runc debootstrap
+
+podman: $(PODMAN)
+
+deploy-base: $(PODMAN)
+	podman image exists $(DEPLOY_BASE) || { \
+	  mkdir -p $(VENV) && rm -rf $(VENV)/deploy-rootfs && \
+	  debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates bookworm \
+	    $(VENV)/deploy-rootfs > $(VENV)/deploy-rootfs.log && \
+	  rm -rf $(VENV)/deploy-rootfs/var/cache/apt/archives/*.deb \
+	    $(VENV)/deploy-rootfs/var/lib/apt/lists/* && \
+	  tar -C $(VENV)/deploy-rootfs -c . | podman import -q - $(DEPLOY_BASE) && \
+	  rm -rf $(VENV)/deploy-rootfs $(VENV)/deploy-rootfs.log; }
+
+test: $(STAMP) $(VLLM_STAMP) $(CHROMIUM) $(REDIS) $(SYSTEMD_ANALYZE) $(DOCKER_COMPOSE) \
+		deploy-base
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest $(PYTEST_ARGS)
 
