@@ -23,6 +23,7 @@ import pytest
 
 from kvstore.client import KVStoreClient
 from kvstore.testing.proc import free_port
+from kvstore.types import BlockHash
 from tests.deploy.manifests import DATA_DIR, DEPLOY, ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -30,6 +31,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 BASE = "localhost/kvstore-deploy-base:bookworm"
 IMAGE = "localhost/kvstore-deploy-test:latest"
 TOKEN = "image-test-token"
+KEY = BlockHash(b"\1" * 32)
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 # This machine's sandbox: no CAP_SYS_RESOURCE (podman's default ulimits cannot be set) and
 # cgroups v1 and v2 mixed (crun refuses them; runc runs). Host networking: the test talks to
@@ -127,7 +129,7 @@ def test_serves_answers_its_health_check_and_keeps_blocks_in_the_volume(volume: 
         client = KVStoreClient(box.url, TOKEN)
         try:
             client.register_namespace("ns", 4096, {"model_id": "m", "block_size": 16})
-            assert client.put("ns", [b"\1" * 32], [b"\7" * 4096]).stored == 1
+            assert client.put("ns", [KEY], [b"\7" * 4096]).stored == 1
         finally:
             client.close()
     finally:
@@ -138,7 +140,7 @@ def test_serves_answers_its_health_check_and_keeps_blocks_in_the_volume(volume: 
     try:
         client = KVStoreClient(again.url, TOKEN)
         try:
-            assert client.get("ns", [b"\1" * 32]) == [b"\7" * 4096]
+            assert client.get("ns", [KEY]) == [b"\7" * 4096]
         finally:
             client.close()
     finally:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from engines.store_io import open_store
+from engines.store_io import RemoteStore, open_store
 from kvstore.client import AuthenticationError, KVStoreClient, UnknownNamespaceError
 from kvstore.testing.cli import assert_one_line
 from kvstore.testing.proc import ROOT, console_script
@@ -46,7 +46,7 @@ def test_open_store_presents_the_token(guarded: tuple[ServerProc, Path]) -> None
     with pytest.raises(AuthenticationError):
         open_store(server.url).lookup("nothing", [b"\0" * 32])  # type: ignore[union-attr]
     store = open_store(server.url, TOKEN)
-    assert store is not None
+    assert isinstance(store, RemoteStore)
     try:  # past the token check: the server looked the namespace up
         with pytest.raises(UnknownNamespaceError):
             store.lookup("nothing", [b"\0" * 32])
