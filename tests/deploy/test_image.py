@@ -33,7 +33,7 @@ IMAGE = "localhost/kvstore-deploy-test:latest"
 TOKEN = "image-test-token"
 KEY = BlockHash(b"\1" * 32)
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
-# This machine's sandbox: no CAP_SYS_RESOURCE (podman's default ulimits cannot be set) and
+# The test machines: root without CAP_SYS_RESOURCE (podman's default ulimits cannot be set) and
 # cgroups v1 and v2 mixed (crun refuses them; runc runs). Host networking: the test talks to
 # the container on loopback only.
 RUN_FLAGS = ["--runtime", "runc", "--ulimit", "nofile=20000:20000", "--ulimit",
