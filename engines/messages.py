@@ -42,6 +42,9 @@ class WorkerInfo(BaseModel):
     max_model_len: int = Field(description="the longest sequence it serves, in tokens")
     kvstore_node: str | None = Field(None, description="the cluster node id of its kvstore "
                                      "server (none: no kvstore, or a node alone)")
+    kvstore_namespace: str | None = Field(
+        None, description="the name its kvstore (and a cluster's block index) knows its "
+        "namespace by: tenant~name under a tenant token (none: no kvstore)")
 
 
 class KVEvent(BaseModel):

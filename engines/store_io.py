@@ -47,6 +47,11 @@ class BlockStore(Protocol):
         """The cluster node id of the kvstore server (None: in process, or a node alone)."""
         ...
 
+    def store_name(self, namespace: str) -> str:
+        """The name the store (and a cluster's block index) knows ``namespace`` by, once
+        registered: ``tenant~name`` for a tenant token's."""
+        ...
+
 
 @dataclass(slots=True)
 class ConnectorStats:
@@ -78,6 +83,9 @@ class LocalStore:
 
     def node_id(self) -> str | None:
         return None
+
+    def store_name(self, namespace: str) -> str:
+        return namespace
 
     def get(self, namespace: str, hashes: Sequence[bytes]) -> list[bytes | None]:
         return list(self.store.get(namespace, list(hashes)))
@@ -113,12 +121,18 @@ class RemoteStore:
 
         self.client = KVStoreClient(url, token)
         self.url = url
+        self._token = token
         self._node: tuple[str | None] | None = None  # (the answer,) once the server gave it
+        self._store_names: dict[str, str] = {}  # as registered: the store's name of each
 
     def register_namespace(self, name: str, block_bytes: int, layout: Layout,
                            hash_algo: str, hash_seed: str | None) -> None:
-        self.client.register_namespace(name, block_bytes, layout, hash_algo=hash_algo,
-                                       hash_seed=hash_seed)
+        registered = self.client.register_namespace(name, block_bytes, layout,
+                                                    hash_algo=hash_algo, hash_seed=hash_seed)
+        self._store_names[name] = registered.store_name or name
+
+    def store_name(self, namespace: str) -> str:
+        return self._store_names.get(namespace, namespace)
 
     def lookup(self, namespace: str, hashes: Sequence[bytes]) -> int:
         result = self.client.lookup(namespace, _block_hashes(hashes))
@@ -145,8 +159,10 @@ class RemoteStore:
             from kvstore.client.discovery import info_url
             from kvstore.protocol.info import ServerInfo
 
+            headers = {"Authorization": f"Bearer {self._token}"} if self._token else {}
             try:
-                r = httpx.get(info_url(self.url), timeout=2.0)
+                r = httpx.get(info_url(self.url), headers=headers, timeout=2.0)
+                r.raise_for_status()
                 self._node = (ServerInfo.model_validate_json(r.content).node_id,)
             except (httpx.HTTPError, ValueError):
                 return None

@@ -229,12 +229,13 @@ def create_app(engine: Engine, role: str = "both", token: str | None = None) -> 
         e = engine.ecfg
         connector = engine.connector
         node = await asyncio.to_thread(connector.store.node_id) if connector else None
+        stored_as = connector.store.store_name(engine.namespace) if connector else None
         return WorkerInfo(
             role=control.role, model_id=engine.model_cfg.model_id, block_size=e.block_size,
             hash_algo=e.hash_algo, hash_seed=e.hash_seed, namespace=engine.namespace,
             block_bytes=engine.block_bytes, num_blocks=e.num_blocks,
             kvstore=engine.connector is not None, device=str(e.device),
-            rates=engine.rates.as_dict(), kvstore_node=node,
+            rates=engine.rates.as_dict(), kvstore_node=node, kvstore_namespace=stored_as,
             max_model_len=min(engine.model_cfg.max_position_embeddings,
                               e.num_blocks * e.block_size))
 

@@ -83,6 +83,7 @@ class Router:
         self.client = httpx.AsyncClient(timeout=timeout, headers=bearer(worker_token))
         self.hasher: BlockHasher | None = None
         self.namespace = ""
+        self.index_namespace = ""  # the namespace as kvstore's cluster index names it
         self.model_id = ""
         self.block_bytes = 0
         self.max_model_len = 0  # tokens, prompt and output (0: not told)
@@ -117,6 +118,7 @@ class Router:
             if self.hasher is None:
                 self.hasher = BlockHasher(info.hash_algo, info.hash_seed, info.block_size)
                 self.namespace, self.model_id = info.namespace, info.model_id
+                self.index_namespace = info.kvstore_namespace or info.namespace
                 self.block_bytes = info.block_bytes
                 self.max_model_len = info.max_model_len
         except (httpx.HTTPError, ValidationError):  # no answer, or not a worker's
@@ -159,7 +161,7 @@ class Router:
         assert self.hasher is not None
         ask = Ask(hashes, n_tokens, max_tokens, session, 0, self.hasher.block_size,
                   block_bytes=self.block_bytes)
-        return await self.planner.rank(pool, ask, self.namespace)
+        return await self.planner.rank(pool, ask, self.namespace, self.index_namespace)
 
     async def generate(self, req: GenerateRequest,
                        session: str | None = None) -> Routed[GenerateReply]:

@@ -43,9 +43,11 @@ class Planner:
         self._policies = {id(pool): make_policy(policy, pool, cost) for pool in pools}
         self._rr = itertools.count()
 
-    async def rank(self, pool: list[Worker], ask: Ask, namespace: str) -> Plan:
+    async def rank(self, pool: list[Worker], ask: Ask, namespace: str,
+                   index_namespace: str = "") -> Plan:
         """Live workers of ``pool`` (one given to the constructor), best first, for ``ask``
-        (whose ``store`` is looked up here, in ``namespace``, when the policy prices it)."""
+        (whose ``store`` is looked up here, in ``namespace``, when the policy prices it; in
+        the cluster's index under ``index_namespace``, the store's own name of it, if given)."""
         now = time.monotonic()
         live = [w for w in pool if w.available(now)]
         turn = next(self._rr)
@@ -53,7 +55,7 @@ class Planner:
         rotated = [live[(turn + i) % len(live)] for i in range(len(live))]
         policy = self._policies[id(pool)]
         if policy.uses_store and self.cluster is not None:
-            ask = await self._placed(ask, namespace, self.cluster)
+            ask = await self._placed(ask, index_namespace or namespace, self.cluster)
         elif policy.uses_store:
             ask = ask._replace(store=await self._store_prefix(ask.hashes, namespace))
         order = policy.rank(rotated, ask)

@@ -2,10 +2,14 @@
 ``redis-server``, a worker beside each, and ``kvstore-router --cluster`` in front. Each worker
 reports its node; a router started after the prefix was stored (it has seen no event of it)
 sends a request whose prefix only one node holds to the worker beside that node, which loads
-it; the answer is the same tokens the other worker computes from scratch."""
+it; the answer is the same tokens the other worker computes from scratch. The workers talk to
+their nodes with a tenant's token, so the store (and the cluster's index) holds their blocks
+under ``tenant~namespace``: the name each worker reports, and the router looks up."""
 
 from __future__ import annotations
 
+import json
+import os
 import random
 import time
 from pathlib import Path
@@ -31,16 +35,27 @@ def loaded(worker_url: str) -> int:
 def test_the_router_sends_a_prefix_to_the_worker_beside_its_node(
         gqa_model: Path, tmp_path: Path) -> None:
     redis = RedisServer(tmp_path / "redis").start()
+    secrets = {"tenants.json": json.dumps({"acme": "acme-token-0123456789"}),
+               "cluster": "cluster-token-0123456789", "acme": "acme-token-0123456789"}
+    for name, text in secrets.items():
+        (tmp_path / name).write_text(text)
+        os.chmod(tmp_path / name, 0o600)
     procs: list = []
     try:
         nodes = [ServerProc(tmp_path / f"n{i}", "--cluster", redis.url, "--node-id", f"n{i}",
-                            "--cluster-heartbeat-s", "0.2").start() for i in (1, 2)]
+                            "--cluster-heartbeat-s", "0.2",
+                            "--tenant-tokens-file", str(tmp_path / "tenants.json"),
+                            "--cluster-token-file", str(tmp_path / "cluster")).start()
+                 for i in (1, 2)]
         procs += nodes
-        w1, w2 = (engine_proc(gqa_model, kvstore=n.url, args=ARGS).start(False) for n in nodes)
+        args = (*ARGS, "--kvstore-token-file", str(tmp_path / "acme"))
+        w1, w2 = (engine_proc(gqa_model, kvstore=n.url, args=args).start(False) for n in nodes)
         procs += [w1, w2]
         w1.wait_ready()
         w2.wait_ready()
-        assert httpx.get(f"{w1.url}/info").json()["kvstore_node"] == "n1"
+        info = httpx.get(f"{w1.url}/info").json()
+        assert info["kvstore_node"] == "n1"
+        assert info["kvstore_namespace"] == f"acme~{info['namespace']}"
         assert httpx.get(f"{w2.url}/info").json()["kvstore_node"] == "n2"
         body = {"prompt_ids": PROMPT, "max_tokens": 4, "ignore_eos": True}
         want = httpx.post(f"{w2.url}/generate", json=body, timeout=120).json()["token_ids"]
