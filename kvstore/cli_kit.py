@@ -1,7 +1,8 @@
-"""What every kvstore command line shares (``kvstore``, ``kvstore-engine``, ``kvstore-router``):
-an expected failure is one line on stderr and exit code 2, never a traceback; ``--help`` shows
-each flag's meaning and default; ``--version``; and a quiet end when stdout is closed early
-(``kvstore stats | head``).
+"""What every kvstore command line shares (``kvstore``, ``kvstore-engine``, ``kvstore-router``,
+``kvstore-planner``): an expected failure is one line on stderr and exit code 2, never a
+traceback; a usage error names the help of the (sub)command it belongs to and, for a misspelled
+flag, command or choice, the closest right one; ``--help`` shows each flag's meaning and
+default; ``--version``; and a quiet end when stdout is closed early (``kvstore stats | head``).
 
 A command raises :class:`CommandError` for a failure the user can fix (a bad setting, a port in
 use, a server that is not there) and :func:`run` prints it. Anything else is a bug and keeps its
@@ -11,13 +12,14 @@ traceback.
 from __future__ import annotations
 
 import argparse
+import difflib
 import errno
 import importlib.metadata
 import ipaddress
 import os
 import socket
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, NoReturn
 
 import kvstore
@@ -52,16 +54,89 @@ class HelpFormatter(argparse.HelpFormatter):
         return text
 
 
+def closest(word: str, known: Iterable[str]) -> str | None:
+    """The known word closest to a misspelled ``word``, or None when none is close."""
+    close = difflib.get_close_matches(word, list(known), n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def did_you_mean(word: str, known: Iterable[str], quote: bool = False) -> str:
+    """``"; did you mean X?"`` for the known word closest to ``word`` (``'X'`` with
+    ``quote``), or ``""`` when none is close."""
+    close = closest(word, known)
+    if close is None:
+        return ""
+    return f"; did you mean {close!r}?" if quote else f"; did you mean {close}?"
+
+
 class Parser(argparse.ArgumentParser):
-    """An ``ArgumentParser`` whose usage errors are one line (and exit code 2) and whose help
-    shows defaults; its subcommand parsers are of this class too."""
+    """An ``ArgumentParser`` whose usage errors are one line (and exit code 2) naming the help
+    of the command they belong to, with a did-you-mean for a misspelled flag, command or
+    choice; its help shows defaults, and its subcommand parsers are of this class too."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kwargs)
+        self.register("action", "parsers", _Commands)
+        self._given: list[str] = []
 
     def error(self, message: str) -> NoReturn:
+        if message.startswith(("the following arguments are required", "one of the arguments")):
+            # a misspelled required flag reads as missing: name the misspelling instead
+            unknown = [word for word in self._given if self._unknown_flag(word)]
+            if unknown:
+                message = self._unrecognized(unknown)
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        self._given = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            self.error(self._unrecognized(extras))
+        return parsed
+
+    def _flags(self) -> list[str]:
+        return [s for action in self._actions for s in action.option_strings]
+
+    def _unknown_flag(self, word: str) -> bool:
+        name = word.split("=", 1)[0]
+        return name.startswith("--") and len(name) > 2 and not any(
+            flag == name or (self.allow_abbrev and flag.startswith(name))
+            for flag in self._flags())
+
+    def _unrecognized(self, extras: list[str]) -> str:
+        """Arguments this parser does not know, in words, with the flag meant by the first
+        misspelled one (``--hots`` or ``--hots=x``: ``--host``)."""
+        hint = next((h for word in extras if word.startswith("--")
+                     if (h := did_you_mean(word.split("=", 1)[0], self._flags()))), "")
+        return f"unrecognized arguments: {' '.join(extras)}{hint}"
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        # argparse's own check, with the closest choice named (a subcommand is a choice too)
+        if action.choices is not None and value not in action.choices:
+            choices = [str(c) for c in action.choices]
+            hint = did_you_mean(str(value), choices, quote=True)
+            raise argparse.ArgumentError(action, f"invalid choice: {value!r} (choose from "
+                                         f"{', '.join(map(repr, choices))}){hint}")
+
+
+class _Commands(argparse._SubParsersAction):  # type: ignore[type-arg]
+    """Subcommands whose unknown arguments are refused by the subcommand's own parser, so that
+    the error names ``kvstore serve --help`` rather than ``kvstore --help`` (argparse hands
+    them up to the top parser)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        super().__call__(parser, namespace, values, option_string)
+        extras = vars(namespace).pop(argparse._UNRECOGNIZED_ARGS_ATTR, None)
+        if extras:
+            sub = self._name_parser_map[values[0]]
+            if isinstance(sub, Parser):
+                sub.error(sub._unrecognized(extras))
+            vars(namespace)[argparse._UNRECOGNIZED_ARGS_ATTR] = extras
 
 
 def add_version(parser: argparse.ArgumentParser) -> None:

@@ -161,7 +161,11 @@ def main(argv: list[str] | None = None) -> int:
         from engines.simulator.cli import main as simulate
 
         return simulate(argv[1:])
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    if argv and not argv[0].startswith("-"):  # the router itself takes flags only
+        parser.error(f"unknown command {argv[0]!r} (the router takes flags; its one command "
+                     f"is simulate){cli_kit.did_you_mean(argv[0], ['simulate'], quote=True)}")
+    args = parser.parse_args(argv)
     return cli_kit.run(PROG, lambda: serve(args))
 
 

@@ -1,12 +1,15 @@
 """Checks for commands that must refuse a bad start: one line on stderr, exit code 2, no
-traceback; and a loopback port some other process already listens on."""
+traceback; the line a parser refuses a command line with; and a loopback port some other process
+already listens on."""
 
 from __future__ import annotations
 
+import argparse
+import io
 import socket
 import subprocess
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, redirect_stderr
 
 
 def assert_one_line(done: subprocess.CompletedProcess[str], *words: str,
@@ -20,6 +23,21 @@ def assert_one_line(done: subprocess.CompletedProcess[str], *words: str,
     assert len(lines) == 1, done.stderr
     for word in words:
         assert word in lines[0], lines[0]
+    return lines[0]
+
+
+def usage_error(parser: argparse.ArgumentParser, argv: Sequence[str]) -> str:
+    """The one line ``parser`` refuses ``argv`` with; asserts it exits with code 2."""
+    err = io.StringIO()
+    with redirect_stderr(err):
+        try:
+            parser.parse_args(argv)
+        except SystemExit as exc:
+            assert exc.code == 2, (exc.code, err.getvalue())
+        else:
+            raise AssertionError(f"{parser.prog} accepted {list(argv)}")
+    lines = err.getvalue().splitlines()
+    assert len(lines) == 1, lines
     return lines[0]
 
 

@@ -1,5 +1,6 @@
-"""``kvstore-engine`` and ``kvstore-router`` refuse a start that cannot work with one line on
-stderr naming the flag, exit code 2, no traceback; the router started before its workers
+"""``kvstore-engine``, ``kvstore-router`` and ``kvstore-planner`` refuse a start that cannot work
+with one line on stderr naming the flag, exit code 2, no traceback (a misspelled flag or command
+with the one meant); the router started before its workers
 waits for them (503 with a message until one answers) and passes a worker's refusal on as the
 worker's own message."""
 
@@ -14,11 +15,13 @@ from pathlib import Path
 import httpx
 import pytest
 
+from engines.cli import build_parser as engine_parser
 from engines.decoder.config import EngineConfig
 from engines.decoder.runner import Engine
 from engines.decoder.sampler import SamplingParams
+from engines.planner.cli import build_parser as planner_parser
 from engines.testing import engine_proc, router_proc
-from kvstore.testing.cli import assert_one_line
+from kvstore.testing.cli import assert_one_line, usage_error
 from kvstore.testing.proc import ROOT, console_script, free_port
 
 ENGINE = console_script("kvstore-engine", "engines.cli")
@@ -28,6 +31,33 @@ ROUTER = console_script("kvstore-router", "engines.router.cli")
 def run(cmd: list[str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=300,
                           cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+@pytest.mark.parametrize("parser,argv,words", [
+    (engine_parser, ["generat"], ("did you mean 'generate'? (see kvstore-engine --help)",)),
+    (engine_parser, ["generate", "--model", "m", "--prompt-ids", "1", "--max-tokns", "3"],
+     ("kvstore-engine generate: unrecognized arguments: --max-tokns 3; did you mean "
+      "--max-tokens? (see kvstore-engine generate --help)",)),
+    (engine_parser, ["make-model", "--hiden", "64", "m"], ("did you mean --hidden?",)),
+    (planner_parser, ["--routr", "http://127.0.0.1:8490"],
+     ("kvstore-planner: unrecognized arguments: --routr; did you mean --router?",)),
+])
+def test_a_misspelled_flag_or_command_names_the_one_meant(
+        parser: object, argv: list[str], words: tuple[str, ...]) -> None:
+    line = usage_error(parser(), argv)  # type: ignore[operator]
+    for word in words:
+        assert word in line, line
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["simulte", "--workers", "4"], ("kvstore-router: unknown command 'simulte'",
+                                     "did you mean 'simulate'? (see kvstore-router --help)")),
+    (["--wrkers", "127.0.0.1:8480"], ("unrecognized arguments: --wrkers; did you mean "
+                                      "--workers? (see kvstore-router --help)",)),
+])
+def test_router_names_the_command_or_flag_meant(argv: list[str], words: tuple[str, ...]
+                                                ) -> None:
+    assert_one_line(run(ROUTER, *argv), *words)
 
 
 def test_engine_model_folder_that_is_not_there(tmp_path: Path) -> None:

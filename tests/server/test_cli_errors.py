@@ -1,6 +1,7 @@
 """``kvstore serve`` refuses every start that cannot work with one line on stderr naming the
-setting and what to do, exit code 2, never a traceback and never after saying it is serving
-(issue 16); ``kvstore stats | head`` ends quietly."""
+setting and what to do, exit code 2, never a traceback and never after saying it is serving; a
+misspelled flag or command is named with the one meant; ``kvstore stats | head``
+ends quietly."""
 
 from __future__ import annotations
 
@@ -40,6 +41,19 @@ def test_yaml_with_a_syntax_error(tmp_path: Path) -> None:
 def test_yaml_that_is_a_list(tmp_path: Path) -> None:
     (tmp_path / "kv.yaml").write_text("- port: 1\n- host: x\n")
     assert_one_line(serve(tmp_path, "--config", "kv.yaml"), "kv.yaml", "--config", "mapping")
+
+
+@pytest.mark.parametrize("argv,words", [
+    (("serve", "--hst-capacity", "1GiB"), (
+        "kvstore serve: unrecognized arguments: --hst-capacity 1GiB; did you mean "
+        "--host-capacity? (see kvstore serve --help)",)),
+    (("sreve",), ("did you mean 'serve'? (see kvstore --help)",)),
+])
+def test_a_misspelled_flag_or_command_names_the_one_meant(tmp_path: Path, argv: tuple[str, ...],
+                                                         words: tuple[str, ...]) -> None:
+    run = subprocess.run([*kvstore_cmd(), *argv], capture_output=True, text=True, timeout=120,
+                         cwd=tmp_path)
+    assert_one_line(run, *words)
 
 
 @pytest.mark.parametrize("args,words", [
