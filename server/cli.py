@@ -12,11 +12,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import typing
+from collections.abc import Collection
 from typing import Any
 
 from pydantic import ByteSize, ValidationError
 from pydantic.fields import FieldInfo
+
+from kvstore.cli_kit import closest
 
 # never echo their values in an error
 SECRETS = ("token", "tenant_tokens", "cluster", "cluster_token")
@@ -68,28 +72,37 @@ def settings_flags(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(flag_of(name), **options)
 
 
-def invalid_settings(exc: ValidationError) -> str:
+def invalid_settings(exc: ValidationError, config: str | None = None,
+                     given: Collection[str] = ()) -> str:
     """One line for every problem pydantic found, each naming the setting's flag and
-    variable."""
+    variable, and the YAML file ``config`` where the value came from it (a setting not in
+    ``given``, the flags, nor in the environment); an unknown key of the file with the
+    setting it is closest to."""
     from server.settings import ServerSettings
 
+    fields = ServerSettings.model_fields
     parts = []
     for err in exc.errors():
         name = str(err["loc"][0]) if err["loc"] else ""
         msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            parts.append(f"unknown setting {name!r} (see kvstore serve --help)")
+        if err["type"] == "extra_forbidden":  # only the file can name a setting that is none
+            close = closest(name, fields)
+            parts.append(f"unknown setting {name!r} in config file {config} " + (
+                f"(did you mean {close!r}?)" if close else "(see kvstore serve --help)"))
             continue
         if err["type"].startswith("byte_size"):
             msg += "; use bytes or a size such as 4096, 512MiB, 10GiB, 1.5GB"
-        if name not in ServerSettings.model_fields:
+        if name not in fields:
             parts.append(msg)
             continue
-        given = err.get("input")
-        if name not in SECRETS and isinstance(given, str | int | float) \
-                and str(given) not in msg:
-            msg += f" (got {given!r})"
-        parts.append(f"{name} ({flag_of(name)}, KVSTORE_{name.upper()}): {msg}")
+        given_value = err.get("input")
+        if name not in SECRETS and isinstance(given_value, str | int | float) \
+                and str(given_value) not in msg:
+            msg += f" (got {given_value!r})"
+        source = ""
+        if config and name not in given and f"KVSTORE_{name.upper()}" not in os.environ:
+            source = f" in config file {config}"
+        parts.append(f"{name} ({flag_of(name)}, KVSTORE_{name.upper()}){source}: {msg}")
     return "invalid settings: " + "; ".join(parts)
 
 
@@ -114,7 +127,9 @@ def run_serve(args: argparse.Namespace) -> int:
     try:
         settings = load_settings(args.config, **flags)
     except ValidationError as exc:
-        raise StartupError(invalid_settings(exc)) from None
+        config = args.config or os.environ.get("KVSTORE_CONFIG")
+        given = [k for k, v in flags.items() if v is not None]
+        raise StartupError(invalid_settings(exc, config, given)) from None
     except (FileNotFoundError, ConfigFileError) as exc:
         raise StartupError(f"{exc}; fix --config (KVSTORE_CONFIG)") from None
     configure_logs(settings.log_level, settings.log_format)

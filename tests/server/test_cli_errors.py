@@ -1,6 +1,6 @@
 """``kvstore serve`` refuses every start that cannot work with one line on stderr naming the
 setting and what to do, exit code 2, never a traceback and never after saying it is serving; a
-misspelled flag or command is named with the one meant; ``kvstore stats | head``
+misspelled flag, command or config key is named with the one meant; ``kvstore stats | head``
 ends quietly."""
 
 from __future__ import annotations
@@ -19,12 +19,14 @@ from kvstore.tiers.segment import memory_available
 
 
 def serve(tmp: Path, *args: str, data_dir: Path | None = None, port: int | None = None,
-          data_port: int | None = None) -> subprocess.CompletedProcess[str]:
+          data_port: int | None = None, env: dict[str, str] | None = None
+          ) -> subprocess.CompletedProcess[str]:
     """``kvstore serve`` expected to refuse at once (it would otherwise run until killed)."""
     cmd = [*kvstore_cmd(), "serve", "--data-dir", str(data_dir or tmp / "data"),
            "--port", str(port or free_port()), "--data-port", str(data_port or free_port()),
            "--host-capacity", "8MiB", "--disk-capacity", "32MiB", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=tmp)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=tmp,
+                          env={**os.environ, **(env or {})})
 
 
 def assert_one_line(run: subprocess.CompletedProcess[str], *words: str) -> str:
@@ -41,6 +43,22 @@ def test_yaml_with_a_syntax_error(tmp_path: Path) -> None:
 def test_yaml_that_is_a_list(tmp_path: Path) -> None:
     (tmp_path / "kv.yaml").write_text("- port: 1\n- host: x\n")
     assert_one_line(serve(tmp_path, "--config", "kv.yaml"), "kv.yaml", "--config", "mapping")
+
+
+def test_yaml_with_unknown_keys_names_the_file_and_the_setting_meant(tmp_path: Path) -> None:
+    (tmp_path / "kv.yaml").write_text("host_capcity: 8MiB\nhost-capacity: 8MiB\nzzz: 1\n")
+    line = assert_one_line(serve(tmp_path, "--config", "kv.yaml"))
+    assert "unknown setting 'host_capcity' in config file kv.yaml (did you mean " \
+        "'host_capacity'?)" in line, line
+    assert "unknown setting 'host-capacity' in config file kv.yaml (did you mean " \
+        "'host_capacity'?)" in line, line
+    assert "unknown setting 'zzz' in config file kv.yaml (see kvstore serve --help)" in line
+
+
+def test_a_bad_value_from_the_yaml_file_names_the_file(tmp_path: Path) -> None:
+    (tmp_path / "kv.yaml").write_text("policy: fifo\n")
+    assert_one_line(serve(tmp_path, env={"KVSTORE_CONFIG": "kv.yaml"}),
+                    "policy (--policy, KVSTORE_POLICY) in config file kv.yaml: unknown")
 
 
 @pytest.mark.parametrize("argv,words", [
