@@ -34,9 +34,9 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, metavar="DIR",
                    help="Hugging Face Llama-family checkpoint folder (config.json + "
                         "*.safetensors)")
-    p.add_argument("--kvstore", default=None, metavar="URL",
-                   help="kvstore server URL or host:port: reuse and store prompt blocks "
-                        "(default: none, no store)")
+    p.add_argument("--kvstore", default=None, metavar="URL", type=cli_kit.url_arg,
+                   help="kvstore server URL (http:// may be left out: 127.0.0.1:8470): "
+                        "reuse and store prompt blocks (default: none, no store)")
     p.add_argument("--kvstore-token-file", default=None, metavar="PATH",
                    help="file holding the token of a kvstore that requires one (its "
                         "--token-file) (default: none)")

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import ByteSize, ValidationError
 
-from kvstore.cli_kit import CommandError
+from kvstore.cli_kit import CommandError, url_arg
 from kvstore.namespace import Namespace
 from kvstore.protocol.health import StoreHealth
 from kvstore.protocol.stats import Counts, StoreStats
@@ -24,8 +24,9 @@ DEFAULT_URL = "http://127.0.0.1:8470"
 
 
 def _client_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--url", default=os.environ.get("KVSTORE_URL", DEFAULT_URL),
-                   help="REST base URL of the server; env KVSTORE_URL")
+    p.add_argument("--url", default=os.environ.get("KVSTORE_URL", DEFAULT_URL), type=url_arg,
+                   help="REST base URL of the server (http:// may be left out: "
+                   "localhost:8470); env KVSTORE_URL")
     p.add_argument("--token", default=os.environ.get("KVSTORE_TOKEN"),  # never echoed
                    help="bearer token (default: none; env KVSTORE_TOKEN)")
     p.add_argument("--json", action="store_true", help="print the server's JSON as it is")
@@ -39,7 +40,7 @@ def _request(args: argparse.Namespace, method: str, path: str, body: Any = None,
 
     headers = {"Authorization": f"Bearer {args.token}"} if args.token else {}
     try:
-        r = httpx.request(method, args.url.rstrip("/") + path, json=body, headers=headers,
+        r = httpx.request(method, args.url + path, json=body, headers=headers,
                           timeout=60.0)
     except httpx.HTTPError as exc:
         raise CommandError(f"cannot reach {args.url} ({exc}); is kvstore serve running there? "

@@ -2,7 +2,8 @@
 ``kvstore-planner``): an expected failure is one line on stderr and exit code 2, never a
 traceback; a usage error names the help of the (sub)command it belongs to and, for a misspelled
 flag, command or choice, the closest right one; ``--help`` shows each flag's meaning and
-default; ``--version``; and a quiet end when stdout is closed early (``kvstore stats | head``).
+default; ``--version``; a URL may leave out ``http://``; and a quiet end when stdout is closed
+early (``kvstore stats | head``).
 
 A command raises :class:`CommandError` for a failure the user can fix (a bad setting, a port in
 use, a server that is not there) and :func:`run` prints it. Anything else is a bug and keeps its
@@ -21,6 +22,7 @@ import socket
 import sys
 from collections.abc import Callable, Iterable
 from typing import Any, NoReturn
+from urllib.parse import urlsplit
 
 import kvstore
 
@@ -137,6 +139,33 @@ class _Commands(argparse._SubParsersAction):  # type: ignore[type-arg]
             if isinstance(sub, Parser):
                 sub.error(sub._unrecognized(extras))
             vars(namespace)[argparse._UNRECOGNIZED_ARGS_ATTR] = extras
+
+
+def http_url(text: str) -> str:
+    """A server's base URL as typed (``localhost:8470`` or ``http://host:8470/``) made
+    whole: ``http://`` when no scheme is given, no trailing slash. Raises ``ValueError``
+    for another scheme, no host or a port that is not a number."""
+    url = text.strip()
+    url = (url if "://" in url else f"http://{url}").rstrip("/")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https"):
+        raise ValueError(f"{text!r} is not an http:// or https:// URL")
+    try:
+        host, _ = parts.hostname, parts.port
+    except ValueError:  # urlsplit reads the port only when asked: not a number, or too big
+        raise ValueError(f"{text!r} has a port that is not a number from 0 to 65535") \
+            from None
+    if not host:
+        raise ValueError(f"{text!r} names no host; give host:port, such as 127.0.0.1:8470")
+    return url
+
+
+def url_arg(text: str) -> str:
+    """:func:`http_url` as an argparse ``type``: the error names the flag."""
+    try:
+        return http_url(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def add_version(parser: argparse.ArgumentParser) -> None:

@@ -52,6 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
                                   if name == "router" else "N" if info.annotation is int
                                   else "X")
             options["required"] = info.is_required()
+        if name == "router":
+            options["type"] = cli_kit.url_arg  # http:// may be left out, as for every command
         p.add_argument(flag_of(name), **options)
     return p
 

@@ -28,8 +28,11 @@ PROG = "kvstore-router"
 
 
 def _urls(text: str) -> list[str]:
-    urls = [u.strip() for u in text.split(",") if u.strip()]
-    return [u if "://" in u else f"http://{u}" for u in urls]
+    """Comma-separated URLs, each of which may leave out ``http://``."""
+    try:
+        return [cli_kit.http_url(u) for u in text.split(",") if u.strip()]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,12 +42,13 @@ def build_parser() -> argparse.ArgumentParser:
                        "503 until one answers. 'kvstore-router simulate --help': the same "
                        "policies on simulated fleets of any size.")
     cli_kit.add_version(p)
-    p.add_argument("--workers", required=True, metavar="URLS",
-                   help="comma-separated worker URLs (roles decode or both)")
-    p.add_argument("--prefill-workers", default="", metavar="URLS",
+    p.add_argument("--workers", required=True, type=_urls, metavar="URLS",
+                   help="comma-separated worker URLs (roles decode or both); http:// may be "
+                        "left out: 127.0.0.1:8480,127.0.0.1:8481")
+    p.add_argument("--prefill-workers", default="", type=_urls, metavar="URLS",
                    help="comma-separated prefill worker URLs: enables disaggregated serving "
                         "(default: none)")
-    p.add_argument("--kvstore", default=None, metavar="URL",
+    p.add_argument("--kvstore", default=None, type=cli_kit.url_arg, metavar="URL",
                    help="kvstore server URL for prefix lookups (default: none, score by the "
                         "workers' own caches only)")
     p.add_argument("--kvstore-token-file", default=None, metavar="PATH",
@@ -128,7 +132,7 @@ def serve(args: argparse.Namespace) -> int:
     cluster = _cluster_view(args.cluster, args.cluster_heartbeat_s) if args.cluster else None
     socks = cli_kit.bind_tcp(args.host, args.port, "--port")
     try:
-        router = Router(_urls(args.workers), prefill_workers=_urls(args.prefill_workers),
+        router = Router(args.workers, prefill_workers=args.prefill_workers,
                         policy=args.policy, kvstore=open_store(args.kvstore, store_token),
                         load_weight=args.load_weight,
                         store_weight=args.store_weight, worker_token=worker_token,

@@ -3,7 +3,7 @@ getting, prefetching and pinning blocks in a few namespaces, so that every count
 in the top tier and below it, misses, evictions, demotions, bytes in and out, pins).
 
 Used by the metrics, dashboard and Grafana tests; run it by hand to watch ``/dashboard`` move:
-``python -m kvstore.testing.traffic --url http://127.0.0.1:8080 [--token T]``.
+``python -m kvstore.testing.traffic [--url 127.0.0.1:8470] [--token T]``.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from kvstore.cli_client import DEFAULT_URL
+from kvstore.cli_kit import url_arg
 from kvstore.client import KVStoreClient
 from kvstore.testing.seaweed import SeaweedServer
 from kvstore.testing.server import ServerProc
@@ -142,7 +144,9 @@ def busy_server(root: Path, *flags: str, token: str | None = None, s3: bool = Tr
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m kvstore.testing.traffic",
                                 description="Keep a running kvstore server busy.")
-    p.add_argument("--url", default=os.environ.get("KVSTORE_URL", "http://127.0.0.1:8080"))
+    p.add_argument("--url", default=os.environ.get("KVSTORE_URL", DEFAULT_URL), type=url_arg,
+                   help="REST base URL of the server (http:// may be left out); env "
+                   "KVSTORE_URL")
     p.add_argument("--token", default=os.environ.get("KVSTORE_TOKEN"))
     p.add_argument("--pause", type=float, default=0.2, help="seconds between rounds")
     args = p.parse_args(argv)

@@ -60,6 +60,27 @@ def test_router_names_the_command_or_flag_meant(argv: list[str], words: tuple[st
     assert_one_line(run(ROUTER, *argv), *words)
 
 
+def test_every_url_may_leave_out_http() -> None:
+    from engines.planner.cli import settings_from
+    from engines.router.cli import build_parser as router_parser
+
+    args = planner_parser().parse_args(["--router", "127.0.0.1:8490"])
+    assert settings_from(args).router == "http://127.0.0.1:8490"
+    args = router_parser().parse_args(["--workers", "127.0.0.1:8480, https://w:1/",
+                                       "--prefill-workers", "127.0.0.1:8482",
+                                       "--kvstore", "127.0.0.1:8470"])
+    assert (args.workers, args.prefill_workers, args.kvstore) == (
+        ["http://127.0.0.1:8480", "https://w:1"], ["http://127.0.0.1:8482"],
+        "http://127.0.0.1:8470")
+    args = engine_parser().parse_args(["serve", "--model", "m", "--kvstore", "127.0.0.1:8470"])
+    assert args.kvstore == "http://127.0.0.1:8470"
+    for parser, argv in ((planner_parser, ["--router", "ftp://r"]),
+                         (router_parser, ["--workers", "127.0.0.1:8480,ftp://w"]),
+                         (engine_parser, ["serve", "--model", "m", "--kvstore", "ftp://k"])):
+        line = usage_error(parser(), argv)  # type: ignore[operator]
+        assert "is not an http:// or https:// URL" in line, line
+
+
 def test_engine_model_folder_that_is_not_there(tmp_path: Path) -> None:
     assert_one_line(run(ENGINE, "generate", "--model", str(tmp_path / "nope"), "--prompt-ids",
                         "1,2,3", "--device", "cpu"), "--model", "nope")

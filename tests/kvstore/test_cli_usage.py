@@ -1,12 +1,14 @@
 """Usage errors of the ``kvstore`` client commands, parsed in process: one line naming the help
-of the (sub)command the mistake belongs to, with the flag, command or choice that was meant
-(the programs run whole, ``kvstore serve`` included, are in tests/server/test_cli_errors.py)."""
+of the (sub)command the mistake belongs to, with the flag, command or choice that was meant; and
+``--url`` without ``http://`` (the programs run whole, ``kvstore serve`` included, are in
+tests/server/test_cli_errors.py and test_cli_commands.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 from kvstore.cli import build_parser
+from kvstore.cli_kit import http_url
 from kvstore.testing import cli
 
 
@@ -62,3 +64,37 @@ def test_a_misspelled_command_or_choice_names_the_one_meant(
 def test_a_word_close_to_nothing_gets_no_suggestion() -> None:
     line = usage_error("zzzzzz")
     assert "did you mean" not in line and "choose from 'hash'" in line, line
+
+
+@pytest.mark.parametrize("typed,url", [
+    ("localhost:8470", "http://localhost:8470"),
+    (" 127.0.0.1:8470/ ", "http://127.0.0.1:8470"),
+    ("https://kv.example:443/", "https://kv.example:443"),
+    ("http://[::1]:8470", "http://[::1]:8470"),
+    ("kv.example", "http://kv.example"),
+])
+def test_a_url_may_leave_out_http(typed: str, url: str) -> None:
+    assert http_url(typed) == url
+
+
+@pytest.mark.parametrize("typed,why", [
+    ("ftp://h:1", "is not an http:// or https:// URL"),
+    ("redis://h:6379", "is not an http:// or https:// URL"),
+    ("localhost:http", "port that is not a number"),
+    ("h:99999", "port that is not a number"),
+    (":8470", "names no host"),
+])
+def test_a_url_that_is_none(typed: str, why: str) -> None:
+    with pytest.raises(ValueError, match=why):
+        http_url(typed)
+
+
+@pytest.mark.parametrize("argv", [
+    ("stats",), ("lookup", "ns"), ("namespaces", "list"), ("namespaces", "show", "n"),
+    ("health",), ("explain", "--namespace", "n", "--tokens", "1"), ("cluster", "status"),
+])
+def test_every_command_with_a_url_takes_it_without_http(argv: tuple[str, ...]) -> None:
+    args = build_parser().parse_args([*argv, "--url", "localhost:8470"])
+    assert args.url == "http://localhost:8470"
+    line = usage_error(*argv, "--url", "localhost:x")
+    assert "argument --url: 'localhost:x' has a port that is not a number" in line, line

@@ -1,10 +1,11 @@
 """The ``kvstore`` commands that ask a running server (``stats``, ``namespaces list|show|delete``,
-``health``) and their REST routes, against real servers on loopback; and ``stats``' bytes:
-logical and charged, each where it means something."""
+``health``) and their REST routes, against real servers on loopback (``--url`` with or without
+``http://``); and ``stats``' bytes: logical and charged, each where it means something."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from collections.abc import Callable
 
@@ -15,9 +16,9 @@ from kvstore.testing.proc import ROOT
 from kvstore.testing.server import ServerProc, kvstore_cmd
 
 
-def kv(*args: str) -> subprocess.CompletedProcess[str]:
+def kv(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*kvstore_cmd(), *args], capture_output=True, text=True,
-                          timeout=120, cwd=ROOT)
+                          timeout=120, cwd=ROOT, env={**os.environ, **(env or {})})
 
 
 def fill(server: ServerProc, ns: str, n: int, size: int = 1000) -> None:
@@ -104,3 +105,16 @@ def test_unreachable_server_is_one_line(server: ServerProc) -> None:
         assert run.returncode == 1 and "Traceback" not in run.stderr
         lines = run.stderr.strip().splitlines()
         assert len(lines) == 1 and f"cannot reach {url}" in lines[0] and "--url" in lines[0]
+
+
+def test_a_url_without_its_scheme_is_http(server: ServerProc) -> None:
+    bare = server.url.removeprefix("http://")  # 127.0.0.1:PORT, as a user types it
+    for cmd in (("stats",), ("namespaces", "list"), ("health",)):
+        run = kv(*cmd, "--url", bare + "/")
+        assert run.returncode == 0 and run.stderr == "", (cmd, run.stderr)
+    run = kv("health", env={"KVSTORE_URL": bare})
+    assert run.stdout.splitlines()[0] == f"{server.url}: ok", run.stdout
+    run = kv("stats", "--url", "ftp://" + bare)
+    assert run.returncode == 2 and run.stderr.splitlines() == [
+        f"kvstore stats: argument --url: 'ftp://{bare}' is not an http:// or https:// URL "
+        "(see kvstore stats --help)"], run.stderr
