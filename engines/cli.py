@@ -23,6 +23,7 @@ from engines.decoder.config import (
 )
 from kvstore import cli_kit
 from kvstore.cli_kit import CommandError
+from kvstore.cli_tokens import token_ids_arg
 
 if TYPE_CHECKING:
     from engines.decoder.runner import Engine
@@ -59,22 +60,6 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
                    help="block hash seed, vLLM's PYTHONHASHSEED (default: none)")
     p.add_argument("--kernels", default="numpy", choices=("numpy", "numba"),
                    help="CPU block copy backend")
-
-
-def prompt_ids(text: str) -> list[int]:
-    """Token ids from ``--prompt-ids``: a JSON list (``[1, 2, 3]``) or ids separated by commas
-    or spaces (``1,2,3``)."""
-    try:
-        value = json.loads(text) if text.lstrip().startswith("[") else \
-            [int(t) for t in text.replace(",", " ").split()]
-    except ValueError:
-        value = None
-    if not isinstance(value, list) or not value \
-            or not all(type(t) is int and t >= 0 for t in value):
-        raise argparse.ArgumentTypeError(
-            f"expected token ids as a JSON list or comma-separated, such as '[1, 2, 3]' or "
-            f"'1,2,3'; got {text!r}")
-    return value
 
 
 def _check_model(path: str) -> None:
@@ -210,8 +195,8 @@ def build_parser() -> argparse.ArgumentParser:
     g = sub.add_parser("generate", help="generate for one token-id prompt; prints the output "
                                         "ids as a JSON list")
     _engine_args(g)
-    g.add_argument("--prompt-ids", required=True, type=prompt_ids, metavar="IDS",
-                   help="the prompt's token ids: '[1, 2, 3]' or '1,2,3'")
+    g.add_argument("--prompt-ids", required=True, type=token_ids_arg, metavar="IDS",
+                   help="the prompt's token ids: '[1, 2, 3]', '1,2,3' or '1 2 3'")
     g.add_argument("--max-tokens", type=int, default=16, help="tokens to generate at most")
     g.add_argument("--temperature", type=float, default=0.0, help="0 is greedy")
     g.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass")

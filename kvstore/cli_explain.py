@@ -2,28 +2,25 @@
 block (``POST /v1/explain``), printed as a table of runs of blocks with the same fate, then
 the server's hints.
 
-Token ids come from ``--tokens 1,2,3`` or ``--tokens-file F`` (a JSON list, or ids separated by
-commas or whitespace; ``-`` reads stdin). A refusal is one line and exit code 2, as for the
-other client commands (:mod:`kvstore.cli_client`).
+Token ids come from ``--tokens 1,2,3`` or ``--tokens-file F`` (``-`` reads stdin), in the
+format every command takes (:mod:`kvstore.cli_tokens`: a JSON list, or ids separated by commas
+or whitespace). A refusal is one line and exit code 2, as for the other client commands
+(:mod:`kvstore.cli_client`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import re
-import sys
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
 from kvstore.cli_client import _client_args, _request
 from kvstore.cli_kit import CommandError
+from kvstore.cli_tokens import add_token_args, read_tokens
 from kvstore.protocol.explain import ExplainedBlock, ExplainOut
-
-_SEPARATORS = re.compile(r"[\s,]+")
 
 
 def add_parser(sub: Any) -> None:
@@ -35,46 +32,12 @@ def add_parser(sub: Any) -> None:
         "under another namespace's recipe (which of algorithm, seed and block size differs).")
     _client_args(p)
     p.add_argument("--namespace", required=True, help="the namespace the engine uses")
-    tokens = p.add_mutually_exclusive_group(required=True)
-    tokens.add_argument("--tokens", help="token ids separated by commas: 1,2,3")
-    tokens.add_argument("--tokens-file", metavar="FILE", help="a file of token ids: a JSON "
-                        "list, or ids separated by commas or whitespace; - reads stdin")
+    add_token_args(p, required=True)
     p.add_argument("--salt", help="the request's cache_salt")
     p.add_argument("--lora", metavar="NAME", help="the LoRA adapter's name (with --lora-path)")
     p.add_argument("--lora-path", metavar="PATH", help="the LoRA adapter's path: vLLM hashes "
                    "its name and path into every block")
     p.set_defaults(handler=run_explain)
-
-
-def read_tokens(args: argparse.Namespace) -> list[int]:
-    """The token ids of ``--tokens`` or ``--tokens-file``; :class:`CommandError` naming the
-    first one that is not a non-negative integer."""
-    if args.tokens is not None:
-        text, where = args.tokens, "--tokens"
-    else:
-        where = "--tokens-file"
-        try:
-            text = sys.stdin.read() if args.tokens_file == "-" else \
-                Path(args.tokens_file).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise CommandError(f"cannot read --tokens-file {args.tokens_file}: {exc}") from None
-    text = text.strip()
-    if text.startswith("["):
-        try:
-            items: list[Any] = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise CommandError(f"{where} is not a valid JSON list ({exc})") from None
-    else:
-        items = [t for t in _SEPARATORS.split(text) if t]
-    tokens: list[int] = []
-    for i, item in enumerate(items):
-        if isinstance(item, str) and item.isdigit():
-            item = int(item)
-        if type(item) is not int or item < 0:
-            raise CommandError(f"token ids must be non-negative integers; item {i} of {where} "
-                               f"is {json.dumps(item)}")
-        tokens.append(item)
-    return tokens
 
 
 def run_explain(args: argparse.Namespace) -> int:

@@ -88,7 +88,10 @@ def test_engine_model_folder_that_is_not_there(tmp_path: Path) -> None:
 
 def test_engine_prompt_ids_that_are_not_ids(gqa_model: Path) -> None:
     assert_one_line(run(ENGINE, "generate", "--model", str(gqa_model), "--prompt-ids", "a,b"),
-                    "--prompt-ids", "'1,2,3'")
+                    "argument --prompt-ids: token ids must be non-negative integers; item 0 is a")
+    for text in ("[5, 6]", "5,6", "5 6"):  # the one format of every command
+        args = engine_parser().parse_args(["generate", "--model", "m", "--prompt-ids", text])
+        assert args.prompt_ids == [5, 6]
 
 
 def test_engine_unreachable_kvstore(gqa_model: Path) -> None:

@@ -1,5 +1,5 @@
 """``kvstore hash`` run as a real process (``python -m kvstore`` and the installed console
-script) against the vectors real vLLM 0.32 produced."""
+script) against the vectors real vLLM 0.32 produced; its input in every token format."""
 
 from __future__ import annotations
 
@@ -81,10 +81,10 @@ def test_partial_block_prints_nothing() -> None:
 @pytest.mark.parametrize(
     "stdin, message",
     [
-        ("", "not valid JSON"),
-        ("[1, 2,", "not valid JSON"),
-        ('{"tokens": [1, 2]}', "JSON list of token ids, got a JSON object"),
-        ("17", "got a JSON number"),
+        ("", "stdin: no token ids"),
+        (" \n", "stdin: no token ids"),
+        ("[1, 2,", "stdin: not valid JSON"),
+        ('{"tokens": [1, 2]}', "expected token ids .*, got a JSON object"),
         ("[1, -2, 3]", "item 1 is -2"),
         ("[1, 2.5]", "item 1 is 2.5"),
         ("[1, 2.0]", "item 1 is 2.0"),
@@ -92,6 +92,9 @@ def test_partial_block_prints_nothing() -> None:
         ("[true, 1]", "item 0 is true"),
         ("[[1], 2]", "item 0 is \\[1\\]"),
         ("[null]", "item 0 is null"),
+        ("1, -2", "item 1 is -2"),
+        ("1 2 x", "item 2 is x"),
+        ("1 2.5", "item 1 is 2.5"),
     ],
 )
 def test_bad_stdin_exits_2(stdin: str, message: str) -> None:
@@ -99,7 +102,27 @@ def test_bad_stdin_exits_2(stdin: str, message: str) -> None:
     assert r.returncode == 2
     assert r.stdout == ""
     assert r.stderr.startswith("kvstore hash: ")
+    assert len(r.stderr.splitlines()) == 1, r.stderr
     assert re.search(message, r.stderr), r.stderr
+
+
+def test_every_token_format_and_source_hashes_alike(tmp_path: Path) -> None:
+    """The format every command takes (a JSON list, or ids separated by commas or
+    whitespace), on stdin, in --tokens or in --tokens-file."""
+    case = next(c for c in CASES if c["seed"] is None and len(c["block_hashes"]) > 1)
+    ids = case["token_ids"]
+    (tmp_path / "ids.txt").write_text("\n".join(map(str, ids)) + "\n")
+    text = " ".join(map(str, ids))
+    runs: list[tuple[list[str], str]] = [
+        ([], json.dumps(ids)), ([], ",".join(map(str, ids))), ([], text),
+        (["--tokens", ", ".join(map(str, ids))], ""),
+        (["--tokens-file", str(tmp_path / "ids.txt")], ""),
+        (["--tokens-file", "-"], "\n".join(map(str, ids))),
+    ]
+    for flags, stdin in runs:
+        r = _run([sys.executable, "-m", "kvstore", *_hash_args(case), *flags], stdin)
+        assert r.returncode == 0, (flags, r.stderr)
+        assert r.stdout.splitlines() == case["block_hashes"], (flags, stdin[:40])
 
 
 @pytest.mark.parametrize(

@@ -233,7 +233,7 @@ def test_bad_input_is_a_clear_4xx(srv: ServerProc, ns_name: str, prompt: list[in
          "kvstore explain: server answered 404 unknown_namespace: unknown namespace "
          "'no-such-namespace'"),
         (["--namespace", ns_name, "--tokens", "1,x"],
-         'kvstore explain: token ids must be non-negative integers; item 1 of --tokens is "x"'),
+         "kvstore explain: --tokens: token ids must be non-negative integers; item 1 is x"),
         (["--namespace", ns_name, "--tokens", "1", "--lora", "ad"],
          "kvstore explain: --lora and --lora-path go together: vLLM hashes the adapter's name "
          "and path"),
