@@ -36,7 +36,10 @@ def when(at: float) -> str:
 
 def hints_for(ex: Explanation, *, ghosts_kept: int, ghost_capacity: int, variants: Variants,
               skipped_recipes: int) -> list[str]:
-    """Hints for ``ex`` (everything but its hints filled in)."""
+    """Hints for ``ex`` (everything but its hints filled in): none when every block is stored
+    and the prompt ends on a block boundary, since there is nothing to change. (An engine that
+    misses such a prompt hashes differently or asks another namespace: the heading's recipe
+    says what to compare, and docs/operations.md says so.)"""
     bs = ex.recipe.block_size
     out: list[str] = []
     if not ex.blocks:
@@ -71,13 +74,6 @@ def hints_for(ex: Explanation, *, ghosts_kept: int, ghost_capacity: int, variant
         out.append(f"block {ex.first_miss} is missing, yet {later} stored: reuse stops at the "
                    f"first miss, so an engine loads {blocks(ex.prefix_blocks)} "
                    f"({ex.prefix_tokens} tokens)")
-    if ex.blocks and ex.first_miss is None:
-        r = ex.recipe
-        seed = "unset" if r.hash_seed is None else repr(r.hash_seed)
-        out.append(f"every block is stored: an engine that still misses hashes differently "
-                   f"from this namespace (hash algorithm {r.hash_algo}, PYTHONHASHSEED "
-                   f"{seed}, block size {bs}, and the same cache salt and LoRA) or uses "
-                   "another namespace")
     if skipped_recipes:
         out.append(f"recipes of other namespaces not tried: {skipped_recipes} (at most "
                    f"{MAX_OTHER_RECIPES} are, each cutting the prompt into at most the blocks "

@@ -69,12 +69,17 @@ def test_a_salt_or_lora_the_stored_blocks_lack_is_a_hint(store: Store) -> None:
     assert any("without the LoRA adapter" in h for h in out.hints), out.hints
 
 
-def test_every_block_stored_says_to_look_at_the_engine(store: Store) -> None:
+def test_a_full_hit_has_no_hint(store: Store) -> None:
     base = ns("base")
     put(store, base, BlockHasher("sha256", None, 16).hash_blocks(TOKENS))
+    out = explain(store, base, Prompt(TOKENS[:96]), [base])
+    assert out.first_miss is None and out.prefix_blocks == 6 and out.tail_tokens == 0
+    assert out.hints == []
+    # the tail is the one thing left to say: it is never stored
     out = explain(store, base, Prompt(TOKENS), [base])
     assert out.first_miss is None and out.prefix_blocks == 6
-    assert any(h.startswith("every block is stored") for h in out.hints)
+    assert [h.split(":")[0] for h in out.hints] == [
+        "the last 4 tokens do not fill a block of 16"]
 
 
 def test_at_most_so_many_other_recipes_are_tried(store: Store) -> None:

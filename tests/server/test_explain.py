@@ -95,6 +95,19 @@ def test_stored_blocks_name_every_tier_holding_them(srv: ServerProc, ns_name: st
         "ghost": None, "other": []}
 
 
+def test_a_full_hit_prints_no_hints(srv: ServerProc, ns_name: str, prompt: list[int]) -> None:
+    register(srv.url, ns_name)
+    whole = prompt[:96]  # 6 full blocks, no tail
+    store_chain(srv.url, ns_name, chain(whole))
+    run = kv("explain", "--url", srv.url, "--namespace", ns_name, "--tokens",
+             " ".join(map(str, whole)))
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[1] == "96 tokens: 6 full blocks + 0 tail tokens; prefix hit 6 blocks (96 " \
+        "tokens); first miss: none", lines
+    assert lines[-1].startswith("0-5 ") and "hints:" not in run.stdout, run.stdout
+
+
 def test_block_rows_come_in_pages_and_the_summary_is_the_whole_prompts(
         srv: ServerProc, ns_name: str, prompt: list[int]) -> None:
     register(srv.url, ns_name)
