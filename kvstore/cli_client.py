@@ -69,6 +69,13 @@ def size(n: Any) -> str:
     return ByteSize(int(n)).human_readable() if isinstance(n, int) else "-"
 
 
+def table(rows: list[tuple[str, ...]]) -> str:
+    """Rows (the header first) as left-aligned columns two spaces apart."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+                     for r in rows)
+
+
 # -- stats --------------------------------------------------------------------------------------
 def add_stats_parser(sub: Any) -> None:
     p = sub.add_parser("stats", help="print a running server's stats as a table",
@@ -182,6 +189,16 @@ def _show(doc: dict[str, Any]) -> str:
     return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
 
 
+def format_namespaces(spaces: list[Namespace]) -> str:
+    """One row per namespace under a header: its tenant, block bytes and what its blocks'
+    hashes depend on (block size in tokens, hash algorithm and seed)."""
+    rows = [("name", "tenant", "block_bytes", "block_size", "hash_algo", "hash_seed")]
+    rows += [(ns.name, ns.tenant or "-", size(ns.block_bytes),
+              str(ns.layout.block_size or "-"),
+              ns.hash_algo, ns.hash_seed or "-") for ns in spaces]
+    return table(rows) + ("" if spaces else "\n(no namespaces)")
+
+
 def run_namespaces(args: argparse.Namespace) -> int:
     if args.verb == "list":
         doc = _request(args, "GET", "/v1/namespaces")
@@ -192,9 +209,7 @@ def run_namespaces(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(doc))
     elif args.verb == "list":
-        for ns in doc["namespaces"]:
-            print(f"{ns['name']}  block_bytes {ns['block_bytes']} ({size(ns['block_bytes'])})  "
-                  f"tenant {ns['tenant'] or '-'}")
+        print(format_namespaces([Namespace.from_dict(ns) for ns in doc["namespaces"]]))
     elif args.verb == "show":
         print(_show(doc))
     else:

@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from kvstore.cli_client import _client_args, _request, size
+from kvstore.cli_client import _client_args, _request, size, table
 from kvstore.cli_kit import CommandError
 from kvstore.protocol.cluster import ClusterStatus
 
@@ -36,15 +36,13 @@ def format_status(status: ClusterStatus) -> str:
              f"peers: {status.fetched.blocks} blocks ({size(status.fetched.bytes)})",
              f"timings: heartbeat {status.heartbeat_s:g}s, suspect after "
              f"{status.suspect_after_s:g}s, gone after {status.gone_after_s:g}s"]
-    table = [("node", "state", "address", "blocks", "tiers", "silent")]
+    rows = [("node", "state", "address", "blocks", "tiers", "silent")]
     for n in status.nodes:
         tiers = " ".join(f"{t.name} {size(t.used_bytes)}/{size(t.capacity_bytes)}"
                          for t in n.tiers) or "-"
-        table.append((n.node_id + (" *" if n.node_id == status.node_id else ""),
+        rows.append((n.node_id + (" *" if n.node_id == status.node_id else ""),
                       n.state.value, n.address, str(n.blocks), tiers, f"{n.silent_s:.1f}s"))
-    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
-    lines += ["", *("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
-                    for r in table)]
+    lines += ["", table(rows)]
     if not status.nodes:
         lines.append("(no nodes listed: Redis does not answer this node)")
     return "\n".join(lines)

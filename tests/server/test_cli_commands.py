@@ -11,7 +11,9 @@ from collections.abc import Callable
 
 import httpx
 
+from kvstore.cli_client import format_namespaces
 from kvstore.client import KVStoreClient
+from kvstore.namespace import Layout, Namespace
 from kvstore.testing.proc import ROOT
 from kvstore.testing.server import ServerProc, kvstore_cmd
 
@@ -60,8 +62,10 @@ def test_stats_prints_the_servers_error_not_json(
 def test_namespaces_list_show_delete(server: ServerProc, ns_name: str) -> None:
     fill(server, ns_name, 2)
     run = kv("namespaces", "list", "--url", server.url)
-    assert run.returncode == 0 and any(line.startswith(f"{ns_name}  block_bytes 1000")
-                                       for line in run.stdout.splitlines()), run.stdout
+    head, *rows = [line.split() for line in run.stdout.splitlines()]
+    assert run.returncode == 0 and head == ["name", "tenant", "block_bytes", "block_size",
+                                            "hash_algo", "hash_seed"], run.stdout
+    assert [ns_name, "-", "1000B", "-", "sha256", "-"] in rows, run.stdout
     run = kv("namespaces", "show", "--url", server.url, ns_name)
     assert run.returncode == 0, run.stderr
     shown = dict(line.split(None, 1) for line in run.stdout.splitlines())
@@ -78,6 +82,18 @@ def test_namespaces_list_show_delete(server: ServerProc, ns_name: str) -> None:
         assert run.stderr.strip().splitlines() == [
             f"kvstore namespaces: server answered 404 unknown_namespace: unknown namespace "
             f"'{ns_name}'"], run.stderr
+
+
+def test_namespaces_list_is_a_table_under_a_header() -> None:
+    spaces = [Namespace("llama-8b", 65536, Layout(block_size=16)),
+              Namespace("long-name-x", 1000, hash_algo="xxhash_cbor", hash_seed="0",
+                        tenant="a")]
+    assert format_namespaces(spaces).splitlines() == [
+        "name         tenant  block_bytes  block_size  hash_algo    hash_seed",
+        "llama-8b     -       64.0KiB      16          sha256       -",
+        "long-name-x  a       1000B        -           xxhash_cbor  0"]
+    assert format_namespaces([]).splitlines() == [
+        "name  tenant  block_bytes  block_size  hash_algo  hash_seed", "(no namespaces)"]
 
 
 def test_show_route_of_a_namespace_without_traffic(server: ServerProc, ns_name: str) -> None:
