@@ -5,7 +5,8 @@
 A process of its own rather than a router option: it has its own life (it may stop, restart or
 run in dry-run without touching serving), one planner can watch a router that several
 replicas share, and its output (JSON lines, a metric) is for an autoscaler, not for clients.
-A bad setting is one line naming the flag and exit code 2.
+A bad setting, or a router that does not answer at start, is one line naming the flag and exit
+code 2; a router that stops answering later is retried every judgement.
 """
 
 from __future__ import annotations
@@ -15,12 +16,15 @@ import asyncio
 import contextlib
 import logging
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from kvstore import cli_kit
 from kvstore.cli_kit import CommandError
+
+if TYPE_CHECKING:
+    from engines.planner.loop import Planner
 
 PROG = "kvstore-planner"
 
@@ -95,8 +99,38 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(Planner(settings, token, metrics=metrics).run())
+        asyncio.run(_plan(Planner(settings, token, metrics=metrics)))
     return 0
+
+
+async def _plan(planner: Planner) -> None:
+    """Run ``planner`` once the router has answered; a :class:`CommandError` when it does
+    not answer at start (later failures are the loop's to retry)."""
+    import httpx
+
+    try:
+        await planner.connect()
+    except httpx.HTTPError as exc:
+        await planner.client.aclose()
+        raise CommandError(_unreachable(planner.s.router, exc)) from None
+    await planner.run()
+
+
+def _unreachable(router: str, exc: Exception) -> str:
+    """Why the router did not answer the first look, in one line, and what to do."""
+    import httpx
+
+    if isinstance(exc, httpx.HTTPStatusError):
+        status = exc.response.status_code
+        fix = ("give the fleet's token with --token-file" if status in (401, 403)
+               else "is --router a kvstore-router?")
+        return (f"--router {router}: GET /stats answered {status} "
+                f"{exc.response.reason_phrase}; {fix}")
+    why = (str(exc).splitlines() or [type(exc).__name__])[0]
+    if isinstance(exc, httpx.TransportError):
+        return (f"--router {router}: cannot reach the router ({why}); start kvstore-router "
+                "there or fix --router")
+    return f"--router {router}: {why}; is --router a kvstore-router?"
 
 
 def main(argv: list[str] | None = None) -> int:

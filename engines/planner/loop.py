@@ -48,6 +48,13 @@ class Planner:
         self.out.write(json.dumps(doc) + "\n")
         self.out.flush()
 
+    async def connect(self) -> None:
+        """The first look at the fleet, before the loop. Raises ``httpx.HTTPError`` when the
+        router does not answer or is not a router: a planner pointed at nothing stops at
+        once, while a router that fails after this first answer is retried (see
+        :meth:`tick`)."""
+        await self.observer.refresh()
+
     async def tick(self) -> Action | None:
         try:
             await self.observer.refresh()

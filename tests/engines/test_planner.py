@@ -1,7 +1,8 @@
 """``kvstore-planner`` against real workers, router and ``kvstore serve`` on loopback: it moves
 a decode worker into the prefill pool when prefill latency is over target and decode has room,
 and past its fleet size it prints a scale recommendation (and sets the metric) instead of
-moving. Its bad settings are one line and exit code 2."""
+moving. Its bad settings, and a router that does not answer at start, are one line and exit
+code 2."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -163,7 +165,7 @@ def test_both_pools_over_target_recommend_scaling_up(fleet: Fleet) -> None:
 
 
 @pytest.mark.parametrize("args, says", [
-    (["--router", "localhost:8490"], "router must be an http:// or https:// URL"),
+    (["--router", "ftp://localhost:8490"], "--router: 'ftp://localhost:8490' is not an http://"),
     (["--router", "http://x", "--relax", "1.5"], "--relax: Input should be less than 1"),
     (["--router", "http://x", "--patience", "soon"], "--patience: Input should be a valid"),
     (["--router", "http://x", "--token-file", "/nonexistent/t"],
@@ -173,6 +175,34 @@ def test_bad_settings_are_one_line_and_exit_2(args: list[str], says: str) -> Non
     out = subprocess.run([*PLANNER, *args], capture_output=True, text=True, timeout=60)
     assert_one_line(out, says)
     assert out.stdout == ""
+
+
+def test_a_router_that_does_not_answer_at_start_is_one_line() -> None:
+    """Not a retry loop that exits 0 when interrupted: a planner pointed at nothing stops
+    at once, as every other command does; one pointed at something else says so."""
+    url = f"127.0.0.1:{free_port()}"  # nothing listens there; http:// left out
+    out = subprocess.run([*PLANNER, "--router", url], capture_output=True, text=True,
+                         timeout=60)
+    assert_one_line(out, f"--router http://{url}: cannot reach the router",
+                    "start kvstore-router there")
+    with ThreadingHTTPServer(("127.0.0.1", 0), NotFound) as web:
+        threading.Thread(target=web.serve_forever, daemon=True).start()
+        try:
+            out = subprocess.run([*PLANNER, "--router", f"127.0.0.1:{web.server_address[1]}"],
+                                 capture_output=True, text=True, timeout=60)
+        finally:
+            web.shutdown()
+    assert_one_line(out, "GET /stats answered 404 Not Found", "is --router a kvstore-router?")
+
+
+class NotFound(BaseHTTPRequestHandler):
+    """A web server that is no router: 404 for everything."""
+
+    def do_GET(self) -> None:
+        self.send_error(404)
+
+    def log_message(self, *args: object) -> None:
+        pass
 
 
 def test_a_taken_metrics_port_is_one_line() -> None:
