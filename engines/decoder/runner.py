@@ -88,8 +88,14 @@ class Engine:
         vocab = self.model_cfg.vocab_size
         if any(not 0 <= t < vocab for t in prompt_ids):
             raise ValueError(f"prompt token ids must be in [0, {vocab})")
-        if len(prompt_ids) + params.max_tokens > self.ecfg.num_blocks * self.ecfg.block_size:
-            raise ValueError("prompt plus max_tokens exceeds the KV cache")
+        need, cfg = len(prompt_ids) + params.max_tokens, self.ecfg
+        if need > cfg.num_blocks * cfg.block_size:
+            raise ValueError(
+                f"prompt plus max_tokens exceeds the KV cache: {len(prompt_ids)} prompt tokens "
+                f"+ max_tokens {params.max_tokens} = {need} tokens, and the cache holds "
+                f"{cfg.num_blocks * cfg.block_size} ({cfg.num_blocks} blocks of "
+                f"{cfg.block_size} tokens); shorten the prompt, lower max_tokens or raise "
+                "num_blocks (--num-blocks)")
         seq = Sequence(req_id or f"req-{next(_ids)}", [int(t) for t in prompt_ids],
                        len(prompt_ids), params, make_generator(params), cache_salt=cache_salt)
         self.scheduler.add(seq)

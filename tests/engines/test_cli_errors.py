@@ -100,6 +100,15 @@ def test_engine_unreachable_kvstore(gqa_model: Path) -> None:
                         "1,2,3", "--device", "cpu", "--kvstore", url), "--kvstore", url)
 
 
+def test_a_prompt_the_kv_cache_cannot_hold_says_by_how_much(gqa_model: Path) -> None:
+    done = run(ENGINE, "generate", "--model", str(gqa_model), "--prompt-ids", "1 2 3 4 5",
+               "--max-tokens", "8", "--num-blocks", "2", "--block-size", "4", "--device", "cpu")
+    assert_one_line(done, "--prompt-ids: prompt plus max_tokens exceeds the KV cache: 5 prompt "
+                    "tokens + max_tokens 8 = 13 tokens, and the cache holds 8 (2 blocks of 4 "
+                    "tokens); shorten the prompt, lower max_tokens or raise num_blocks "
+                    "(--num-blocks)")
+
+
 def test_engine_accepts_comma_separated_prompt_ids(gqa_model: Path) -> None:
     want = Engine(gqa_model, EngineConfig()).generate(
         [[5, 6, 7, 8]], SamplingParams(max_tokens=4, ignore_eos=True))[0]

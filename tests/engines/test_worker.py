@@ -68,6 +68,9 @@ def test_generate_and_stream(gqa_model: Path) -> None:
         assert first["queue_s"] + first["prefill_s"] < last["latency_s"]
         assert json.loads(lines[-2])["finish_reason"] == "length"
         assert c.post("/generate", json={"prompt_ids": [1000]}).status_code == 400
+        r = c.post("/generate", json={"prompt_ids": PROMPT, "max_tokens": 400})
+        assert r.status_code == 400 and "19 prompt tokens + max_tokens 400 = 419 tokens, and " \
+            "the cache holds 384 (96 blocks of 4 tokens)" in r.json()["detail"], r.text
         assert c.post("/prefill", json={"prompt_ids": PROMPT}).status_code == 409  # no store
 
 
