@@ -11,7 +11,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from pydantic import ByteSize, ValidationError
 
@@ -21,6 +22,7 @@ from kvstore.protocol.health import StoreHealth
 from kvstore.protocol.stats import Counts, StoreStats
 
 DEFAULT_URL = "http://127.0.0.1:8470"
+T = TypeVar("T")
 
 
 def _client_args(p: argparse.ArgumentParser) -> None:
@@ -57,6 +59,20 @@ def _request(args: argparse.Namespace, method: str, path: str, body: Any = None,
         raise CommandError(f"server answered {r.status_code} {why}",
                            code=2 if r.status_code < 500 else 1)
     return doc
+
+
+def _read(args: argparse.Namespace, path: str, doc: Any, what: str,
+          parse: Callable[[Any], T]) -> T:
+    """``doc``, the answer to ``path``, read by ``parse``: one line and exit code 2 when it is
+    not ``what`` a kvstore server answers (``--url`` names another kind of server)."""
+    try:
+        return parse(doc)
+    except ValidationError as exc:
+        why = "not JSON" if doc is None else exc.errors()[0]["msg"]
+    except (ValueError, KeyError, TypeError) as exc:
+        why = "not JSON" if doc is None else f"{type(exc).__name__}: {exc}"
+    raise CommandError(f"{args.url}{path} did not answer with {what}: {why}; is --url a "
+                       "kvstore server?")
 
 
 def _path_part(name: str) -> str:
@@ -117,17 +133,9 @@ def _counts(row: Counts) -> list[str]:
 
 def run_stats(args: argparse.Namespace) -> int:
     doc = _request(args, "GET", "/v1/stats")
-    print(json.dumps(doc, indent=2) if args.json else format_stats(_stats_of(args, doc)))
+    stats = _read(args, "/v1/stats", doc, "the server's stats", StoreStats.model_validate)
+    print(json.dumps(doc, indent=2) if args.json else format_stats(stats))
     return 0
-
-
-def _stats_of(args: argparse.Namespace, doc: Any) -> StoreStats:
-    """``/v1/stats``'s answer as the typed document; one line and exit 2 if it is not one."""
-    try:
-        return StoreStats.model_validate(doc)
-    except ValidationError as exc:
-        raise CommandError(f"{args.url}/v1/stats did not answer with the server's stats: "
-                           f"{exc.errors()[0]['msg']}") from None
 
 
 # -- lookup -------------------------------------------------------------------------------------
@@ -147,11 +155,13 @@ def run_lookup(args: argparse.Namespace) -> int:
         hashes = sys.stdin.read().split()
     doc = _request(args, "POST", "/v1/lookup", {"namespace": args.namespace,
                                                   "block_hashes": hashes})
+    prefix, tiers = _read(args, "/v1/lookup", doc, "a lookup's answer",
+                          lambda d: (int(d["prefix_blocks"]), list(d["tiers"])))
     if args.json:
         print(json.dumps(doc))
     else:
-        print(f"prefix_blocks {doc['prefix_blocks']} of {len(hashes)}")
-        for h, tier in zip(hashes, doc["tiers"], strict=False):
+        print(f"prefix_blocks {prefix} of {len(hashes)}")
+        for h, tier in zip(hashes, tiers, strict=False):
             print(f"  {h}  {tier}")
     return 0
 
@@ -175,10 +185,13 @@ def add_namespaces_parser(sub: Any) -> None:
     p.set_defaults(handler=run_namespaces)
 
 
-def _show(doc: dict[str, Any]) -> str:
-    """``GET /v1/namespaces/{name}``'s answer (the namespace and its ``stats``) as rows."""
-    ns = Namespace.from_dict(doc)
-    stats = Counts.model_validate(doc.get("stats") or {})
+def _shown(doc: Any) -> tuple[Namespace, Counts]:
+    """``GET /v1/namespaces/{name}``'s answer: the namespace and its ``stats``."""
+    return Namespace.from_dict(doc), Counts.model_validate(doc.get("stats") or {})
+
+
+def _show(ns: Namespace, stats: Counts) -> str:
+    """A namespace and its counters as rows."""
     rows = [("name", ns.name), ("tenant", ns.tenant or "-"),
             ("block_bytes", f"{ns.block_bytes} ({size(ns.block_bytes)})"),
             ("hash_algo", ns.hash_algo), ("hash_seed", ns.hash_seed or "-"),
@@ -201,19 +214,21 @@ def format_namespaces(spaces: list[Namespace]) -> str:
 
 def run_namespaces(args: argparse.Namespace) -> int:
     if args.verb == "list":
-        doc = _request(args, "GET", "/v1/namespaces")
+        path = "/v1/namespaces"
+        doc = _request(args, "GET", path)
+        out = format_namespaces(_read(args, path, doc, "a list of namespaces", lambda d: [
+            Namespace.from_dict(ns) for ns in d["namespaces"]]))
     elif args.verb == "show":
-        doc = _request(args, "GET", f"/v1/namespaces/{_path_part(args.name)}")
+        path = f"/v1/namespaces/{_path_part(args.name)}"
+        doc = _request(args, "GET", path)
+        out = _show(*_read(args, path, doc, "a namespace", _shown))
     else:
-        doc = _request(args, "DELETE", f"/v1/namespaces/{_path_part(args.name)}")
-    if args.json:
-        print(json.dumps(doc))
-    elif args.verb == "list":
-        print(format_namespaces([Namespace.from_dict(ns) for ns in doc["namespaces"]]))
-    elif args.verb == "show":
-        print(_show(doc))
-    else:
-        print(f"deleted namespace {doc['name']} ({doc['blocks']} blocks)")
+        path = f"/v1/namespaces/{_path_part(args.name)}"
+        doc = _request(args, "DELETE", path)
+        name, blocks = _read(args, path, doc, "a deleted namespace",
+                             lambda d: (str(d["name"]), int(d["blocks"])))
+        out = f"deleted namespace {name} ({blocks} blocks)"
+    print(json.dumps(doc) if args.json else out)
     return 0
 
 
@@ -227,7 +242,7 @@ def add_health_parser(sub: Any) -> None:
 
 def run_health(args: argparse.Namespace) -> int:
     doc = _request(args, "GET", "/healthz", ok=(503,))
-    health = StoreHealth.model_validate(doc)
+    health = _read(args, "/healthz", doc, "the server's health", StoreHealth.model_validate)
     if args.json:
         print(json.dumps(doc))
     else:

@@ -9,10 +9,7 @@ import argparse
 import json
 from typing import Any
 
-from pydantic import ValidationError
-
-from kvstore.cli_client import _client_args, _request, size, table
-from kvstore.cli_kit import CommandError
+from kvstore.cli_client import _client_args, _read, _request, size, table
 from kvstore.protocol.cluster import ClusterStatus
 
 
@@ -50,10 +47,6 @@ def format_status(status: ClusterStatus) -> str:
 
 def run(args: argparse.Namespace) -> int:
     doc = _request(args, "GET", "/v1/cluster")
-    try:
-        status = ClusterStatus.model_validate(doc)
-    except ValidationError as exc:
-        raise CommandError(f"{args.url}/v1/cluster did not answer with a cluster status: "
-                           f"{exc.errors()[0]['msg']}") from None
+    status = _read(args, "/v1/cluster", doc, "a cluster status", ClusterStatus.model_validate)
     print(json.dumps(doc, indent=2) if args.json else format_status(status))
     return 0 if status.redis.connected else 1

@@ -15,9 +15,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
-from pydantic import ValidationError
-
-from kvstore.cli_client import _client_args, _request
+from kvstore.cli_client import _client_args, _read, _request
 from kvstore.cli_kit import CommandError
 from kvstore.cli_tokens import add_token_args, read_tokens
 from kvstore.protocol.explain import ExplainedBlock, ExplainOut
@@ -60,11 +58,8 @@ def run_explain(args: argparse.Namespace) -> int:
 
 def _explanation(args: argparse.Namespace, body: dict[str, object]) -> ExplainOut:
     """One page of ``POST /v1/explain``; a :class:`CommandError` when it is none."""
-    try:
-        return ExplainOut.model_validate(_request(args, "POST", "/v1/explain", body))
-    except ValidationError as exc:
-        raise CommandError(f"{args.url}/v1/explain did not answer with an explanation: "
-                           f"{exc.errors()[0]['msg']}") from None
+    doc = _request(args, "POST", "/v1/explain", body)
+    return _read(args, "/v1/explain", doc, "an explanation", ExplainOut.model_validate)
 
 
 def _when(at: float) -> str:

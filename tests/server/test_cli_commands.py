@@ -7,9 +7,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
+import pytest
 
 from kvstore.cli_client import format_namespaces
 from kvstore.client import KVStoreClient
@@ -121,6 +124,44 @@ def test_unreachable_server_is_one_line(server: ServerProc) -> None:
         assert run.returncode == 1 and "Traceback" not in run.stderr
         lines = run.stderr.strip().splitlines()
         assert len(lines) == 1 and f"cannot reach {url}" in lines[0] and "--url" in lines[0]
+
+
+class Answers(BaseHTTPRequestHandler):
+    """A web server that is no kvstore: 200 and the same body for every request."""
+
+    body = b""
+
+    def answer(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(self.body)))
+        self.end_headers()
+        self.wfile.write(self.body)
+
+    do_GET = do_POST = do_DELETE = answer
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(params=[b"{}", b"<html>welcome</html>", b'{"namespaces": [{"name": 1}], '
+                        b'"name": "x", "blocks": "many", "prefix_blocks": 1, "tiers": 5}'])
+def not_kvstore(request: pytest.FixtureRequest) -> Iterator[str]:
+    handler = type("Answers", (Answers,), {"body": request.param})
+    with ThreadingHTTPServer(("127.0.0.1", 0), handler) as web:
+        threading.Thread(target=web.serve_forever, daemon=True).start()
+        yield f"127.0.0.1:{web.server_address[1]}"
+        web.shutdown()
+
+
+def test_a_url_that_is_no_kvstore_is_one_line(not_kvstore: str) -> None:
+    for cmd in (("stats",), ("health",), ("namespaces", "list"), ("namespaces", "show", "x"),
+                ("namespaces", "delete", "x"), ("lookup", "ns", "00"), ("cluster", "status"),
+                ("explain", "--namespace", "n", "--tokens", "1")):
+        run = kv(*cmd, "--url", not_kvstore)
+        assert run.returncode == 2 and "Traceback" not in run.stderr, (cmd, run.stderr)
+        lines = run.stderr.splitlines()
+        assert len(lines) == 1 and "did not answer with" in lines[0] and \
+            lines[0].endswith("is --url a kvstore server?"), (cmd, lines)
 
 
 def test_a_url_without_its_scheme_is_http(server: ServerProc) -> None:
