@@ -111,8 +111,11 @@ def _build(args: argparse.Namespace) -> Engine:  # imports torch lazily, for a q
 def cmd_generate(args: argparse.Namespace) -> int:
     from engines.decoder.sampler import SamplingParams
 
-    params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature,
-                            top_p=args.top_p, seed=args.seed, ignore_eos=args.ignore_eos)
+    try:
+        params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature,
+                                top_p=args.top_p, seed=args.seed, ignore_eos=args.ignore_eos)
+    except ValueError as exc:  # named as the flag is: max_tokens for --max-tokens
+        raise CommandError(str(exc)) from None
     engine = _build(args)
     try:
         out = engine.generate([args.prompt_ids], params)[0]

@@ -109,6 +109,15 @@ def test_a_prompt_the_kv_cache_cannot_hold_says_by_how_much(gqa_model: Path) -> 
                     "(--num-blocks)")
 
 
+@pytest.mark.parametrize("flag,value,says", [("--max-tokens", "-1", "max_tokens must be positive"),
+                                             ("--top-p", "5", "top_p must be in (0, 1]")])
+def test_engine_sampling_values_that_are_none(tmp_path: Path, flag: str, value: str,
+                                             says: str) -> None:
+    # refused before the model is looked for
+    assert_one_line(run(ENGINE, "generate", "--model", str(tmp_path), "--prompt-ids", "1",
+                        flag, value), says)
+
+
 def test_engine_accepts_comma_separated_prompt_ids(gqa_model: Path) -> None:
     want = Engine(gqa_model, EngineConfig()).generate(
         [[5, 6, 7, 8]], SamplingParams(max_tokens=4, ignore_eos=True))[0]
