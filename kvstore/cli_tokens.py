@@ -11,6 +11,7 @@ import argparse
 import json
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ def parse_token_ids(text: str) -> list[int]:
     is not a non-negative integer."""
     text = text.strip()
     items: list[Any]
+    shown: Callable[[Any], str]  # an item as the user wrote it
     if text.startswith(("[", "{")):
         try:
             doc = json.loads(text)

@@ -13,6 +13,7 @@ from kvstore.explain.recipe import covered
 from kvstore.keys import BlockHasher
 from kvstore.namespace import Layout, Namespace
 from kvstore.store import Store
+from kvstore.types import BlockHash
 
 B = 4096
 TOKENS = list(range(500, 600))  # 6 blocks of 16, 4 tail tokens
@@ -28,7 +29,7 @@ def store() -> Iterator[Store]:
         yield s
 
 
-def put(store: Store, space: Namespace, hashes: list[bytes]) -> None:
+def put(store: Store, space: Namespace, hashes: list[BlockHash]) -> None:
     store.register_namespace(space)
     store.put(space.name, hashes, [b"k" * B] * len(hashes))
 

@@ -19,6 +19,7 @@ from kvstore.client import KVStoreClient
 from kvstore.namespace import Layout, Namespace
 from kvstore.testing.proc import ROOT
 from kvstore.testing.server import ServerProc, kvstore_cmd
+from kvstore.types import BlockHash
 
 
 def kv(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -29,7 +30,7 @@ def kv(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPro
 def fill(server: ServerProc, ns: str, n: int, size: int = 1000) -> None:
     with KVStoreClient(server.url) as c:
         c.register_namespace(ns, size, {"model_id": ns})
-        c.put(ns, [bytes([i + 1]) * 32 for i in range(n)], [b"x" * size] * n)
+        c.put(ns, [BlockHash(bytes([i + 1]) * 32) for i in range(n)], [b"x" * size] * n)
 
 
 def test_stats_bytes_logical_and_charged(server: ServerProc, ns_name: str) -> None:
