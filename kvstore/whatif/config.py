@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal, get_args
+
+Adjust = Literal["regression", "shards", "none"]
 
 DEFAULT_SAMPLE_RATE = 0.01  # fraction of block hashes tracked (SHARDS' R)
 DEFAULT_MAX_KEYS = 1 << 17  # tracked keys at most; past it the rate is lowered (fixed-size)
@@ -25,8 +28,10 @@ class WhatIfConfig:
     (fixed-size SHARDS), which bounds memory whatever the number of distinct blocks.
     ``policies``: policies (names in :data:`kvstore.policy.POLICIES`) simulated as miniature
     caches, one per capacity point; the LRU curve comes from reuse distances whatever this
-    holds. ``adjust``: apply SHARDS_adj (the shortfall or excess of sampled accesses against
-    the expected count is counted as hits at distance zero). ``uniform_hashes``: block hashes
+    holds. ``adjust``: how the sample's excess or shortfall of requests against the count the
+    tracker saw is counted (:mod:`kvstore.whatif.estimate`): ``regression`` (the default) at
+    the hit rate of the most requested sampled blocks, ``shards`` as hits (SHARDS_adj),
+    ``none`` not at all (the sample's own hit rate). ``uniform_hashes``: block hashes
     are uniform already (SHA-256 or xxhash outputs, as every chained block hash is), so the
     sampling test is one comparison of the hash with a threshold; False hashes each block
     hash first (blake2b), for keys that are not hash outputs. ``fill``: the fraction of a
@@ -40,7 +45,7 @@ class WhatIfConfig:
     low: float = DEFAULT_LOW
     high: float = DEFAULT_HIGH
     policies: tuple[str, ...] = ()
-    adjust: bool = True
+    adjust: Adjust = "regression"
     uniform_hashes: bool = True
     fill: float = 1.0
     bins_per_octave: int = DEFAULT_BINS_PER_OCTAVE
@@ -56,6 +61,9 @@ class WhatIfConfig:
             raise ValueError(f"need 0 < low < high, got low={self.low} high={self.high}")
         if not 0.0 < self.fill <= 1.0:
             raise ValueError(f"fill must be in (0, 1], got {self.fill}")
+        if self.adjust not in get_args(Adjust):
+            raise ValueError(f"adjust must be one of {', '.join(get_args(Adjust))}, "
+                             f"got {self.adjust!r}")
         if not 4 <= self.bins_per_octave <= 1024:
             raise ValueError(f"bins_per_octave must be in 4..1024, got {self.bins_per_octave}")
         from kvstore.policy import POLICIES

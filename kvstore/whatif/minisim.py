@@ -31,11 +31,14 @@ class MiniSims:
         self.rate = rate
         self._caches = [SimCache(policy, round(c * rate)) for c in self.capacities]
 
-    def read(self, key: Hashable, size: int, weight: float, hits: list[float]) -> None:
-        """A sampled request: ``hits[i] += weight`` for each point whose cache holds ``key``."""
+    def read(self, key: Hashable, size: int, weight: float, heavy: float, hits: list[float],
+             heavy_hits: list[float]) -> None:
+        """A sampled request: ``hits[i] += weight`` and ``heavy_hits[i] += heavy`` for each
+        point whose cache holds ``key``."""
         for i, cache in enumerate(self._caches):
             if cache.read(key, size):
                 hits[i] += weight
+                heavy_hits[i] += heavy
 
     def insert(self, key: Hashable, size: int) -> None:
         """A sampled block entering the tier without a request (a demotion)."""

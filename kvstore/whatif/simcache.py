@@ -11,7 +11,7 @@ A block larger than the whole capacity is not stored. Nothing is ever pinned.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from typing import cast
 
 from kvstore.policy import make_policy
@@ -89,7 +89,8 @@ class SimCache:
             self.remove(victims[0])
 
 
-def replay(policy: str, keys: list[Hashable], sizes: list[int], capacity: int) -> list[bool]:
+def replay(policy: str, keys: Sequence[Hashable], sizes: Sequence[int],
+           capacity: int) -> list[bool]:
     """Whether each read of ``keys`` (sizes ``sizes``) hits a ``capacity``-byte cache of
     ``policy``, starting empty: the exact replay a curve is measured against."""
     cache = SimCache(policy, capacity)

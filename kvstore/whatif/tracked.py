@@ -1,8 +1,8 @@
 """The keys a tracker follows: each sampled block's 64-bit fingerprint, mapped to an integer
-slot, and per slot its sample value and namespace, in flat arrays so that lowering the rate or
-dropping a namespace finds its keys with whole-array numpy steps.
+slot, and per slot its sample value, namespace and request count, in flat arrays so that
+lowering the rate or dropping a namespace finds its keys with whole-array numpy steps.
 
-Memory per key: one dict entry with two ints (about 120 bytes on CPython 3.11) and 24 bytes of
+Memory per key: one dict entry with two ints (about 120 bytes on CPython 3.11) and 32 bytes of
 slot arrays (more while freed slots wait for reuse).
 """
 
@@ -15,16 +15,17 @@ import numpy as np
 
 
 class TrackedKeys:
-    """``fingerprint -> slot``, with each slot's sample value and namespace index (-1: a free
-    slot). Not thread-safe."""
+    """``fingerprint -> slot``, with each slot's sample value, namespace index (-1: a free
+    slot) and request count. Not thread-safe."""
 
-    __slots__ = ("_fp", "_free", "_space", "_value", "slot_of")
+    __slots__ = ("_count", "_fp", "_free", "_space", "_value", "slot_of")
 
     def __init__(self) -> None:
         self.slot_of: dict[int, int] = {}
         self._fp = array("Q")
         self._value = array("Q")
         self._space = array("q")
+        self._count = array("q")
         self._free: list[int] = []
 
     def add(self, fp: int, value: int, space: int) -> int:
@@ -32,13 +33,21 @@ class TrackedKeys:
         if self._free:
             slot = self._free.pop()
             self._fp[slot], self._value[slot], self._space[slot] = fp, value, space
+            self._count[slot] = 0
         else:
             slot = len(self._fp)
             self._fp.append(fp)
             self._value.append(value)
             self._space.append(space)
+            self._count.append(0)
         self.slot_of[fp] = slot
         return slot
+
+    def requested(self, slot: int) -> int:
+        """Count a request for the key in ``slot``; how many it has had, this one included."""
+        count = self._count[slot] + 1
+        self._count[slot] = count
+        return count
 
     def remove(self, slots: Iterable[int]) -> list[int]:
         """Forget the keys in ``slots``; their fingerprints."""
@@ -74,7 +83,8 @@ class TrackedKeys:
 
     def nbytes(self) -> int:
         """Bytes of the slot arrays (the dict is counted by the caller's estimate)."""
-        return 8 * (len(self._fp) + len(self._value) + len(self._space) + len(self._free))
+        return 8 * (len(self._fp) + len(self._value) + len(self._space) + len(self._count)
+                    + len(self._free))
 
     def _live_values(self) -> np.ndarray:
         live = np.frombuffer(self._space, dtype=np.int64) >= 0

@@ -13,18 +13,19 @@ requests: distances are measured in the whole tier's stream, and a scope's curve
 histograms or hit counts of its namespaces.
 
 Each sampled request stands for ``1 / rate`` requests (its weight, taken at the rate of the
-moment, which is what rescaling a fixed-size SHARDS histogram amounts to). With ``adjust``
-(SHARDS_adj) a scope's hit rate is ``(sampled hits + N - W) / N``, N the requests it saw and W
-the weight of its sampled ones: the sample's excess or shortfall of requests, mostly from a hot
-block that happens to be in or out of the sample, is counted at distance zero.
+moment, which is what rescaling a fixed-size SHARDS histogram amounts to). The sample's excess
+or shortfall of requests against the count the tracker saw is counted as
+:mod:`.estimate` says (``adjust``: a regression on the blocks' request counts by default,
+SHARDS_adj on demand).
 
-Memory. Per tracked key: about 120 bytes of fingerprint map and 24 of slot arrays
-(:mod:`.tracked`), 32 to 48 of reuse stack (:mod:`.stack`): 186 bytes measured (CPython 3.11,
-200,000 keys), so 200 is the bound we state; a compaction of the stack briefly needs up to
-about 130 more per key. With ``max_keys`` (the default, 131,072) the tracked keys never pass
-it, whatever the number of distinct blocks: 26 MB per tier at most (44 MB for the moment of a
-compaction). Per namespace a histogram of ``24 * bins`` bytes (9 KB with the defaults). The
-miniature caches hold at most ``capacity * rate`` bytes of blocks each (:mod:`.minisim`).
+Memory. Per tracked key: about 120 bytes of fingerprint map and 32 of slot arrays
+(:mod:`.tracked`), 32 to 48 of reuse stack (:mod:`.stack`): 162 to 195 bytes measured
+(CPython 3.11, 30,000 to 262,144 keys), so 200 is the bound we state; while the stack is
+compacted a moment's peak reaches about 260. With ``max_keys`` (the default, 131,072) the
+tracked keys never pass it, whatever the number of distinct blocks: 26 MB per tier at most
+(34 MB at the peak of a compaction). Per namespace a histogram of ``32 * bins`` bytes (12 KB
+with the defaults). The miniature caches hold at most ``capacity * rate`` bytes of blocks each
+(:mod:`.minisim`).
 
 Thread safety: none of its own. The store feeds it and reads curves under its lock, as it
 calls the tier's policy.
@@ -39,6 +40,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from kvstore.whatif.config import HIST_MARGIN, WhatIfConfig
+from kvstore.whatif.estimate import Sums, hit_rates
 from kvstore.whatif.histogram import DistanceHistogram
 from kvstore.whatif.minisim import MiniSims
 from kvstore.whatif.result import Curve, Method, Point, interpolate
@@ -59,10 +61,12 @@ class _Space:
     index: int
     tag: int  # XORed into sample values: the same hash in two namespaces is two keys
     hist: DistanceHistogram
-    mini: dict[str, list[float]]  # policy -> weighted hits at each point
-    accesses: int = 0  # requests, sampled or not (SHARDS_adj's N)
+    mini: dict[str, list[float]]  # policy -> weight of the hits at each point
+    mini_heavy: dict[str, list[float]]  # policy -> heavy weight of the hits at each point
+    accesses: int = 0  # requests, sampled or not (N)
     sampled: int = 0  # sampled requests
     weight: float = 0.0  # sum of 1 / rate over the sampled requests (W)
+    heavy: float = 0.0  # sum of count**2 / rate over them (kvstore.whatif.estimate)
     judged: int = 0  # requests whose real outcome the feeder gave
     observed: int = 0  # of those, hits
 
@@ -164,13 +168,15 @@ class WhatIfTracker:
         scope = None if namespaces is None else tuple(namespaces)
         spaces = list(self._spaces.values()) if scope is None else [
             s for s in (self._spaces.get(n) for n in scope) if s is not None]
-        n = sum(s.accesses for s in spaces)
-        w = sum(s.weight for s in spaces)
-        hit_weight = [0.0] * len(self._held)
+        hits, heavy_hits = [0.0] * len(self._held), [0.0] * len(self._held)
         for s in spaces:
-            row = s.hist.hits(self._held) if method == "shards" else s.mini[policy]
-            hit_weight = [a + b for a, b in zip(hit_weight, row, strict=True)]
-        rates = [_rate(h, n, w, self.config.adjust) for h in hit_weight]
+            light, heavy = s.hist.hits(self._held) if method == "shards" else (
+                s.mini[policy], s.mini_heavy[policy])
+            hits = [a + b for a, b in zip(hits, light, strict=True)]
+            heavy_hits = [a + b for a, b in zip(heavy_hits, heavy, strict=True)]
+        n = sum(s.accesses for s in spaces)
+        rates = hit_rates(Sums(n, sum(s.weight for s in spaces), sum(s.heavy for s in spaces),
+                               hits, heavy_hits), self.config.adjust)
         points = tuple(Point(c, r) for c, r in zip(self.capacities, rates, strict=True))
         judged = sum(s.judged for s in spaces)
         return Curve(self.tier, policy, method, self.sample_rate, points,
@@ -189,6 +195,7 @@ class WhatIfTracker:
         lo, hi = self._hist_range
         space = _Space(namespace, len(self._by_index), _tag(namespace),
                        DistanceHistogram(lo, hi, self.config.bins_per_octave),
+                       {p: [0.0] * len(self._held) for p in self.simulated},
                        {p: [0.0] * len(self._held) for p in self.simulated})
         self._spaces[namespace] = space
         self._by_index.append(space)
@@ -204,13 +211,16 @@ class WhatIfTracker:
         rate = self._sampler.rate
         since = self._stack.touch(slot, size)
         if request:
+            count = self._keys.requested(slot)
             weight = 1.0 / rate
+            heavy = weight * count * count
             space.sampled += 1
             space.weight += weight
+            space.heavy += heavy
             if since is not None:
-                space.hist.add(since / rate + size, weight)
+                space.hist.add(since / rate + size, weight, heavy)
             for name, sims in self._mini.items():
-                sims.read(fp, size, weight, space.mini[name])
+                sims.read(fp, size, weight, heavy, space.mini[name], space.mini_heavy[name])
         else:
             for sims in self._mini.values():
                 sims.insert(fp, size)
@@ -234,9 +244,3 @@ class WhatIfTracker:
         for sims in self._mini.values():
             sims.remove(fps)
 
-
-def _rate(hit_weight: float, n: int, w: float, adjust: bool) -> float:
-    """A scope's hit rate: SHARDS_adj's over all ``n`` requests, or the sample's own."""
-    if adjust:
-        return min(1.0, max(0.0, (hit_weight + n - w) / n)) if n else 0.0
-    return min(1.0, hit_weight / w) if w else 0.0

@@ -29,8 +29,8 @@ def test_cyclic_scan_is_a_step_at_the_loop_size_exactly() -> None:
     assert curve.current == (n * SIZE, pytest.approx((passes - 1) / passes))
 
 
-@pytest.mark.parametrize("adjust", [False, True])
-def test_cyclic_scan_sampled_keeps_the_step(adjust: bool) -> None:
+@pytest.mark.parametrize("adjust", ["none", "regression", "shards"])
+def test_cyclic_scan_sampled_keeps_the_step(adjust: str) -> None:
     """Sampled at 5%, a distance of N blocks reads as N +- 3%: the step stays within 10% of
     N. SHARDS_adj also counts the sample's deviation from 5% of the reads as hits (here no
     block is hot, so that deviation is only noise, within a few percent)."""
@@ -39,7 +39,7 @@ def test_cyclic_scan_sampled_keeps_the_step(adjust: bool) -> None:
     feed(t, hashes(cyclic(n, passes)), SIZE)
     curve = t.curve()
     slack = 0.005 + (abs(curve.accesses - curve.sampled / 0.05) / curve.accesses
-                     if adjust else 0.0)
+                     if adjust == "shards" else 0.0)
     for capacity, rate in curve.points:
         if capacity <= 0.9 * n * SIZE:
             assert rate <= slack
@@ -67,14 +67,14 @@ def test_sampled_lru_curve_is_close_to_the_exact_replay() -> None:
 
 
 def test_shards_adj_counts_a_hot_unsampled_block_as_hits() -> None:
-    """A hot block outside the sample: without the adjustment its hits are missing from the
-    curve; with it they come back as hits at distance zero."""
+    """A hot block outside the sample: without an adjustment its hits are missing from the
+    curve; SHARDS_adj brings them back as hits at distance zero."""
     ids = uniform(50_000, 120_000, seed=3)
     trace = hashes(ids)
     hot = next(h for h in (hashes([i], b"hot")[0] for i in range(1000))
                if h[0] >= 0x20)  # never sampled at 10% (below 0x19 99...)
     trace = [hot if i % 3 == 0 else h for i, h in enumerate(trace)]  # a third of the reads
-    plain, adjusted = tracker(5_000, 0.1, adjust=False), tracker(5_000, 0.1)
+    plain, adjusted = tracker(5_000, 0.1, adjust="none"), tracker(5_000, 0.1, adjust="shards")
     feed(plain, trace, SIZE)
     feed(adjusted, trace, SIZE)
     exact = [e for _, e in exact_rates("lru", trace, SIZE, plain.curve(), every=8)]
@@ -82,6 +82,29 @@ def test_shards_adj_counts_a_hot_unsampled_block_as_hits() -> None:
     got_adj = [p.hit_rate for p in adjusted.curve().points[::8]]
     assert mae(list(zip(got_adj, exact, strict=True))) <= 0.03
     assert all(p < e - 0.2 for p, e in zip(got_plain, exact, strict=True))
+
+
+@pytest.mark.parametrize("policy", ["lru", "s3fifo"])
+def test_regression_counts_an_oversampled_hot_family_at_its_own_hit_rate(policy: str) -> None:
+    """Five blocks read in turn once every 200 reads of 5,000 others (so 900 blocks apart:
+    they miss in a tier of fewer blocks and hit in a larger one), all five in the 10% sample:
+    the sample holds ten times their share of reads. The regression takes that excess out at
+    the family's own hit rate; SHARDS_adj takes it out as hits, too many where it misses."""
+    limit = round(0.1 * 2**64).to_bytes(8, "big")
+    family = [h for h in hashes(list(range(200)), b"hot") if h < limit][:5]
+    trace = []
+    for i, h in enumerate(hashes(uniform(5_000, 100_000, seed=5))):
+        trace.append(h)
+        if i % 200 == 0:
+            trace.append(family[(i // 200) % 5])
+    errors = {}
+    for adjust in ("regression", "shards"):
+        t = tracker(1_000, 0.1, policy, adjust=adjust)
+        feed(t, trace, SIZE)
+        pairs = exact_rates(policy, trace, SIZE, t.curve(), every=2)
+        errors[adjust] = (mae(pairs), mae(pairs[:3]))  # all points, and 0.25x to 0.5x
+    assert errors["regression"][0] <= 0.03, errors
+    assert errors["shards"][1] > 2 * errors["regression"][1], errors
 
 
 @pytest.mark.parametrize("policy", ["lfu", "s3fifo"])

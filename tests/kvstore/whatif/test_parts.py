@@ -38,13 +38,13 @@ def test_reuse_stack_matches_an_lru_list_through_compactions_and_removals() -> N
 
 def test_histogram_is_exact_for_equal_distances_and_interpolates_inside_a_bin() -> None:
     hist = DistanceHistogram(100, 1_000_000, 48)
-    hist.add(5_000, 2.0)
-    assert hist.hits([4_999, 5_000, 10_000]) == [0.0, 2.0, 2.0]
+    hist.add(5_000, 2.0, 20.0)
+    assert hist.hits([4_999, 5_000, 10_000]) == ([0.0, 2.0, 2.0], [0.0, 20.0, 20.0])
     hist.add(4_960, 2.0)  # same bin (1.5% wide): a capacity between the two takes a share
-    assert hist.hits([4_990]) == [pytest.approx(4.0 * 30 / 40)]
-    hist.add(50, 1.0)  # below the range: a hit everywhere
+    assert hist.hits([4_990])[0] == [pytest.approx(4.0 * 30 / 40)]
+    hist.add(50, 1.0, 5.0)  # below the range: a hit everywhere
     hist.add(10**9, 1.0)  # above: never
-    assert hist.hits([200])[0] == 1.0
+    assert hist.hits([200]) == ([1.0], [5.0])
     assert hist.total() == 6.0
 
 
@@ -93,7 +93,7 @@ def test_replay_is_the_eviction_bench_simulation_for_equal_sizes(policy: str) ->
     from kvstore.policy import make_policy
 
     keys = [("ns", h) for h in hashes(zipf(400, 4_000))]
-    hits = replay(policy, list(keys), [1] * len(keys), 50)
+    hits = replay(policy, keys, [1] * len(keys), 50)
     p = make_policy(policy)
     expected = 0
     for key in keys:

@@ -50,7 +50,7 @@ def exact_rates(policy: str, trace: Sequence[bytes], size: int, curve: Curve,
     sizes = [size] * len(keys)
     out = []
     for point in curve.points[::every]:
-        hits = replay(policy, list(keys), sizes, point.capacity_bytes)
+        hits = replay(policy, keys, sizes, point.capacity_bytes)
         out.append((point.hit_rate, sum(hits) / len(hits)))
     return out
 
