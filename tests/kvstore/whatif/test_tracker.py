@@ -8,7 +8,7 @@ import json
 import pytest
 
 from kvstore.protocol.whatif import WhatIfOut
-from kvstore.whatif import WhatIfConfig, WhatIfTracker
+from kvstore.whatif import WhatIfConfig, WhatIfTracker, replay
 from tests.kvstore.whatif.traces import cyclic, feed, hashes, uniform, zipf
 
 SIZE = 4096
@@ -160,3 +160,19 @@ def test_wire_form_round_trips() -> None:
     assert len(doc["points"]) == 17 and doc["namespaces"] == ["ns"]
     assert doc["current"] == {"capacity_bytes": 100 * SIZE, "hit_rate": pytest.approx(2 / 3)}
     assert WhatIfOut.model_validate(doc) == out
+
+
+def test_fill_models_a_tier_that_keeps_below_its_capacity() -> None:
+    """A tier that evicts down to half its capacity (``fill`` 0.5): each point is the exact
+    replay at half its capacity, labelled with the capacity itself (LRU within the
+    histogram's resolution: a bin 1.5% wide can hold two distances a block apart)."""
+    t = WhatIfTracker("host", 200 * SIZE, "s3fifo", WhatIfConfig(sample_rate=1.0, fill=0.5))
+    trace = hashes(zipf(2_000, 8_000))
+    feed(t, trace, SIZE)
+    keys, sizes = [("ns", h) for h in trace], [SIZE] * len(trace)
+    for policy in ("lru", "s3fifo"):
+        curve = t.curve(policy=policy)
+        assert curve.current.capacity_bytes == 200 * SIZE
+        for capacity, rate in curve.points[::4]:
+            exact = sum(replay(policy, keys, sizes, round(capacity * 0.5))) / len(keys)
+            assert rate == pytest.approx(exact, abs=5e-3 if policy == "lru" else 1e-12)
