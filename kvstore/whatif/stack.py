@@ -9,9 +9,9 @@ Positions only grow; when they reach the tree's end, the live keys are renumbere
 order and the tree rebuilt with whole-array numpy steps (O(n), after at least n accesses, so
 O(1) amortized and never a Python loop per key). Keys are integer slots the caller allocates.
 
-Memory: 16 bytes per slot (position, size) and 8 per tree node; the tree has at least twice
-and at most four times as many nodes as live keys (once past 1,024), so 32 to 48 bytes per
-tracked key.
+Memory: 16 bytes per slot (position, size; the slot arrays grow by an eighth) and 8 per tree
+node; the tree has two to four times as many nodes as live keys (once past 1,024), so 32 to
+50 bytes per tracked key.
 """
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ class ReuseStack:
         since its previous access, or None if it was not live (a first access)."""
         if self._clock == self._n:
             self._compact()
-        if slot >= len(self._pos):
-            grow = max(slot + 1 - len(self._pos), len(self._pos))
+        if slot >= len(self._pos):  # slots come dense from the caller: grow by an eighth
+            grow = max(slot + 1 - len(self._pos), len(self._pos) // 8 + 64)
             self._pos.extend(array("q", bytes(8 * grow)))
             self._size.extend(array("q", bytes(8 * grow)))
         tree, n = self._tree, self._n

@@ -18,14 +18,14 @@ or shortfall of requests against the count the tracker saw is counted as
 :mod:`.estimate` says (``adjust``: a regression on the blocks' request counts by default,
 SHARDS_adj on demand).
 
-Memory. Per tracked key: about 120 bytes of fingerprint map and 32 of slot arrays
-(:mod:`.tracked`), 32 to 48 of reuse stack (:mod:`.stack`): 162 to 195 bytes measured
-(CPython 3.11, 30,000 to 262,144 keys), so 200 is the bound we state; while the stack is
-compacted a moment's peak reaches about 260. With ``max_keys`` (the default, 131,072) the
-tracked keys never pass it, whatever the number of distinct blocks: 26 MB per tier at most
-(34 MB at the peak of a compaction). Per namespace a histogram of ``32 * bins`` bytes (12 KB
-with the defaults). The miniature caches hold at most ``capacity * rate`` bytes of blocks each
-(:mod:`.minisim`).
+Memory. Per tracked key: about 110 bytes of fingerprint map and 32 of slot arrays
+(:mod:`.tracked`), 32 to 48 of reuse stack (:mod:`.stack`): 165 to 185 bytes measured
+(CPython 3.11, 30,000 to 262,144 keys, and 176 for a tracker held at 16,384 keys over 200,000
+distinct blocks), so 200 is the bound we state; while the stack is compacted a moment's peak
+reaches about 260. With ``max_keys`` (the default, 131,072) the tracked keys never pass it,
+whatever the number of distinct blocks: 26 MB per tier at most (34 MB at the peak of a
+compaction). Per namespace a histogram of ``32 * bins`` bytes (12 KB with the defaults). The
+miniature caches hold at most ``capacity * rate`` bytes of blocks each (:mod:`.minisim`).
 
 Thread safety: none of its own. The store feeds it and reads curves under its lock, as it
 calls the tier's policy.
@@ -50,7 +50,7 @@ from kvstore.whatif.tracked import TrackedKeys
 
 _M64 = (1 << 64) - 1
 _DROP = 1 / 16  # share of the tracked keys a fixed-size tracker drops when it passes its bound
-_DICT_BYTES_PER_KEY = 120  # fingerprint map entry and its two ints (CPython 3.11, measured)
+_DICT_BYTES_PER_KEY = 110  # fingerprint map entry and its two ints (CPython 3.11, measured)
 
 
 @dataclass(slots=True, eq=False)
@@ -241,6 +241,7 @@ class WhatIfTracker:
     def _drop(self, slots: list[int]) -> None:
         self._stack.remove(slots)
         fps = self._keys.remove(slots)
+        self._keys.compact()  # O(keys), after at least a sixteenth of the bound was added
         for sims in self._mini.values():
             sims.remove(fps)
 
