@@ -1,5 +1,5 @@
 """The connector's extra config is parsed strictly: a wrong value or an unknown key fails with
-an error naming the key, never a silent coercion (issue 14, "Also")."""
+an error naming the key, never a silent coercion."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 14 item 7, data plane: connections that never authenticate are closed after a short
+"""Connections that never authenticate are closed after a short
 ``hello`` deadline and are limited apart from authenticated ones, so that they cannot take the
 slots of real clients; and one tenant holds at most ``max_connections_per_tenant`` of the
 established ones."""

@@ -1,4 +1,4 @@
-"""Issue 14 item 15 (data plane): every put path reads ``durable`` the same strict way. ``put``
+"""Every put path reads ``durable`` the same strict way. ``put``
 takes a boolean; the shared-memory writes (``shm_reserve``, ``shm_stage``, ``shm_put``,
 ``shm_commit``) are never durable, so they refuse the field unless it is false, instead of
 ignoring it (``durable: true`` there used to store the block without making it durable)."""

@@ -1,4 +1,4 @@
-"""Issue 14 item 3: a data-plane ``get`` reply never exceeds the frame limit (a clear error
+"""A data-plane ``get`` reply never exceeds the frame limit (a clear error
 instead), a block named many times in one request is read once, and the official client still
 gets everything it asks for."""
 

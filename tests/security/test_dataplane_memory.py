@@ -1,4 +1,4 @@
-"""Issue 14 item 1: the data plane takes no memory for a frame before its connection has
+"""The data plane takes no memory for a frame before its connection has
 authenticated, and frames being received share one byte budget: a frame past it waits, then
 is refused with a clear error frame."""
 

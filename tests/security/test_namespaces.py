@@ -1,4 +1,4 @@
-"""Namespaces over a real server (issue 14, items 5, 6): one validation on both planes, a bad
+"""Namespaces over a real server: one validation on both planes, a bad
 file entry or registration never breaks the listing, caps per tenant and in total, deletion
 on every plane and on the command line, and a private data dir."""
 

@@ -1,4 +1,4 @@
-"""REST request bodies (issue 14, items 2 and 15): no body is read before the token check,
+"""REST request bodies: no body is read before the token check,
 each route's body is bounded by what the route can use, bodies in flight share one budget,
 and a chunked body over its limit is a 413 with a message, not a 400."""
 

@@ -1,4 +1,4 @@
-"""REST connection slots (issue 14, item 7, REST half): half-open connections (headers never
+"""REST connection slots: half-open connections (headers never
 finished) neither starve ``/healthz`` nor authenticated calls, and are closed after the header
 deadline; past the cap on connections awaiting headers, the oldest is closed at once."""
 

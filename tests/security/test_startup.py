@@ -1,4 +1,4 @@
-"""What a starting server may take over (issue 14, items 12 and 13): only a stale Unix socket,
+"""What a starting server may take over: only a stale Unix socket,
 never a file, a folder or a live socket at ``--unix-socket``; never the shared-memory segment
 of a live server with the same ``--shm-name``. A refusal is one line and exit code 2."""
 

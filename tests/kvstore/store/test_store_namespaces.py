@@ -1,4 +1,4 @@
-"""Namespaces as a trust boundary (issue 14, items 5, 6, 9): one validation, bounded metadata,
+"""Namespaces as a trust boundary: one validation, bounded metadata,
 caps on their number, deletion from every tier, a private file that a bad entry cannot break,
 and registrations that never hold the store's lock while the file is written."""
 
