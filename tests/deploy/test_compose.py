@@ -83,7 +83,7 @@ def test_router_and_worker_commands(services: dict[str, Any]) -> None:
     worker = parse("kvstore-engine", services["worker"]["command"])
     assert worker.kvstore == "http://kvstore:8470" and worker.kvstore_token_file
     router = parse("kvstore-router", services["router"]["command"])
-    assert router.workers == "http://worker:8481" and router.kvstore_token_file
+    assert router.workers == ["http://worker:8481"] and router.kvstore_token_file
     model = services["model"]["command"][-1]
     assert "kvstore-engine make-model /models/tiny-llama" in model
     parse("kvstore-engine", model.split("|| ", 1)[1].split())
