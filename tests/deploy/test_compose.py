@@ -24,7 +24,7 @@ COMPOSE = DEPLOY / "compose.yaml"
 def compose_config(**env: str) -> subprocess.CompletedProcess[str]:
     exe = shutil.which("docker-compose")
     if exe is None:
-        pytest.skip("Debian's docker-compose is not installed (make test installs it)")
+        pytest.fail("Debian's docker-compose is not installed: make test installs it")
     clean = {k: v for k, v in os.environ.items() if k != "KVSTORE_TOKEN"}
     return subprocess.run([exe, "-f", str(COMPOSE), "config"], capture_output=True, text=True,
                           timeout=60, cwd=ROOT, env={**clean, **env})
