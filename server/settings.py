@@ -158,11 +158,9 @@ class ServerSettings(BaseSettings):
                                            description="namespaces one tenant may register")
     log_level: Annotated[LogLevel, BeforeValidator(_lower)] = Field(
         "info", description="log level: critical, error, warning, info or debug")
-    log_format: Literal["text", "json"] = Field(
-        "text", description="log lines as text, or one JSON object a line (time, level, "
-        "logger, message and fields)")
-    access_log: bool = Field(False, description="log every REST request (client, method, "
-                             "path, status) at info")
+    log_format: Literal["text", "json"] = Field("text", description="log lines as text, or "
+                                                "one JSON object a line")
+    access_log: bool = Field(False, description="log every REST request at info")
     # uvloop (the default where it is installed) halves the event loop's cost per frame
     event_loop: Literal["auto", "uvloop", "asyncio"] = Field(
         "auto", description="event loop: auto (uvloop where installed), uvloop or asyncio")
