@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kvstore.whatif.config import WhatIfConfig
 
 TIER_ORDER = ("device", "host", "disk", "s3")  # top to bottom
 
@@ -53,6 +56,14 @@ class TierConfig:
             )
 
 
+def _default_whatif() -> WhatIfConfig:
+    """The trackers' defaults (imported late: :mod:`kvstore.whatif` imports the policies,
+    which import this module)."""
+    from kvstore.whatif.config import WhatIfConfig
+
+    return WhatIfConfig()
+
+
 @dataclass(frozen=True, slots=True)
 class StoreConfig:
     """The whole store: tiers top to bottom (a subset of :data:`TIER_ORDER`, in that order)."""
@@ -74,6 +85,8 @@ class StoreConfig:
     max_namespaces: int = DEFAULT_MAX_NAMESPACES  # registered namespaces, in total
     max_namespaces_per_tenant: int = DEFAULT_MAX_NAMESPACES_PER_TENANT  # bound to one tenant
     ghost_entries: int = DEFAULT_GHOST_ENTRIES  # departed blocks remembered for explain; 0: none
+    # what-if curves of every tier (kvstore.store.sizing); None: off
+    whatif: WhatIfConfig | None = field(default_factory=_default_whatif)
 
     def __post_init__(self) -> None:
         if not self.tiers:

@@ -1,13 +1,13 @@
 """The store's books: every record it keeps about its blocks, built and owned in one place,
 and the ways those records change together.
 
-The records are the ledger (index, policies, namespace usage), the counters, the pins and the
-ghosts. Three parts change several of them at once and are built here over them: the exits
-(every block's way out), the checks (a block whose checksum fails is dropped and counted) and
-the drift (what tiers changed on their own). The active parts (placer, reader, host path,
-demoter, report) each take the stack and the books, plus only the active parts they call, as
-vLLM's single-type managers each take the one block pool. Not thread-safe: every method
-expects the store lock to be held.
+The records are the ledger (index, policies, namespace usage), the counters, the pins, the
+ghosts and the what-if trackers (sizing). Three parts change several of them at once and are
+built here over them: the exits (every block's way out), the checks (a block whose checksum
+fails is dropped and counted) and the drift (what tiers changed on their own). The active
+parts (placer, reader, host path, demoter, report) each take the stack and the books, plus
+only the active parts they call, as vLLM's single-type managers each take the one block pool.
+Not thread-safe: every method expects the store lock to be held.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from kvstore.store.ghosts import Ghosts
 from kvstore.store.index import Entry, fmt_key
 from kvstore.store.leases import LeaseTable
 from kvstore.store.ledger import Ledger
+from kvstore.store.sizing import Sizing
 from kvstore.store.stack import TierStack
 from kvstore.store.verify import Checks
 from kvstore.tiers.base import IndexedTier, SharedTier
@@ -44,8 +45,13 @@ class Books:
         self.layout_of = layout_of
         cold = ColdIndex([(p, t) for p, t in enumerate(stack.tiers)
                           if isinstance(t, IndexedTier)], layout_of)
-        self.ledger = Ledger([make_tier_policy(c.policy, t) for c, t in zip(
-            config.tiers, stack.tiers, strict=True)], stack.top_name_by_mask, cold)
+        policies = [make_tier_policy(c.policy, t) for c, t in zip(
+            config.tiers, stack.tiers, strict=True)]
+        self.sizing = Sizing(stack.names, [c.capacity_bytes for c in config.tiers],
+                             [p.name for p in policies],
+                             [(c.high_watermark + c.low_watermark) / 2 for c in config.tiers],
+                             config.whatif)
+        self.ledger = Ledger(policies, stack.top_name_by_mask, cold, self.sizing)
         self.tally = Tally(len(stack))
         self.leases = LeaseTable(quota=config.max_pinned_bytes_per_tenant,
                                  default_s=config.default_lease_s, max_s=config.max_lease_s)
@@ -58,6 +64,7 @@ class Books:
         """Give a registered namespace its (zero) rows in the stats."""
         self.tally.registered(ns.name, ns.block_bytes)
         self.ledger.usage(ns.name)
+        self.sizing.registered(ns)
 
     def forget_namespace(self, name: str) -> None:
         """A deleted namespace's blocks have all left: forget its ghosts, its usage row and
@@ -65,6 +72,7 @@ class Books:
         self.ghosts.forget_namespace(name)
         self.ledger.forget_usage(name)
         self.tally.forgotten(name)
+        self.sizing.forget_namespace(name)
 
     def index_persistent(self) -> None:
         """Index every block the persistent tiers hold (at start, after a restart). Blocks

@@ -34,6 +34,8 @@ from kvstore.tiers.base import Buffer
 from kvstore.tiers.slab import SlabInfo, SlabShare
 from kvstore.tiers.slots import Fenced, FencedPlaces, Granted
 from kvstore.types import BlockHash, BlockKey, CorruptCause, LookupResult, PutResult, Trace
+from kvstore.whatif import Curve
+from kvstore.whatif.advice import Advice
 
 
 class Store:
@@ -289,6 +291,28 @@ class Store:
 
     def health(self) -> StoreHealth:
         return self._report.health(self._life.closed)
+
+    def whatif(self, tier: str, namespaces: Sequence[str] | None = None,
+               policy: str | None = None) -> Curve:
+        """The hit rate ``tier`` would have at capacities around today's, for the requests of
+        ``namespaces`` (None: every namespace) under ``policy`` (None: the tier's own); see
+        :mod:`kvstore.store.sizing`. ``LookupError`` for an unknown tier or with the curves
+        off, ``ValueError`` for a policy the tier's tracker does not simulate."""
+        with self._lock:
+            return self._books.sizing.curve(tier, namespaces, policy)
+
+    def advise(self, tier: str, namespaces: Sequence[str] | None = None,
+               policy: str | None = None, prefill_tokens_per_s: float | None = None) -> Advice:
+        """What the next steps of ``tier``'s capacity would save at today's traffic, in
+        blocks, prefill tokens and (given the engine's prefill rate) prefill seconds an
+        hour (:mod:`kvstore.whatif.advice`); errors as :meth:`whatif`."""
+        with self._lock:
+            return self._books.sizing.advise(tier, namespaces, policy, prefill_tokens_per_s)
+
+    def reset_whatif(self) -> None:
+        """Start every tier's curves again from now (after a change in traffic)."""
+        with self._lock:
+            self._books.sizing.reset()
 
     def check_integrity(self) -> None:
         """Raise :class:`~kvstore.store.report.IntegrityError` if the index, the tiers and the

@@ -39,7 +39,7 @@ from kvstore.errors import CapacityError, WouldBlock
 from kvstore.namespace import Namespace
 from kvstore.store.books import Books
 from kvstore.store.deletes import Deletes
-from kvstore.store.index import Entry
+from kvstore.store.index import Entry, tops
 from kvstore.store.lock import StoreLock
 from kvstore.store.placer import Item, Placer
 from kvstore.store.reader import Reader
@@ -63,6 +63,7 @@ class HostPath:
                  lock: StoreLock) -> None:
         self._stack, self._placer, self._reader, self._lock = stack, placer, reader, lock
         self._ledger, self._tally, self._leases = books.ledger, books.tally, books.leases
+        self._sizing = books.sizing
         self._checks = books.checks
         self._seq = 0  # numbers placeholder keys (staged places, retired and doomed slots)
         self._reservations = Reservations(stack, books.ledger, self._next_ids)  # in flight
@@ -83,15 +84,16 @@ class HostPath:
         bytes a block) :class:`~kvstore.errors.PinQuotaError`, pinning nothing, past its
         quota."""
         host, slab = self._host()
-        below: list[BlockKey] = []
+        below: dict[BlockKey, int] = {}  # block -> the tier it was read from
         if promote:
             with self._lock.hold(nowait):
-                below = [k for k, e in zip(keys, self._ledger.visible_many(keys), strict=True)
-                         if e is not None and not e.holds(host)]
+                below = {k: top for k, top in zip(keys, tops(self._ledger.visible_many(keys)),
+                                                  strict=True) if top > host}
         if below:
             if nowait:
                 raise WouldBlock(f"{len(below)} blocks must be promoted from a lower tier")
-            self._reader.read(below, promote=True, count=False, promote_to=host)
+            self._reader.read(list(below), promote=True, count=False, promote_to=host,
+                              counted_by_caller=True)
         with self._lock.hold(nowait):
             entries = self._ledger.get_many(keys)
             stuck = promote and sum(
@@ -113,6 +115,8 @@ class HostPath:
             if not promote:  # only what was served was read
                 keys, served = hits, [host] * len(hits)
             self._tally.reads([k[0] for k in keys], served, [pos >= 0 for pos in served])
+            self._sizing.reads(keys, [below.get(k, pos) if pos >= 0 else -1
+                                      for k, pos in zip(keys, served, strict=True)])
         return Granted(out, gens, sums)
 
     # -- writes ------------------------------------------------------------------------------

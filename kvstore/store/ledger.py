@@ -27,6 +27,7 @@ from kvstore.store.counters import NamespaceUsage
 from kvstore.store.index import BlockIndex, Entry
 from kvstore.store.placement import PlacementSink
 from kvstore.store.prefix import stored_prefix
+from kvstore.store.sizing import Sizing
 from kvstore.types import BlockKey
 
 KEPT, GONE, BACK = 0, 1, 2  # a watched block's fate (see Ledger.watch)
@@ -36,8 +37,9 @@ class Ledger:
     """Index (in RAM and cold), per-tier policies and per-namespace usage."""
 
     def __init__(self, policies: list[Policy], top_name_by_mask: list[str | None],
-                 cold: ColdIndex | None = None) -> None:
+                 cold: ColdIndex | None = None, sizing: Sizing | None = None) -> None:
         self.policies = policies
+        self._sizing = sizing  # told of every new copy, as the policies are
         self._index = BlockIndex()
         self._cold = cold if cold is not None else ColdIndex([], lambda _: None)
         self._usage: dict[str, NamespaceUsage] = {}
@@ -200,7 +202,10 @@ class Ledger:
                 added += entry.size
                 entry.tiers |= bit
         self._tier_bytes[pos] += added
-        self.policies[pos].on_put_many([k for k, _ in blocks], [e.size for _, e in blocks])
+        keys = [k for k, _ in blocks]
+        self.policies[pos].on_put_many(keys, [e.size for _, e in blocks])
+        if self._sizing is not None:
+            self._sizing.entered(pos, keys)
         self._file(blocks)
         if self.sink is not None:
             self.sink.placed([(k, e.tiers) for k, e in blocks])
@@ -248,6 +253,8 @@ class Ledger:
                 self._count_many([(key, entry)], +1)
             self._tier_bytes[pos] += entry.size
             self.policies[pos].on_put(key, entry.size)
+            if self._sizing is not None:
+                self._sizing.entered(pos, [key])
             return True
         if entry.pending or entry.holds(pos):
             return False

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from contextlib import nullcontext
 
 from kvstore.checksum import checksums
 from kvstore.errors import WouldBlock
@@ -35,15 +36,18 @@ class Reader:
 
     def __init__(self, stack: TierStack, books: Books, placer: Placer, lock: StoreLock) -> None:
         self._stack, self._tiers, self._placer, self._lock = stack, stack.tiers, placer, lock
-        self._books = books
+        self._books, self._sizing = books, books.sizing
         self._ledger, self._tally, self._leases = books.ledger, books.tally, books.leases
         self._exits, self._checks, self._drift = books.exits, books.checks, books.drift
 
     def read(
-        self, keys: list[BlockKey], *, promote: bool, count: bool, promote_to: int = 0
+        self, keys: list[BlockKey], *, promote: bool, count: bool, promote_to: int = 0,
+        counted_by_caller: bool = False,
     ) -> list[bytes | None]:
         """Bytes of each block from its top tier (None: a miss), verified; hits from below
-        ``promote_to`` are copied up into it when ``promote``."""
+        ``promote_to`` are copied up into it when ``promote``. ``count``: count the read in
+        the stats and the what-if trackers; ``counted_by_caller``: the caller does (its
+        promotions are then not fed to the trackers either)."""
         out: list[bytes | None] = [None] * len(keys)
         served_by: list[int] = [-1] * len(keys)
         self.discover_missing(keys)
@@ -86,9 +90,13 @@ class Reader:
             if count:
                 self._stack.on_access_many([k for k, d in zip(keys, out, strict=True)
                                             if d is not None])
+                self._sizing.reads(keys, served_by)
             if promote:  # promotions come last: they may evict blocks this same call just read
-                self._promote([i for pos, idxs in hits.items() if pos > promote_to
-                               for i in idxs], keys, entries, out, promote_to)
+                # after a counted read the read made them the most recent there already
+                quiet = count or counted_by_caller
+                with self._sizing.muted(promote_to) if quiet else nullcontext():
+                    self._promote([i for pos, idxs in hits.items() if pos > promote_to
+                                   for i in idxs], keys, entries, out, promote_to)
             if count:
                 self._tally.reads([k[0] for k in keys], served_by, [d is not None for d in out])
         return out
@@ -170,6 +178,9 @@ class Reader:
                     raise WouldBlock("the rest of the chain must be looked up in S3")
                 if self.discover(make_keys(namespace, hashes[n:]), prefix=True):
                     return self.lookup(namespace, hashes)
+            if self._sizing.enabled:
+                with self._lock.hold(nowait):
+                    self._sizing.missed(namespace, hashes[n:])
         return LookupResult(n, tiers)
 
     def to_prefetch(self, keys: list[BlockKey], *, nowait: bool) -> tuple[list[BlockKey], int]:

@@ -138,7 +138,8 @@ class WhatIfTracker:
         self._stack = ReuseStack()
         self._spaces: dict[str, _Space] = {}
         self._by_index: list[_Space | None] = []
-        self._mini = {p: MiniSims(p, self._held, self._sampler.rate) for p in self.simulated}
+        self._mini: dict[str, MiniSims] = {}  # built at the first sampled block: a tier
+        # nobody uses holds no caches (a sampled policy's take ~30 KB each even empty)
 
     # -- asking ------------------------------------------------------------------------------
     @property
@@ -162,7 +163,7 @@ class WhatIfTracker:
         method = method or ("shards" if policy == "lru" else "mini")
         if method == "shards" and policy != "lru":
             raise ValueError("reuse distances describe LRU only; ask method='mini'")
-        if method == "mini" and policy not in self._mini:
+        if method == "mini" and policy not in self.simulated:
             raise ValueError(f"{policy!r} is not simulated on the {self.tier} tier; "
                              f"simulated: {', '.join(self.simulated) or 'none'}")
         scope = None if namespaces is None else tuple(namespaces)
@@ -202,6 +203,8 @@ class WhatIfTracker:
         return space
 
     def _sampled(self, space: _Space, block_hash: bytes, size: int, *, request: bool) -> None:
+        if len(self._mini) < len(self.simulated):
+            self._mini = {p: MiniSims(p, self._held, self._sampler.rate) for p in self.simulated}
         value = self._sampler.value(block_hash)
         fp = value ^ space.tag
         slot = self._keys.slot_of.get(fp)
