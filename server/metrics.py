@@ -30,6 +30,7 @@ from kvstore.protocol.frame import PROTOCOL_VERSION
 from server import cluster_metrics, store_metrics
 from server.renamed_metrics import RenamingRegistry
 from server.store_metrics import Health, HealthCollector, Stats, StoreCollector
+from server.whatif_metrics import Curves, WhatIfCollector
 
 __all__ = ["REFUSAL_REASONS", "RENAMED", "ServerMetrics", "tenant_registry"]
 
@@ -57,11 +58,14 @@ class ConnectionsCollector(Collector):
 class ServerMetrics:
     """The registry a server exposes at ``/metrics`` (the admin's view)."""
 
-    def __init__(self, stats: Stats, health: Health | None = None) -> None:
+    def __init__(self, stats: Stats, health: Health | None = None,
+                 curves: Curves | None = None) -> None:
         self.registry: CollectorRegistry = RenamingRegistry(RENAMED)
         self.registry.register(StoreCollector(stats))
         if health is not None:
             self.registry.register(HealthCollector(health))
+        if curves is not None:
+            self.registry.register(WhatIfCollector(curves))
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
         GCCollector(registry=self.registry)

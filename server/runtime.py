@@ -50,6 +50,7 @@ from server.preflight import (
 from server.rest.app import create_app
 from server.rest.conn_guard import guarded_http
 from server.settings import ServerSettings
+from server.whatif_metrics import store_curves
 
 if TYPE_CHECKING:
     from server.peer_fill import PeerFill
@@ -187,7 +188,7 @@ async def _serve_node(settings: ServerSettings, store: StoreAPI, rest: list[sock
                       data: list[socket.socket], fill: PeerFill | None) -> int:
     node = fill.node if fill is not None else None
     info = build_info(settings, store)
-    metrics = ServerMetrics(store.stats, store.health)
+    metrics = ServerMetrics(store.stats, store.health, store_curves(store))
     if node is not None:
         from server.cluster_metrics import ClusterCollector
 

@@ -126,6 +126,16 @@ class ServerSettings(BaseSettings):
     ghost_entries: int = Field(DEFAULT_GHOST_ENTRIES, ge=0, description="blocks that left the "
                                "store remembered with when, from which tier and why, for "
                                "kvstore explain (about 200 bytes each); 0: none")
+    whatif_sample_rate: float = Field(0.01, ge=0, le=1, description="share of block hashes "
+                                      "the what-if curves follow (GET /v1/whatif); 0: off")
+    whatif_max_keys: int = Field(1 << 17, ge=16, description="blocks each tier's what-if "
+                                 "tracker follows at most (about 200 bytes each); past it the "
+                                 "sample rate is lowered")
+    whatif_policies: list[str] = Field(default_factory=list, description="other eviction "
+                                       "policies each tier's curve is also simulated for")
+    prefill_tokens_per_s: float | None = Field(None, gt=0, description="the engines' prefill "
+                                               "rate: the capacity advisor prices misses in "
+                                               "prefill seconds at it; none: in tokens")
     lease_s: float = Field(DEFAULT_LEASE_S, gt=0, allow_inf_nan=False,
                            description="seconds a pin or reservation lasts when the client "
                            "names no lease")
@@ -243,6 +253,13 @@ class ServerSettings(BaseSettings):
     def _known_policy(cls, name: str) -> str:
         POLICIES.resolve(name)  # ValueError naming the known policies
         return name
+
+    @field_validator("whatif_policies")
+    @classmethod
+    def _known_policies(cls, names: list[str]) -> list[str]:
+        for name in names:
+            POLICIES.resolve(name)
+        return names
 
     @field_validator("tenant_tokens")
     @classmethod

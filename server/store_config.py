@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from kvstore.config import StoreConfig, TierConfig
+from kvstore.whatif import WhatIfConfig
 
 if TYPE_CHECKING:
     from server.settings import ServerSettings
@@ -57,4 +58,7 @@ def store_config_of(s: ServerSettings) -> StoreConfig:
         ghost_entries=s.ghost_entries,
         background_demotion=s.background_demotion,
         max_prefetch_blocks=s.max_prefetch_blocks,
+        whatif=WhatIfConfig(sample_rate=s.whatif_sample_rate, max_keys=s.whatif_max_keys,
+                            policies=tuple(s.whatif_policies))
+        if s.whatif_sample_rate > 0 else None,
     )

@@ -50,7 +50,7 @@ class Books:
         self.sizing = Sizing(stack.names, [c.capacity_bytes for c in config.tiers],
                              [p.name for p in policies],
                              [(c.high_watermark + c.low_watermark) / 2 for c in config.tiers],
-                             config.whatif)
+                             [t.charge for t in stack.tiers], config.whatif)
         self.ledger = Ledger(policies, stack.top_name_by_mask, cold, self.sizing)
         self.tally = Tally(len(stack))
         self.leases = LeaseTable(quota=config.max_pinned_bytes_per_tenant,

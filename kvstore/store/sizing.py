@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 from kvstore.namespace import Namespace
@@ -30,17 +30,20 @@ from kvstore.whatif.advice import Advice, Share, advise
 
 class Sizing:
     """What-if trackers of the tiers named ``names`` (capacities ``capacities``, policies
-    ``policies``, a fill of ``fills`` of a capacity when full), each built from ``config``;
-    with ``config`` None nothing is tracked and :meth:`curve` raises ``LookupError``."""
+    ``policies``, a fill of ``fills`` of a capacity when full, ``charges``: the bytes each
+    charges a block of a size, whole slots in a slab), each built from ``config``; with
+    ``config`` None nothing is tracked and :meth:`curve` raises ``LookupError``."""
 
     def __init__(self, names: Sequence[str], capacities: Sequence[int], policies: Sequence[str],
-                 fills: Sequence[float], config: WhatIfConfig | None) -> None:
+                 fills: Sequence[float], charges: Sequence[Callable[[int], int]],
+                 config: WhatIfConfig | None) -> None:
         self.names = list(names)
+        self._charges = list(charges)
         self.trackers: list[WhatIfTracker] = [] if config is None else [
             WhatIfTracker(name, capacity, policy, dataclasses.replace(config, fill=fill))
             for name, capacity, policy, fill in zip(names, capacities, policies, fills,
                                                     strict=True)]
-        self._block_bytes: dict[str, int] = {}
+        self._block_bytes: dict[str, list[int]] = {}  # namespace -> a block's charge per tier
         self._block_tokens: dict[str, int] = {}
         self._muted: set[int] = set()
         self.since = time.monotonic()  # start of the window the curves cover
@@ -51,7 +54,7 @@ class Sizing:
 
     # -- namespaces --------------------------------------------------------------------------
     def registered(self, ns: Namespace) -> None:
-        self._block_bytes[ns.name] = ns.block_bytes
+        self._block_bytes[ns.name] = [charge(ns.block_bytes) for charge in self._charges]
         self._block_tokens[ns.name] = ns.layout.block_size
 
     def forget_namespace(self, name: str) -> None:
@@ -78,17 +81,17 @@ class Sizing:
                     hashes.append(h)
                     hits.append(by == pos)
             for ns, (hashes, hits) in groups.items():
-                size = self._block_bytes.get(ns)
-                if size is not None:
-                    tracker.access_many(ns, hashes, size, hits)
+                sizes = self._block_bytes.get(ns)
+                if sizes is not None:
+                    tracker.access_many(ns, hashes, sizes[pos], hits)
 
     def missed(self, namespace: str, hashes: Sequence[bytes]) -> None:
         """The blocks after the stored prefix of a lookup: every tier missed them."""
-        size = self._block_bytes.get(namespace)
-        if size is None or not hashes:
+        sizes = self._block_bytes.get(namespace)
+        if sizes is None or not hashes:
             return
         misses = [False] * len(hashes)
-        for tracker in self.trackers:
+        for tracker, size in zip(self.trackers, sizes, strict=True):
             tracker.access_many(namespace, hashes, size, misses)
 
     def entered(self, pos: int, keys: Sequence[BlockKey]) -> None:
@@ -100,9 +103,9 @@ class Sizing:
             groups[ns].append(h)
         tracker = self.trackers[pos]
         for ns, hashes in groups.items():
-            size = self._block_bytes.get(ns)
-            if size is not None:
-                tracker.insert_many(ns, hashes, size)
+            sizes = self._block_bytes.get(ns)
+            if sizes is not None:
+                tracker.insert_many(ns, hashes, sizes[pos])
 
     @contextmanager
     def muted(self, pos: int) -> Iterator[None]:

@@ -8,8 +8,10 @@ of cycles. Run ``python -m kvstore.testing.walks`` to print them.
 
 from __future__ import annotations
 
+import hashlib
 import sys
 import tempfile
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +34,11 @@ class Walk:
     modules: list[str] = field(default_factory=list)  # in the order first entered
     stops: int = 0  # calls from one module into another
     pairs: set[tuple[str, str]] = field(default_factory=set)  # (caller, callee)
+    entered: Counter[str] = field(default_factory=Counter)  # module -> calls into it
+
+    def stops_into(self, prefixes: tuple[str, ...]) -> int:
+        """Stops whose callee's name starts with one of ``prefixes``."""
+        return sum(n for module, n in self.entered.items() if module.startswith(prefixes))
 
     @property
     def cycles(self) -> list[tuple[str, str]]:
@@ -62,6 +69,7 @@ def trace(call: Callable[[], Any]) -> Walk:
         if caller is not None and caller != callee:
             walk.stops += 1
             walk.pairs.add((caller, callee))
+            walk.entered[callee] += 1
 
     sys.setprofile(profile)
     try:
@@ -84,7 +92,10 @@ def _store(root: Path) -> Store:
 
 
 def _keys(start: int, n: int) -> list[BlockHash]:
-    return [BlockHash(i.to_bytes(32, "big")) for i in range(start, start + n)]
+    """Hashes as uniform as real block hashes (the what-if trackers sample by hash value:
+    about one in a hundred is followed)."""
+    return [BlockHash(hashlib.sha256(i.to_bytes(8, "big")).digest())
+            for i in range(start, start + n)]
 
 
 def walks() -> dict[str, Walk]:
@@ -97,6 +108,7 @@ def walks() -> dict[str, Walk]:
             for start in range(0, 2 * HOST_BLOCKS, 8):  # full, and the first blocks on disk
                 store.put("w", _keys(start, 8), [block] * 8)
             store.put("w", _keys(1000, 8), [block] * 8)  # warm every code path once
+            store.get("w", _keys(1000, 8))
             put = trace(lambda: store.put("w", _keys(2000, 8), [block] * 8))
             cold = _keys(0, 4)  # the oldest blocks: demoted to disk long ago
             assert store.lookup("w", cold).tiers == ["disk"] * 4, "walk setup: not on disk"

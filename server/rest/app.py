@@ -34,7 +34,7 @@ from server.errors import (
     map_error,
 )
 from server.metrics import ServerMetrics
-from server.rest import blocks, cluster, dashboard, explain, health, namespaces, ops
+from server.rest import blocks, cluster, dashboard, explain, health, namespaces, ops, whatif
 from server.rest.gate import GateMiddleware
 from server.rest.limits import (
     BodyBudget,
@@ -165,7 +165,7 @@ def create_app(store: StoreAPI, settings: ServerSettings, info: ServerInfo, metr
                                       run_in_threadpool, settings.frame_timeout_s,
                                       settings.max_lease_s)
     for router in (namespaces.router, ops.router, explain.router, blocks.router, health.router,
-                   dashboard.router, cluster.router):
+                   dashboard.router, cluster.router, whatif.router):
         app.include_router(router)
     for exc_type in _MAPPED:
         app.add_exception_handler(exc_type, _mapped_error)

@@ -36,7 +36,7 @@ PrincipalDep = Annotated[Principal, Depends(current_principal)]
 _DESCRIPTIONS = {
     400: "bad input: unparseable body, block of the wrong size, hash of the wrong length",
     401: "missing or invalid bearer token",
-    403: "a tenant token asked to register a namespace for another tenant",
+    403: "a tenant token asked for what only the admin may do (or for another tenant)",
     404: "unknown namespace or block",
     409: "namespace exists with a different definition",
     413: "request body over the configured limit",
