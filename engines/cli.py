@@ -175,7 +175,8 @@ def cmd_make_model(args: argparse.Namespace) -> int:
 def _make_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("path", metavar="PATH", help="folder to write (created if missing)")
     p.add_argument("--layers", type=int, default=2, help="decoder layers")
-    p.add_argument("--hidden", type=int, default=64, help="hidden size")
+    # 128 over 4 heads: head dim 32, the smallest vLLM's CPU attention runs
+    p.add_argument("--hidden", type=int, default=128, help="hidden size")
     p.add_argument("--heads", type=int, default=4, help="attention (query) heads")
     p.add_argument("--kv-heads", type=int, default=2,
                    help="key/value heads (grouped-query attention; --heads for plain MHA)")
