@@ -126,8 +126,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
+    from engines import listening
     from engines.access import load_token
     from engines.worker import create_app
 
@@ -135,8 +134,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise CommandError("--role prefill needs --kvstore: its blocks go to the store")
     token = load_token(args.token_file, args.host)
     socks = cli_kit.bind_tcp(args.host, args.port, "--port")  # before the model loads
-    app = create_app(_build(args), role=args.role, token=token)
-    uvicorn.Server(uvicorn.Config(app, log_level=args.log_level)).run(sockets=socks)
+    engine = _build(args)
+    app = create_app(engine, role=args.role, token=token)
+    details = (f"model {args.model}, role {args.role}, device {engine.ecfg.device}, "
+               f"kvstore {args.kvstore or 'none'}")
+    listening.serve(app, socks, args.log_level, f"{PROG} worker", details)
     return 0
 
 

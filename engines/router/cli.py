@@ -106,8 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
+    from engines import listening
     from engines.access import load_token
     from engines.router.api.limits import Limits
     from engines.router.app import create_app
@@ -143,7 +142,11 @@ def serve(args: argparse.Namespace) -> int:
         app = create_app(router, args.tokenizer, args.served_model_name, caps, token)
     except ValueError as exc:
         raise CommandError(f"--tokenizer {args.tokenizer}: {exc}") from None
-    uvicorn.Server(uvicorn.Config(app, log_level=args.log_level)).run(sockets=socks)
+    fleet = [listening.count(len(args.workers), "worker")]
+    if args.prefill_workers:
+        fleet.append(listening.count(len(args.prefill_workers), "prefill worker"))
+    details = f"policy {args.policy}, {', '.join(fleet)}, kvstore {args.kvstore or 'none'}"
+    listening.serve(app, socks, args.log_level, PROG, details)
     return 0
 
 

@@ -2,7 +2,7 @@
 with one line on stderr naming the flag, exit code 2, no traceback (a misspelled flag or command
 with the one meant); the router started before its workers
 waits for them (503 with a message until one answers) and passes a worker's refusal on as the
-worker's own message."""
+worker's own message; a worker and a router that did start say where they listen."""
 
 from __future__ import annotations
 
@@ -164,7 +164,12 @@ def test_router_waits_for_its_worker_then_serves_and_passes_refusals_on(
             "type": "server_error", "param": None, "code": None}}
         assert httpx.get(f"{router.url}/health").json()["ready"] is False
 
+        # each says where it listens once it does (the worker only now: it started later)
+        assert (f"kvstore-router listening on {router.url} (policy kv, 1 worker, kvstore "
+                "none)") in router.log()
         worker.start()
+        assert (f"kvstore-engine worker listening on {worker.url} (model {gqa_model}, role "
+                "both, device cpu, kvstore none)") in worker.log()
         deadline = time.monotonic() + 30
         while (r := complete(router.url, prompt=[1, 2, 3])).status_code == 503:
             assert time.monotonic() < deadline, r.text
