@@ -1,5 +1,5 @@
-"""The quick-starts of ``README.md``, ``engines/README.md`` and ``docs/cluster.md`` run as
-written.
+"""The quick-starts of ``README.md``, ``engines/README.md``, ``docs/operations.md`` and
+``docs/cluster.md`` run as written.
 
 A quick start is the fenced blocks that follow a ``<!-- quickstart NAME ... -->`` comment in a
 markdown file (the comment is invisible to a reader): the blocks of one NAME run in order, in one
@@ -88,6 +88,11 @@ QUICKSTARTS: dict[tuple[str, str], tuple[Check, ...]] = {
         TEXT, same_text_twice,
         # the first engine computed the prompt, the second loaded its 3 full blocks
         r'"cached_tokens": ?0\b(?s:.*)"cached_tokens": ?96\b',
+    ),
+    ("docs/operations.md", "client"): (
+        r"(?m)^PutResult\(stored=2, existing=0, refused=0\)$",
+        r"(?m)^2 \['host', 'host'\]$",
+        r"(?m)^got 2 blocks of 16384 bytes back, byte for byte$",
     ),
     ("engines/README.md", "command-line"): (IDS, COMPLETION),
     ("engines/README.md", "openai"): (
