@@ -1,8 +1,8 @@
 """What the GPU machine's image already has: the one place the GPU check reads it from.
 
-Read by hand from ``/work/.library/device/KINDS.md`` (kind ``nvidia-h200``, image 'cuda',
-"Python packages already there", as last read on a machine on 2026-11-17; versions from its
-"pip list" row, 2026-11). When KINDS.md changes, update this file and ``READ_ON``.
+Read by hand from that machine's package list (a CUDA image with CPython 3.12, on 2026-11-17;
+versions from its ``pip list``). For another GPU machine, put its ``pip list`` in ``PACKAGES``
+and ``VERSIONS`` and its date in ``READ_ON``.
 ``scripts/gpu_wheels.py`` carries, as wheels, every distribution kvstore and the GPU check
 need that is not in ``PACKAGES``; ``scripts/gpu_check.py`` reports, on the machine, where a
 version seen there misses one of kvstore's requirements.
@@ -13,11 +13,11 @@ from __future__ import annotations
 import re
 
 READ_ON = "2026-11-17"
-SOURCE = "/work/.library/device/KINDS.md, nvidia-h200, 'Python packages already there'"
+SOURCE = "the GPU machine's pip list (a CUDA image, CPython 3.12)"
 PYTHON = "3.12"  # python3 there is 3.12.3 (/opt/torch/.venv/bin/python3)
 PLATFORM = "manylinux x86_64"
 
-# Versions a session saw there (KINDS.md's "pip list" row); the others are not known here.
+# Versions seen there (its "pip list"); the others are not known here.
 VERSIONS = {
     "torch": "2.11.0", "numpy": "2.5.2", "transformers": "5.17.0", "safetensors": "0.8.0",
     "cupy-cuda13x": "14.2.0", "triton": "3.6.0", "tokenizers": "0.23.2",

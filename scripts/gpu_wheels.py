@@ -9,7 +9,7 @@ there (CPython 3.12, Linux x86-64). Every distribution left is pinned to the ver
 environment has and downloaded into ``.whl/`` as a cp312 manylinux x86-64 wheel (pure-python
 ones as ``py3-none-any``); wheels of other versions are removed, since two versions of one
 distribution stop the install there. Last, the wheels plus the working tree that travels with
-them must fit the device tool's 64 MiB.
+them must fit 64 MiB (``LIMIT_BYTES``), the most the check copies to the GPU machine.
 
 The same walk runs on the GPU machine (``scripts/gpu_check.py``, step ``imports``) over what
 is installed there, to report requirements that are missing or at another version.
@@ -37,7 +37,7 @@ import gpu_image
 
 ROOT = Path(__file__).resolve().parents[1]
 MiB = 1 << 20
-LIMIT_BYTES = 64 * MiB  # the device tool's limit on the working tree plus carried paths
+LIMIT_BYTES = 64 * MiB  # the working tree plus the carried wheels, copied to the GPU machine
 EXTRAS = ("engine",)  # the decoder against transformers
 CHECK_TOOLS = ("pytest", "pytest-timeout", "hypothesis")  # from the dev extra: the tests run
 # The interpreter there, for requirement markers (``python_version < "3.12"`` and the like).
@@ -228,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"wheels: {len(files)} files, {wheels / MiB:.2f} MiB; working tree: {tree / MiB:.2f} "
           f"MiB; room under 64 MiB for wheels: {room / MiB:.2f} MiB")
     if wheels > room:
-        print("TOO BIG: the wheels and the working tree exceed the device tool's 64 MiB",
+        print("TOO BIG: the wheels and the working tree exceed 64 MiB (LIMIT_BYTES)",
               file=sys.stderr)
         return 1
     return 0
