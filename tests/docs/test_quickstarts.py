@@ -68,7 +68,9 @@ def greedy_match(out: str) -> bool:
     """The first completion's ``token_ids`` are the ids ``kvstore-engine generate`` printed."""
     reply = re.search(r'"token_ids": ?(\[[\d, ]*\])', out)
     printed = re.search(IDS, out)
-    return bool(reply and printed) and json.loads(reply[1]) == json.loads(printed[0])
+    if reply is None or printed is None:
+        return False
+    return bool(json.loads(reply[1]) == json.loads(printed[0]))
 
 
 def same_text_twice(out: str) -> bool:
