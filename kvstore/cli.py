@@ -14,14 +14,14 @@ import argparse
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from kvstore import cli_client, cli_cluster, cli_explain, cli_hash, cli_kit
+from kvstore import cli_client, cli_cluster, cli_explain, cli_hash, cli_kit, cli_whatif
 
 AddCommand = Callable[[Any], None]  # wires one subcommand onto argparse's subparsers
 
 CLIENT_COMMANDS: tuple[AddCommand, ...] = (
     cli_client.add_stats_parser, cli_client.add_lookup_parser,
     cli_client.add_namespaces_parser, cli_client.add_health_parser, cli_explain.add_parser,
-    cli_cluster.add_parser,
+    cli_whatif.add_parser, cli_cluster.add_parser,
 )
 
 

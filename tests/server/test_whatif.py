@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import subprocess
 from collections.abc import Callable
 
 import httpx
@@ -17,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kvstore.client import KVStoreClient
 from kvstore.namespace import Layout
-from kvstore.testing.server import ServerProc
+from kvstore.testing.server import ServerProc, kvstore_cmd
 from kvstore.types import BlockHash
 
 BLOCK = 4096
@@ -64,6 +66,11 @@ def scrape(url: str, token: str | None = ADMIN) -> dict[tuple[str, tuple[tuple[s
             for family in text_string_to_metric_families(text) for s in family.samples}
 
 
+def kvstore(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*kvstore_cmd(), *args], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "KVSTORE_TOKEN": ADMIN})
+
+
 def _server(make_server: Callable[..., ServerProc], host: str, name: str) -> ServerProc:
     return make_server("--host-capacity", host, *FLAGS, "--token", ADMIN, name=name,
                        env={"KVSTORE_TENANT_TOKENS": json.dumps({"a": TOK_A})})
@@ -100,6 +107,17 @@ def test_the_curve_predicts_a_server_twice_as_large(
     assert step["prefill_s_per_hour"] == pytest.approx(step["tokens_per_hour"] / 2000, rel=0.01)
     again = _whatif(small, advise="true", prefill_tokens_per_s="4000").json()["advice"]
     assert again["prefill_tokens_per_s"] == 4000
+
+    shown = kvstore("whatif", "--url", small.url.removeprefix("http://"), "--advise")
+    assert shown.returncode == 0, shown.stderr
+    today = next(line for line in shown.stdout.splitlines() if line.endswith("<- today"))
+    assert today.split()[:3] == ["4.0MiB", "1.00", f"{curve['current']['hit_rate']:.3f}"]
+    assert "twice the capacity (8.0MiB)" in shown.stdout
+    assert "prefill seconds an hour at 2,000 tokens/s" in shown.stdout
+    bad = kvstore("whatif", "--url", small.url, "--tier", "ssd")
+    assert bad.returncode == 2 and bad.stdout == ""
+    assert bad.stderr.strip() == ("kvstore whatif: server answered 422 invalid_request: no "
+                                  "tier 'ssd'; tiers: host, disk")
 
     got = scrape(small.url)
     label = (("capacity", "2x"), ("tier", "host"))
