@@ -1,6 +1,7 @@
 // kvstore's dashboard: polls /v1/stats and /healthz of the server that served this page and
 // draws the history it has seen since it opened, as plain SVG; reads /v1/info once for the
-// version, ports and data dir. No library, no external asset.
+// version, ports and data dir, and each tier's what-if curve (/v1/whatif) every few polls.
+// No library, no external asset.
 // A token (when the server wants one) comes from the form or from #token=... in the address
 // (a fragment never reaches the server or its logs); it is kept for this tab only. URLs are
 // relative to the page, so that it also works behind a proxy that adds a path prefix.
@@ -16,6 +17,10 @@
   const TOKEN_KEY = "kvstore-dashboard-token";
   const samples = []; // {t: seconds, stats, health}
   let info = null; // the server's /v1/info, read with the first poll that a token allows
+  const WHATIF_EVERY = 5; // polls between two reads of the what-if curves
+  let curves = []; // [{tier, doc}] from /v1/whatif, or [] with curves off (curvesOff says why)
+  let curvesOff = "";
+  let pollCount = 0;
   const $ = (id) => document.getElementById(id);
 
   class AuthNeeded extends Error {}
@@ -188,6 +193,72 @@
     });
   }
 
+  // The what-if curves: hit rate against capacity as a multiple of today's (log scale, so that
+  // tiers of any size share the axis), one line per tier, today's capacity a dashed line.
+  function drawCurves(svg) {
+    const w = svg.clientWidth || 400;
+    const h = svg.clientHeight || 190;
+    const m = { left: 52, right: 10, top: 8, bottom: 20 };
+    svg.replaceChildren();
+    svg.setAttribute("viewBox", `0 0 ${w} ${h}`);
+    const scaled = curves.map(({ tier, doc }) => ({
+      name: tier, today: doc.current.capacity_bytes,
+      points: doc.points.map((p) => [p.capacity_bytes / doc.current.capacity_bytes,
+                                     p.hit_rate]) }));
+    const at = (c, x) => { // the curve at x times today's capacity (the nearest point)
+      const off = (p) => Math.abs(Math.log(p[0] / x));
+      return c.points.reduce((best, p) => (off(p) < off(best) ? p : best))[1];
+    };
+    drawLegend(svg, scaled.map((c, i) => ({
+      name: c.name, color: COLORS[i % COLORS.length],
+      value: `${fmtPct(at(c, 1))} → ${fmtPct(at(c, 2))} at 2×` })));
+    if (scaled.length === 0) {
+      svg.append(el("text", { x: w / 2, y: h / 2, "text-anchor": "middle", class: "empty" },
+                    curvesOff || "waiting for data"));
+      return;
+    }
+    const xs = scaled.flatMap((c) => c.points.map((p) => p[0]));
+    const lo = Math.log(Math.min(...xs));
+    const hi = Math.max(Math.log(Math.max(...xs)), lo + 1e-9);
+    const x = (v) => m.left + ((Math.log(v) - lo) / (hi - lo)) * (w - m.left - m.right);
+    const y = (v) => h - m.bottom - v * (h - m.top - m.bottom);
+    for (const v of yTicks(1, "ratio")) {
+      svg.append(el("line", { x1: m.left, x2: w - m.right, y1: y(v), y2: y(v), class: "axis" }));
+      svg.append(el("text", { x: m.left - 4, y: y(v) + 3, "text-anchor": "end",
+                              class: "tick y", "data-value": v }, TICK_FORMATS.ratio(v)));
+    }
+    for (const v of [0.25, 0.5, 1, 2, 4].filter((v) => Math.log(v) >= lo - 1e-9
+                                                        && Math.log(v) <= hi + 1e-9)) {
+      svg.append(el("text", { x: x(v), y: h - 4, "text-anchor": "middle", class: "tick x" },
+                    `${v}×`));
+    }
+    svg.append(el("line", { x1: x(1), x2: x(1), y1: m.top, y2: h - m.bottom, class: "today",
+                            "data-x": 1 }));
+    scaled.forEach((c, i) => {
+      const d = c.points.map((p, j) => `${j ? "L" : "M"}${x(p[0]).toFixed(1)},`
+                             + `${y(p[1]).toFixed(1)}`).join("");
+      svg.append(el("path", { d, class: "series", stroke: COLORS[i % COLORS.length],
+                              "data-name": c.name, "data-points": c.points.length,
+                              "data-last": at(c, 1), "data-double": at(c, 2),
+                              "data-today": c.today }));
+    });
+  }
+
+  async function readCurves() {
+    const tiers = tierNames(); // none for a tenant: its curve in the top tier
+    const docs = [];
+    for (const tier of tiers.length ? tiers : [null]) {
+      const r = await fetch(tier ? `v1/whatif?tier=${encodeURIComponent(tier)}` : "v1/whatif",
+                            { headers: authHeaders(), cache: "no-store" });
+      const doc = await r.json();
+      if (r.status === 404) { curvesOff = doc.message || "what-if curves are off"; return []; }
+      if (!r.ok) throw new Error(`v1/whatif: HTTP ${r.status}`);
+      docs.push({ tier: doc.tier, doc });
+    }
+    curvesOff = "";
+    return docs;
+  }
+
   // -- the page -----------------------------------------------------------------------------
   function row(cells) {
     const tr = document.createElement("tr");
@@ -231,6 +302,7 @@
     draw($("chart-pinned"), [
       { name: "pinned", points: level((s) => s.stats.totals.pinned_bytes) }],
          "pinned bytes are the admin's to see");
+    drawCurves($("chart-whatif"));
     draw($("chart-s3-queue"), stats.tiers.s3 ? [
       { name: "pending", points: level((s) => s.stats.tiers.s3?.backend?.pending) }] : [],
          "no S3 tier");
@@ -275,6 +347,15 @@
       if (info === null) { info = about; showInfo(); }
       samples.push({ t: Date.now() / 1000, stats, health });
       if (samples.length > KEEP) samples.shift();
+      pollCount += 1;
+      if (pollCount % WHATIF_EVERY === 1) {
+        try {
+          curves = await readCurves();
+        } catch (err) { // the stats still draw; the curves wait for the next read
+          if (err instanceof AuthNeeded) throw err;
+          curvesOff = `what-if curves: ${err.message}`;
+        }
+      }
       $("auth").hidden = true;
       $("board").hidden = false;
       render();

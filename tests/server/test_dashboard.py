@@ -42,6 +42,7 @@ CHARTS = {
     "chart-bytes": {"in", "out"},
     "chart-pinned": {"pinned"},
     "chart-s3-queue": {"pending"},
+    "chart-whatif": {"host", "disk", "s3"},
 }
 
 
@@ -194,6 +195,16 @@ def test_dashboard_draws_the_servers_numbers(busy: Busy, browser: Any, tmp_path:
     assert float(series(page, "chart-pinned")["pinned"]["last"]) == totals["pinned_bytes"] > 0
     assert float(series(page, "chart-bytes")["in"]["last"]) == 0  # no traffic now
     assert page.inner_text("#s3") == "up"
+    # the what-if curves: 17 capacities each, today's marked, the key reads today -> 2x
+    curves = {p.get_attribute("data-name"): p for p in
+              page.query_selector_all("#chart-whatif path.series")}
+    for tier in ("host", "disk", "s3"):
+        assert curves[tier].get_attribute("data-points") == "17"
+        assert curves[tier].get_attribute("d").count("L") == 16
+        assert int(curves[tier].get_attribute("data-today")) == stats["tiers"][tier][
+            "capacity_bytes"]
+    assert page.query_selector("#chart-whatif line.today") is not None
+    assert all(" at 2×" in v for v in legend(page, "chart-whatif").values())
     rows = page.inner_text("#tiers tbody")
     assert all(t in rows for t in ("host", "disk", "s3"))
     # a namespace nothing was asked of has no hit rate: a dash, in the legend and the table
@@ -233,6 +244,7 @@ def test_a_tenant_sees_its_namespace_and_no_tiers(busy: Busy, browser: Any) -> N
     assert "token" not in page.url  # the fragment is taken out of the address
     assert set(series(page, "chart-ns-hits")) == {"acme-chat"}
     assert series(page, "chart-tier-hits") == {}
+    assert set(series(page, "chart-whatif")) == {"host"}  # its own curve in the top tier
     assert "no tier rows" in page.text_content("#chart-tier-hits")  # an SVG: no inner_text
     assert page.inner_text("#pinned") == "\u2013"  # the page's "no value"
     assert page.inner_text("#namespaces tbody").split()[0] == "acme-chat"
