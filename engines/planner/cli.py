@@ -53,10 +53,10 @@ def build_parser() -> argparse.ArgumentParser:
             options["action"] = argparse.BooleanOptionalAction
         else:
             options["metavar"] = ("PATH" if name.endswith("_file") else "URL"
-                                  if name == "router" else "N" if info.annotation is int
-                                  else "X")
+                                  if name in ("router", "kvstore") else "N"
+                                  if info.annotation is int else "X")
             options["required"] = info.is_required()
-        if name == "router":
+        if name in ("router", "kvstore"):
             options["type"] = cli_kit.url_arg  # http:// may be left out, as for every command
         p.add_argument(flag_of(name), **options)
     return p
@@ -83,12 +83,13 @@ def run(args: argparse.Namespace) -> int:
     from server.token_files import read_token_file
 
     settings = settings_from(args)
-    token = None
-    if settings.token_file:
+    tokens: dict[str, str | None] = {}
+    for name in ("token_file", "kvstore_token_file"):
+        path = getattr(settings, name)
         try:
-            token = read_token_file(settings.token_file)
+            tokens[name] = read_token_file(path) if path else None
         except ValueError as exc:
-            raise CommandError(f"--token-file: {exc}") from None
+            raise CommandError(f"{flag_of(name)}: {exc}") from None
     metrics = PlannerMetrics()
     if settings.metrics_port:
         try:
@@ -99,7 +100,8 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_plan(Planner(settings, token, metrics=metrics)))
+        asyncio.run(_plan(Planner(settings, tokens["token_file"], metrics=metrics,
+                                  kvstore_token=tokens["kvstore_token_file"])))
     return 0
 
 

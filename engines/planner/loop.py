@@ -2,7 +2,8 @@
 decide (:mod:`engines.planner.policy`) and act: a move is ``POST /admin/role`` on the chosen
 worker (the router learns the new role from the worker within a second, and a request that
 reaches the worker under its old role is retried elsewhere); a recommendation is one JSON line
-on stdout and the ``kvstore_planner_recommended_workers`` gauge.
+on stdout and the ``kvstore_planner_recommended_workers`` gauge. With ``kvstore`` set, a cache
+report (:mod:`engines.planner.cache`) joins them every ``cache_report_s``.
 
 Every action (and with ``log_ticks`` every judgement) is one JSON line on stdout, so that an
 autoscaler, a log shipper or a bench can follow it.
@@ -21,6 +22,7 @@ from typing import Any, TextIO
 import httpx
 
 from engines.access import bearer
+from engines.planner.cache import CacheReport
 from engines.planner.metrics import PlannerMetrics
 from engines.planner.observe import Observer
 from engines.planner.policy import Action, Policy
@@ -31,7 +33,8 @@ log = logging.getLogger(__name__)
 
 class Planner:
     def __init__(self, settings: PlannerSettings, token: str | None = None,
-                 out: TextIO | None = None, metrics: PlannerMetrics | None = None) -> None:
+                 out: TextIO | None = None, metrics: PlannerMetrics | None = None,
+                 kvstore_token: str | None = None) -> None:
         self.s, self.token, self.out = settings, token, out or sys.stdout
         self.policy = Policy(settings)
         self.metrics = metrics
@@ -40,6 +43,8 @@ class Planner:
         self.observer = Observer(self.client, settings.router, window_s=settings.window_s,
                                  percentile=settings.percentile,
                                  min_samples=settings.min_samples)
+        self.cache = None if settings.kvstore is None else CacheReport(
+            self.client, settings.kvstore, kvstore_token, settings.cache_report_s)
         self.started = time.time()
 
     def emit(self, doc: dict[str, Any]) -> None:
@@ -71,6 +76,13 @@ class Planner:
                 name: {"workers": len(p.workers), "ttft_s": p.ttft_s, "itl_s": p.itl_s,
                        "queue": p.queue, "samples": p.samples, "pressure": round(press[name], 3)}
                 for name, p in pools.items()}})
+        if self.cache is not None and self.cache.due(now):
+            report = await self.cache.read(now, self.observer.view.prefill_rate(),
+                                           {name: len(p.workers) for name, p in pools.items()})
+            if report is not None:
+                if self.metrics:
+                    self.metrics.cached(report)
+                self.emit(report)
         action = self.policy.decide(pools, now)
         if action is None:
             return None

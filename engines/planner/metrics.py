@@ -1,8 +1,10 @@
 """The planner's Prometheus metrics (one registry of its own): pool sizes and pressure per
-judgement, moves and recommendations, and the worker count last recommended per pool, which
-an autoscaler can act on."""
+judgement, moves and recommendations, the worker count last recommended per pool, which
+an autoscaler can act on, and what the last cache report priced twice each tier at."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
@@ -24,6 +26,10 @@ class PlannerMetrics:
                                        "scale recommendations made", ["pool"], registry=r)
         self.recommended = Gauge("kvstore_planner_recommended_workers", "the pool's size in "
                                  "the last recommendation", ["pool"], registry=r)
+        self.cache_saved = Gauge("kvstore_planner_cache_saved_prefill_seconds_per_hour",
+                                 "prefill seconds an hour twice the tier's capacity would "
+                                 "save at today's traffic (the last cache report)", ["tier"],
+                                 registry=r)
 
     def serve(self, port: int) -> None:
         start_http_server(port, addr="127.0.0.1", registry=self.registry)
@@ -40,3 +46,9 @@ class PlannerMetrics:
         self.recommendations.labels(decision.pool).inc()
         for name, n in decision.desired.items():
             self.recommended.labels(name).set(n)
+
+    def cached(self, report: dict[str, Any]) -> None:
+        for tier, row in report["tiers"].items():
+            saved = row["next_step"]["prefill_s_per_hour"]
+            if saved is not None:
+                self.cache_saved.labels(tier).set(saved)

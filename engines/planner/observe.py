@@ -45,6 +45,7 @@ class WorkerSeen:
     inflight: int = 0
     waiting: int = 0
     cursor: int = 0
+    prefill_rate: float | None = None  # prompt tokens a second it measured (None: not yet)
     # (at, kind, ttft_s, itl_s, tokens) of finished requests, oldest first
     samples: deque[tuple[float, str, float, float | None, int]] = field(default_factory=deque)
 
@@ -110,6 +111,15 @@ class FleetView:
                 sum(w.waiting for w in members) / len(members) if members else 0.0)
         return out
 
+    def prefill_rate(self) -> float | None:
+        """The prompt tokens a second one worker computes: the mean of the prefill pool's
+        measured rates, or of every live worker's without a prefill pool (None: none
+        measured yet)."""
+        up = [w for w in self.workers.values() if w.up]
+        prefill = [w for w in up if w.role == "prefill"] or up
+        rates = [w.prefill_rate for w in prefill if w.prefill_rate]
+        return sum(rates) / len(rates) if rates else None
+
     def donor(self, pool: str, to_role: str) -> str | None:
         """The least busy live worker of ``pool`` that can take ``to_role``."""
         ok = [w for w in self.workers.values() if w.up and pool_of(w.role) == pool
@@ -141,6 +151,7 @@ class Observer:
         for url, seen in listed.items():
             w = workers.setdefault(url, WorkerSeen(url))
             w.up = seen.up
+            w.prefill_rate = seen.rates.get("prefill_tokens_per_s")
         for url in list(workers):
             if url not in listed:
                 del workers[url]

@@ -41,6 +41,14 @@ class PlannerSettings(BaseModel):
     token_file: str | None = Field(None, description="file holding the fleet's bearer token "
                                    "(the workers' and the router's --token-file), sent to "
                                    "both; role switches need it")
+    kvstore: str | None = Field(None, description="URL of the kvstore server the workers "
+                                "share: every cache_report_s the planner prints its capacity "
+                                "advice (what twice each tier's capacity would save, in prefill "
+                                "seconds at the fleet's measured prefill rate) beside the "
+                                "split; none: no cache report")
+    kvstore_token_file: str | None = Field(None, description="file holding the kvstore "
+                                           "server's token (for --kvstore)")
+    cache_report_s: float = Field(30.0, gt=0, description="seconds between two cache reports")
     metrics_port: int = Field(0, ge=0, le=65535, description="serve Prometheus metrics "
                               "(pool sizes, pressure, moves, recommendations) on this port; "
                               "0: off")
@@ -52,8 +60,10 @@ class PlannerSettings(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> PlannerSettings:
-        if not self.router.startswith(("http://", "https://")):
-            raise ValueError(f"router must be an http:// or https:// URL, got {self.router!r}")
+        for name in ("router", "kvstore"):
+            url = getattr(self, name)
+            if url is not None and not url.startswith(("http://", "https://")):
+                raise ValueError(f"{name} must be an http:// or https:// URL, got {url!r}")
         if self.cooldown_s and self.cooldown_s < self.interval_s:
             raise ValueError("cooldown_s shorter than interval_s would act on every judgement; "
                              "raise cooldown_s or lower interval_s")

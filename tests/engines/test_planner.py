@@ -20,6 +20,7 @@ import pytest
 from engines.access import bearer
 from engines.decoder.config import EngineConfig
 from engines.decoder.runner import Engine
+from engines.planner.metrics import PlannerMetrics
 from engines.router.app import create_app as router_app
 from engines.router.core import Router
 from engines.store_io import open_store
@@ -162,6 +163,33 @@ def test_both_pools_over_target_recommend_scaling_up(fleet: Fleet) -> None:
         proc.terminate()
         proc.communicate(timeout=30)
     assert sorted(fleet.roles().values()) == ["decode", "decode", "prefill"]
+
+
+def test_it_reports_what_more_cache_would_save_beside_the_split(fleet: Fleet) -> None:
+    deadline = time.monotonic() + 60  # the prefill worker has measured its rate
+    while httpx.get(f"{fleet.router.url}/stats").json()["workers"][fleet.prefill[0].url][
+            "rates"]["prefill_tokens_per_s"] is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    lines = plan(fleet, "--kvstore", fleet.store.url.removeprefix("http://"),
+                 "--cache-report-s", "3", "--dry-run", until="cache")
+    report = lines[-1]
+    assert report["pools"] == {"prefill": 1, "decode": 2}
+    rate = report["prefill_tokens_per_s"]
+    assert rate is not None and rate > 0  # measured by the prefill worker
+    stats = httpx.get(f"{fleet.store.url}/v1/stats").json()["tiers"]
+    assert set(report["tiers"]) == set(stats) == {"host", "disk"}
+    for tier, row in report["tiers"].items():
+        assert row["capacity_bytes"] == stats[tier]["capacity_bytes"]
+        step = row["next_step"]
+        assert step["capacity_bytes"] == 2 * row["capacity_bytes"]
+        assert step["prefill_s_per_hour"] == pytest.approx(step["tokens_per_hour"] / rate)
+    assert report["tiers"]["host"]["requests_per_hour"] > 0  # the fleet's traffic
+    metrics = PlannerMetrics()  # what the running planner's /metrics had
+    metrics.cached(report)
+    saved = metrics.registry.get_sample_value(
+        "kvstore_planner_cache_saved_prefill_seconds_per_hour", {"tier": "host"})
+    assert saved == report["tiers"]["host"]["next_step"]["prefill_s_per_hour"]
 
 
 @pytest.mark.parametrize("args, says", [
