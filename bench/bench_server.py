@@ -9,6 +9,9 @@ Rows (each against a baseline measured in the same run, as bench/common.py repor
   processes, ``sendmsg`` out, ``recv_into`` preallocated buffers), over TCP and over a Unix
   socket; the kvstore socket rows appear twice, against Redis and against the raw socket;
 - lookup latency p50/p99 of a 1k-block chain over REST and over the data plane;
+- the cost of the what-if curves: put, get and lookup of small blocks against a server with
+  them on and one with them off (``bench/server_whatif.py``; ``--only whatif`` runs these
+  alone);
 - with ``--clients 1,2,4,8`` (the default), separate client processes at once against a
   server with a 256 MiB host tier over disk (``bench/server_clients.py``): aggregate get GB/s
   and p99 over shared memory and over TCP with each number of clients, and get p99 alone
@@ -21,7 +24,7 @@ plane faster than Redis; TCP and Unix socket put and get (into preallocated
 buffers, as the raw socket receives) >= 0.80 of the raw socket of the same kind, REST get of
 one 2 MiB block >= 0.50 of the raw TCP socket; aggregate with the most clients >=
 0.90 of one client's, and get p99 beside demoting puts at most 2x the p99 alone (ratio >=
-0.50).
+0.50); each request with the what-if curves on >= 0.97 of the same with them off.
 Cases are interleaved (A B C ... A B C) and medians taken after a warm-up. The server and
 Redis run on loopback ports of this machine and are stopped at the end.
 
@@ -51,6 +54,7 @@ import httpx
 from common import report, row
 from raw_socket import RawServer
 from server_clients import client_rows
+from server_whatif import whatif_rows
 
 from kvstore.checksum import checksum
 from kvstore.client import KVStoreClient
@@ -332,10 +336,16 @@ def main() -> int:
     p.add_argument("--json", default=None, help="write the report (JSON) here")
     p.add_argument("--clients", default="1,2,4,8",
                    help="client process counts for the many-clients rows ('' for none)")
+    p.add_argument("--only", choices=("whatif",), help="run one section alone")
     args = p.parse_args()
     counts = [int(n) for n in args.clients.split(",") if n.strip()]
     reps, warmup = (3, 1) if args.quick else (9, 2)
     batch_bytes = (8 << 20) if args.quick else (32 << 20)
+    if args.only == "whatif":
+        with tempfile.TemporaryDirectory(prefix="kvbench-") as tmp:
+            rows = whatif_rows(Path(tmp), 5 if args.quick else 15)
+        report("server", rows, args.json)
+        return 0
     with tempfile.TemporaryDirectory(prefix="kvbench-") as tmp:
         srv = ServerProc(Path(tmp) / "data", host_capacity="1GiB", disk_capacity="4GiB")
         srv.start()
@@ -351,6 +361,7 @@ def main() -> int:
                 rows += throughput_rows(srv, redis, raw, block, batch_bytes // block, reps,
                                         warmup)
             rows += lookup_rows(srv, 1000, 30 if args.quick else 300)
+            rows += whatif_rows(Path(tmp), 5 if args.quick else 15)
         finally:
             if redis is not None:
                 redis.close()

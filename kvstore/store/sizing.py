@@ -26,6 +26,7 @@ from kvstore.namespace import Namespace
 from kvstore.types import BlockKey
 from kvstore.whatif import Curve, WhatIfConfig, WhatIfTracker
 from kvstore.whatif.advice import Advice, Share, advise
+from kvstore.whatif.sampler import SpatialSampler
 
 
 class Sizing:
@@ -46,6 +47,8 @@ class Sizing:
         self._block_bytes: dict[str, list[int]] = {}  # namespace -> a block's charge per tier
         self._block_tokens: dict[str, int] = {}
         self._muted: set[int] = set()
+        # the loosest tracker's test (see missed)
+        self._loose = SpatialSampler(1.0, config is None or config.uniform_hashes)
         self.since = time.monotonic()  # start of the window the curves cover
 
     @property
@@ -91,8 +94,11 @@ class Sizing:
         if sizes is None or not hashes:
             return
         misses = [False] * len(hashes)
+        # the same run for every tier: tested once, at the loosest of the trackers' limits
+        self._loose.set_limit(max(t.sample_limit for t in self.trackers))
+        candidates = self._loose.picks(hashes)
         for tracker, size in zip(self.trackers, sizes, strict=True):
-            tracker.access_many(namespace, hashes, size, misses)
+            tracker.access_many(namespace, hashes, size, misses, candidates)
 
     def entered(self, pos: int, keys: Sequence[BlockKey]) -> None:
         """Copies of ``keys`` landed in tier ``pos`` (the ledger's every new copy)."""

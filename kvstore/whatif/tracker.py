@@ -97,15 +97,20 @@ class WhatIfTracker:
 
     # -- feeding -----------------------------------------------------------------------------
     def access_many(self, namespace: str, hashes: Sequence[bytes], size: int,
-                    hits: Sequence[bool] | None = None) -> None:
+                    hits: Sequence[bool] | None = None,
+                    candidates: Sequence[int] | None = None) -> None:
         """Requests for blocks ``hashes`` of ``namespace`` (each ``size`` bytes), in order;
-        ``hits``: whether the tier served each (for the observed hit rate), when known."""
+        ``hits``: whether the tier served each (for the observed hit rate), when known;
+        ``candidates``: positions of ``hashes`` a sampler at least as loose as this one's
+        picked (:attr:`sample_limit`), so that only they are tested."""
         space = self._spaces.get(namespace) or self._new_space(namespace)
         space.accesses += len(hashes)
         if hits is not None:
             space.judged += len(hashes)
             space.observed += sum(hits)
-        for i in self._sampler.picks(hashes):
+        picks = self._sampler.picks(hashes) if candidates is None else [
+            candidates[j] for j in self._sampler.picks([hashes[i] for i in candidates])]
+        for i in picks:
             self._sampled(space, hashes[i], size, request=True)
 
     def access(self, namespace: str, block_hash: bytes, size: int,
@@ -145,6 +150,11 @@ class WhatIfTracker:
     @property
     def sample_rate(self) -> float:
         return self._sampler.rate
+
+    @property
+    def sample_limit(self) -> int:
+        """Blocks whose sample value is below this are tracked (:mod:`.sampler`)."""
+        return self._sampler.limit
 
     @property
     def tracked_keys(self) -> int:

@@ -60,6 +60,19 @@ def test_sampler_compares_the_hash_prefix_and_samples_about_its_rate() -> None:
     assert abs(sampler.rate - 0.025) < 1e-12
 
 
+def test_sampler_long_runs_pick_as_one_by_one() -> None:
+    """A run of 256 or more 32-byte hashes is tested as one array; a run with other lengths
+    (or a short one) one by one: the same picks, a hash at the threshold itself included."""
+    sampler = SpatialSampler(0.3)
+    at, below = (sampler.limit - d for d in (0, 1))
+    keys = [block(i) for i in range(600)] + [n.to_bytes(8, "big") + bytes(24) for n in (at, below)]
+    alone = [i for i, k in enumerate(keys) if sampler.picks([k])]
+    assert sampler.picks(keys) == alone and len(alone) > 100
+    assert 600 not in alone and 601 in alone  # at the threshold: out; just below it: in
+    mixed = [*keys, b"\x00" * 8]  # not all 32 bytes: compared one by one
+    assert sampler.picks(mixed) == [*alone, 602]
+
+
 def test_sampler_hashes_keys_that_are_not_hash_outputs() -> None:
     counting = [i.to_bytes(8, "big") for i in range(20_000)]  # all "below" any threshold
     assert len(SpatialSampler(0.1).picks(counting)) == len(counting)
