@@ -33,7 +33,7 @@ def flag_of(name: str) -> str:
 def shown_default(info: FieldInfo) -> str:
     """A field's default as ``--help`` shows it: sizes human-readable, switches on/off."""
     value = info.get_default(call_default_factory=True)
-    if value is None or value == {}:
+    if value is None or value == {} or value == []:
         return "none"
     if isinstance(value, bool):
         return "on" if value else "off"

@@ -27,7 +27,12 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
 from kvstore.cli_kit import is_loopback
 from kvstore.cluster.config import ClusterConfig
@@ -66,6 +71,16 @@ if TYPE_CHECKING:
 else:
     Size = Annotated[ByteSize, BeforeValidator(_refuse_bool), AfterValidator(int)]
 LogLevel = Literal["critical", "error", "warning", "info", "debug"]
+
+
+def _names(value: Any) -> Any:
+    """A comma-separated string (a flag, a variable) as a list; a YAML list as it is."""
+    if isinstance(value, str):
+        return [name.strip() for name in value.split(",") if name.strip()]
+    return value
+
+
+Names = Annotated[list[str], NoDecode, BeforeValidator(_names)]
 
 
 def _lower(value: Any) -> Any:
@@ -131,8 +146,9 @@ class ServerSettings(BaseSettings):
     whatif_max_keys: int = Field(1 << 17, ge=16, description="blocks each tier's what-if "
                                  "tracker follows at most (about 200 bytes each); past it the "
                                  "sample rate is lowered")
-    whatif_policies: list[str] = Field(default_factory=list, description="other eviction "
-                                       "policies each tier's curve is also simulated for")
+    whatif_policies: Names = Field(default_factory=list, description="other eviction "
+                                   "policies each tier's curve is also simulated for, "
+                                   "comma-separated (GET /v1/whatif?policy=lfu)")
     prefill_tokens_per_s: float | None = Field(None, gt=0, description="the engines' prefill "
                                                "rate: the capacity advisor prices misses in "
                                                "prefill seconds at it; none: in tokens")

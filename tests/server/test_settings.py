@@ -126,3 +126,25 @@ def test_tenant_connections_and_prefetch_bounds(tmp_path: Path) -> None:
             load_settings(data_dir=str(tmp_path), **{field: 0})
     with pytest.raises(ValidationError):
         load_settings(data_dir=str(tmp_path), max_connections_per_tenant=-1)
+
+
+def test_whatif_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The policies to simulate: comma-separated in a flag or a variable, a list in YAML;
+    a sample rate of 0 turns the curves off."""
+    data = str(tmp_path / "d")
+    assert load_settings(None, data_dir=data, whatif_policies="lfu, s3fifo").whatif_policies \
+        == ["lfu", "s3fifo"]
+    monkeypatch.setenv("KVSTORE_WHATIF_POLICIES", "s3fifo")
+    assert load_settings(None, data_dir=data).whatif_policies == ["s3fifo"]
+    monkeypatch.delenv("KVSTORE_WHATIF_POLICIES")
+    cfg = tmp_path / "kv.yaml"
+    cfg.write_text("whatif_policies: [lfu]\nwhatif_sample_rate: 0.05\n")
+    loaded = load_settings(cfg, data_dir=data)
+    whatif = loaded.store_config().whatif
+    assert whatif is not None and whatif.policies == ("lfu",) and whatif.sample_rate == 0.05
+    assert load_settings(None, data_dir=data, whatif_sample_rate=0).store_config().whatif \
+        is None
+    with pytest.raises(ValidationError, match="unknown eviction policy 'nope'"):
+        load_settings(None, data_dir=data, whatif_policies="nope")
+    with pytest.raises(ValidationError, match="whatif_sample_rate"):
+        load_settings(None, data_dir=data, whatif_sample_rate=2)

@@ -145,8 +145,8 @@ def test_tenants_scope_errors_and_reset(make_server: Callable[..., ServerProc]) 
     r = _whatif(server, policy="lfu")
     assert r.status_code == 422 and "not simulated" in r.json()["message"]
     assert _whatif(server, prefill_tokens_per_s="0").status_code == 422
-    disk = _whatif(server, tier="disk").json()
-    assert disk["policy"] == "sampled_lru" and disk["method"] == "mini"
+    disk = _whatif(server, tier="disk").json()  # sampled LRU: LRU's curve
+    assert disk["policy"] == "lru" and disk["method"] == "shards"
 
     url = f"{server.url}/v1/whatif/reset"
     assert httpx.post(url, headers={"Authorization": f"Bearer {TOK_A}"}).status_code == 403

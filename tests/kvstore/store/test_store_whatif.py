@@ -66,12 +66,27 @@ def test_the_curve_at_today_and_at_twice_the_capacity_match_real_stores(
     assert bigger.observed_hit_rate is not None
     assert curve.at(96 * BLOCK) == pytest.approx(bigger.observed_hit_rate, abs=0.05)
     assert bigger.observed_hit_rate > curve.observed_hit_rate + 0.05  # a real difference
-    # the disk tier holds every block: at every capacity of the curve it misses only first
-    # reads and the blocks the host tier served are not its requests
+    # the disk tier runs sampled LRU: its curve is LRU's; the blocks the host tier served
+    # are not its requests
     disk = small.whatif("disk")
-    assert disk.policy == "sampled_lru" and disk.method == "mini"
-    assert small.whatif("disk", policy="lru").method == "shards"
+    assert disk.policy == "lru" and disk.method == "shards"
     assert disk.accesses < curve.accesses
+
+
+def test_a_policy_other_than_lru_is_simulated(make_store: StoreFactory) -> None:
+    """An LFU host tier's curve comes from miniature LFU caches; asked for what the tier
+    would do under S3-FIFO, the simulation configured for it answers."""
+    traffic = _traffic(1500)
+    store = make_store(host=48, disk=512, host_policy="lfu",
+                       whatif=WhatIfConfig(sample_rate=1.0, policies=("lfu", "s3fifo")))
+    _serve(store, traffic)
+    lfu = store.whatif("host")
+    assert lfu.policy == "lfu" and lfu.method == "mini"
+    assert lfu.observed_hit_rate is not None
+    assert lfu.current.hit_rate == pytest.approx(lfu.observed_hit_rate, abs=0.05)
+    assert store.whatif("host", policy="s3fifo").method == "mini"
+    rates = [p.hit_rate for p in lfu.points]
+    assert rates[-1] > rates[0] + 0.2  # more room, more hits
 
 
 def test_a_promotion_is_a_miss_of_the_upper_tier_not_a_second_request(
