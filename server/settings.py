@@ -148,7 +148,7 @@ class ServerSettings(BaseSettings):
                                  "sample rate is lowered")
     whatif_policies: Names = Field(default_factory=list, description="other eviction "
                                    "policies each tier's curve is also simulated for, "
-                                   "comma-separated (GET /v1/whatif?policy=lfu)")
+                                   "separated by commas (GET /v1/whatif?policy=lfu)")
     prefill_tokens_per_s: float | None = Field(None, gt=0, description="the engines' prefill "
                                                "rate: the capacity advisor prices misses in "
                                                "prefill seconds at it; none: in tokens")
