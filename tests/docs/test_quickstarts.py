@@ -1,5 +1,5 @@
-"""The quick-starts of ``README.md``, ``engines/README.md``, ``docs/operations.md`` and
-``docs/cluster.md`` run as written.
+"""The quick-starts of ``README.md``, ``engines/README.md``, ``docs/operations.md``,
+``docs/cluster.md`` and ``docs/whatif.md`` run as written.
 
 A quick start is the fenced blocks that follow a ``<!-- quickstart NAME ... -->`` comment in a
 markdown file (the comment is invisible to a reader): the blocks of one NAME run in order, in one
@@ -95,6 +95,12 @@ QUICKSTARTS: dict[tuple[str, str], tuple[Check, ...]] = {
         r"(?m)^PutResult\(stored=2, existing=0, refused=0\)$",
         r"(?m)^2 \['host', 'host'\]$",
         r"(?m)^got 2 blocks of 16384 bytes back, byte for byte$",
+    ),
+    ("docs/whatif.md", "whatif"): (
+        r"(?m)^host tier, lru \(reuse distances\), every namespace$",
+        r"(?m)^4\.0MiB +1\.00 +0\.\d{3} .*<- today$",
+        r"twice the capacity \(8\.0MiB\): hit rate 0\.\d{3}, [\d,]+ more hits an hour, "
+        r"[\d,]+ prefill tokens, [\d,.]+ prefill seconds an hour at 2,000 tokens/s",
     ),
     ("engines/README.md", "command-line"): (IDS, COMPLETION),
     ("engines/README.md", "openai"): (
