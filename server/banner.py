@@ -48,12 +48,15 @@ def start(settings: ServerSettings, info: ServerInfo, stats: StoreStats,
     return "\n".join(lines), fields
 
 
-def stopped(lost: int, stats: StoreStats | None) -> tuple[str, dict[str, Any]]:
+def stopped(lost: int, written: int, stats: StoreStats | None) -> tuple[str, dict[str, Any]]:
     """The one line a stop ends with: what each tier held as the store closed (``stats``,
-    taken just before) and how many memory-only blocks could not be written to disk."""
+    taken just before), how many memory-only blocks the close wrote to disk (``written``)
+    and how many it could not (``lost``)."""
     held = {name: t.blocks for name, t in (stats.tiers.items() if stats else ())}
     shown = ", ".join(f"{name} {blocks}" for name, blocks in held.items()) or "none"
-    text = (f"kvstore stopped: store closed and synced (blocks held: {shown})" if not lost
-            else f"kvstore stopped: {lost} memory-only blocks could not be written to disk and "
-            f"are lost (blocks held: {shown})")
-    return text, {"event": "stopped", "lost_blocks": lost, "blocks_held": held}
+    wrote = f"{written} memory-only blocks written to disk"
+    text = (f"kvstore stopped: store closed and synced, {wrote} (held at the stop: {shown})"
+            if not lost else f"kvstore stopped: {wrote}, {lost} could not be and are lost "
+            f"(held at the stop: {shown})")
+    return text, {"event": "stopped", "written_blocks": written, "lost_blocks": lost,
+                  "blocks_held": held}

@@ -152,7 +152,8 @@ async def serve(settings: ServerSettings) -> int:
                 held = store.stats()
             except Exception:  # a broken tier: the close still runs, the line says less
                 held = None
-            text, fields = banner.stopped(store.close(), held)
+            lost = store.close()
+            text, fields = banner.stopped(lost, store.spilled, held)
             announce(text, settings.log_format, **fields)
 
 

@@ -360,6 +360,12 @@ class Store:
         with self._lock:
             return self._life.shut()
 
+    @property
+    def spilled(self) -> int:
+        """How many memory-only blocks :meth:`close` wrote to the persistent tier (0 before
+        it, or without one)."""
+        return self._life.spilled
+
     def __enter__(self) -> Store:
         return self
 

@@ -35,6 +35,7 @@ class Lifecycle:
         self._stack, self._placer, self._host, self._demoter = stack, placer, host, demoter
         self._spill_on_close = config.spill_on_close
         self.closed = False
+        self.spilled = 0  # memory-only blocks the close wrote to the persistent tier
         self._prefetcher = PrefetchQueue(config.prefetch_workers, config.max_prefetch_blocks)
 
     def check_open(self) -> None:
@@ -81,7 +82,7 @@ class Lifecycle:
         if self._stack.host is not None:
             self._host.close()
         if self._spill_on_close:
-            lost = self._placer.spill()
+            self.spilled, lost = self._placer.spill()
             if lost:
                 log.error("shutdown: %d memory-only blocks could not be written to the "
                           "persistent tier and are lost", lost)

@@ -279,13 +279,14 @@ class Placer:
         self._exits.evicted(pos, gone)  # no copy left: the index entry and the pins go
 
     # -- shutdown ----------------------------------------------------------------------------
-    def spill(self) -> int:
+    def spill(self) -> tuple[int, int]:
         """Graceful shutdown: copy blocks only memory tiers hold into the first persistent tier
         (a batch per source tier; not asking admission: they earned their place), so that a
-        restart finds them. Returns how many could not be written (lost with the memory)."""
+        restart finds them. Returns how many were written, and how many could not be (lost
+        with the memory)."""
         target = self._stack.spill_target
         if target is None:
-            return 0
+            return 0, 0
         lost = 0
         by_top: dict[int, list[tuple[BlockKey, Entry]]] = {}
         for key, entry in self._ledger.memory_items():
@@ -308,4 +309,4 @@ class Placer:
             self._tiers[target].flush()
         except Exception:  # the tier's close syncs again; the count above stays honest
             log.exception("syncing the spill to the %s tier failed", self._tiers[target].name)
-        return lost
+        return sum(len(blocks) for blocks in by_top.values()) - lost, lost

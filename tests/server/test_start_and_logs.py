@@ -22,7 +22,9 @@ def test_the_banner_says_where_everything_is_and_what_the_disk_held(tmp_path: Pa
         c.put("ns", [os.urandom(32) for _ in range(3)], [os.urandom(4096)] * 3)
     srv.stop()
     first = srv.log(100_000)
-    assert first.count("kvstore stopped: store closed and synced") == 1
+    # the three blocks were in the host tier only: the stop wrote them to disk
+    assert first.count("kvstore stopped: store closed and synced, 3 memory-only blocks "
+                       "written to disk (held at the stop: host 3, disk 0)") == 1
     srv.start()  # again on the same data dir: the disk tier's blocks are found
     srv.stop()
     log = srv.log(100_000)[len(first):]  # the log file gets each run's output in turn
@@ -46,3 +48,4 @@ def test_json_logs_are_one_object_a_line_access_log_included(tmp_path: Path) -> 
     assert any("GET /v1/info" in line["message"] and "200" in line["message"]
                for line in access)
     assert [line["event"] for line in lines if "event" in line] == ["serving", "stopped"]
+    assert lines[-1]["written_blocks"] == 0 and lines[-1]["lost_blocks"] == 0
