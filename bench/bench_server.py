@@ -343,7 +343,7 @@ def main() -> int:
     batch_bytes = (8 << 20) if args.quick else (32 << 20)
     if args.only == "whatif":
         with tempfile.TemporaryDirectory(prefix="kvbench-") as tmp:
-            rows = whatif_rows(Path(tmp), 5 if args.quick else 15)
+            rows = whatif_rows(Path(tmp), 5 if args.quick else 21)
         report("server", rows, args.json)
         return 0
     with tempfile.TemporaryDirectory(prefix="kvbench-") as tmp:
@@ -361,7 +361,7 @@ def main() -> int:
                 rows += throughput_rows(srv, redis, raw, block, batch_bytes // block, reps,
                                         warmup)
             rows += lookup_rows(srv, 1000, 30 if args.quick else 300)
-            rows += whatif_rows(Path(tmp), 5 if args.quick else 15)
+            rows += whatif_rows(Path(tmp), 5 if args.quick else 21)
         finally:
             if redis is not None:
                 redis.close()

@@ -35,7 +35,7 @@ BATCH = 32
 SMALL = 16 << 10  # a new prompt's blocks: small, so that the feeding weighs most
 PROMPT = 64
 CHAIN = 1000
-ROUNDS = 10  # requests per timed sample
+ROUNDS = 30  # requests per timed sample
 
 
 def _keys(tag: str, n: int) -> list[BlockHash]:

@@ -287,8 +287,8 @@ class HostPath:
         slab.publish_many(keys)
         for key in keys:
             self._reservations.published(key)
-            self._ledger.publish(key, host)
-            self._stack.on_access(key)
+        self._ledger.publish_many(keys, host)
+        self._stack.on_access_many(keys)
         if keys and self._stack.writes_through(host):  # copies only when a tier below wants them
             items: list[Item] = []
             for key in keys:

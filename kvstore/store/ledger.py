@@ -174,13 +174,15 @@ class Ledger:
         entry.pending = True
         self._index[key] = entry
 
-    def publish(self, key: BlockKey, pos: int) -> Entry:
-        """A pending block was written into tier ``pos``: make it a block like any other."""
-        entry = self._index[key]
-        entry.pending = False
-        self._count_many([(key, entry)], +1)
-        self.add_copy(pos, key, entry)
-        return entry
+    def publish_many(self, keys: Sequence[BlockKey], pos: int) -> list[Entry]:
+        """Pending blocks were written into tier ``pos``: make them blocks like any other, as
+        one batch (told to the policy in order)."""
+        blocks = [(key, self._index[key]) for key in keys]
+        for _, entry in blocks:
+            entry.pending = False
+        self._count_many(blocks, +1)
+        self.add_copies(pos, blocks)
+        return [entry for _, entry in blocks]
 
     def unreserve(self, key: BlockKey) -> bool:
         """Forget a pending block; False if ``key`` is not pending."""
