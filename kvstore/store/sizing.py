@@ -91,7 +91,7 @@ class Sizing:
     def missed(self, namespace: str, hashes: Sequence[bytes]) -> None:
         """The blocks after the stored prefix of a lookup: every tier missed them."""
         sizes = self._block_bytes.get(namespace)
-        if sizes is None or not hashes:
+        if not self.trackers or sizes is None or not hashes:
             return
         misses = [False] * len(hashes)
         # the same run for every tier: tested once, at the loosest of the trackers' limits
