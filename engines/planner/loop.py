@@ -22,7 +22,7 @@ from typing import Any, TextIO
 import httpx
 
 from engines.access import bearer
-from engines.planner.cache import CacheReport
+from engines.planner.cache import CacheAdvisor
 from engines.planner.metrics import PlannerMetrics
 from engines.planner.observe import Observer
 from engines.planner.policy import Action, Policy
@@ -43,7 +43,7 @@ class Planner:
         self.observer = Observer(self.client, settings.router, window_s=settings.window_s,
                                  percentile=settings.percentile,
                                  min_samples=settings.min_samples)
-        self.cache = None if settings.kvstore is None else CacheReport(
+        self.cache = None if settings.kvstore is None else CacheAdvisor(
             self.client, settings.kvstore, kvstore_token, settings.cache_report_s)
         self.started = time.time()
 
@@ -82,7 +82,7 @@ class Planner:
             if report is not None:
                 if self.metrics:
                     self.metrics.cached(report)
-                self.emit(report)
+                self.emit(report.model_dump())
         action = self.policy.decide(pools, now)
         if action is None:
             return None

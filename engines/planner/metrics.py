@@ -4,10 +4,9 @@ an autoscaler can act on, and what the last cache report priced twice each tier 
 
 from __future__ import annotations
 
-from typing import Any
-
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
+from engines.planner.cache import CacheReport
 from engines.planner.observe import PoolView
 from engines.planner.policy import Decision
 
@@ -47,8 +46,7 @@ class PlannerMetrics:
         for name, n in decision.desired.items():
             self.recommended.labels(name).set(n)
 
-    def cached(self, report: dict[str, Any]) -> None:
-        for tier, row in report["tiers"].items():
-            saved = row["next_step"]["prefill_s_per_hour"]
-            if saved is not None:
-                self.cache_saved.labels(tier).set(saved)
+    def cached(self, report: CacheReport) -> None:
+        for tier, row in report.tiers.items():
+            if row.next_step.prefill_s_per_hour is not None:
+                self.cache_saved.labels(tier).set(row.next_step.prefill_s_per_hour)

@@ -20,6 +20,7 @@ import pytest
 from engines.access import bearer
 from engines.decoder.config import EngineConfig
 from engines.decoder.runner import Engine
+from engines.planner.cache import CacheReport
 from engines.planner.metrics import PlannerMetrics
 from engines.router.app import create_app as router_app
 from engines.router.core import Router
@@ -186,7 +187,7 @@ def test_it_reports_what_more_cache_would_save_beside_the_split(fleet: Fleet) ->
         assert step["prefill_s_per_hour"] == pytest.approx(step["tokens_per_hour"] / rate)
     assert report["tiers"]["host"]["requests_per_hour"] > 0  # the fleet's traffic
     metrics = PlannerMetrics()  # what the running planner's /metrics had
-    metrics.cached(report)
+    metrics.cached(CacheReport.model_validate(report))
     saved = metrics.registry.get_sample_value(
         "kvstore_planner_cache_saved_prefill_seconds_per_hour", {"tier": "host"})
     assert saved == report["tiers"]["host"]["next_step"]["prefill_s_per_hour"]
