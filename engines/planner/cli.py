@@ -80,16 +80,10 @@ def settings_from(args: argparse.Namespace) -> Any:
 def run(args: argparse.Namespace) -> int:
     from engines.planner.loop import Planner
     from engines.planner.metrics import PlannerMetrics
-    from server.token_files import read_token_file
 
     settings = settings_from(args)
-    tokens: dict[str, str | None] = {}
-    for name in ("token_file", "kvstore_token_file"):
-        path = getattr(settings, name)
-        try:
-            tokens[name] = read_token_file(path) if path else None
-        except ValueError as exc:
-            raise CommandError(f"{flag_of(name)}: {exc}") from None
+    token = _token(settings.token_file, "token_file")
+    kvstore_token = _token(settings.kvstore_token_file, "kvstore_token_file")
     metrics = PlannerMetrics()
     if settings.metrics_port:
         try:
@@ -100,9 +94,20 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_plan(Planner(settings, tokens["token_file"], metrics=metrics,
-                                  kvstore_token=tokens["kvstore_token_file"])))
+        asyncio.run(_plan(Planner(settings, token, metrics=metrics,
+                                  kvstore_token=kvstore_token)))
     return 0
+
+
+def _token(path: str | None, name: str) -> str | None:
+    """The token in the file at ``path`` (None: no file); one line naming the flag if it
+    cannot be read."""
+    from server.token_files import read_token_file
+
+    try:
+        return read_token_file(path) if path else None
+    except ValueError as exc:
+        raise CommandError(f"{flag_of(name)}: {exc}") from None
 
 
 async def _plan(planner: Planner) -> None:
