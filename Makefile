@@ -14,7 +14,7 @@ CONSTRAINTS := requirements/constraints.txt
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 .PHONY: venv runtime engine vllm chromium redis podman deploy-base serve test lint bench \
-	gpu-wheels gpu-check clean constraints
+	gpu-wheels gpu-check clean constraints peers
 
 # The runtime: kvstore serve, the client and the vLLM connector (`pip install .`; no torch).
 $(RUNTIME_STAMP): pyproject.toml $(CONSTRAINTS)
@@ -127,6 +127,29 @@ test: $(STAMP) $(VLLM_STAMP) $(CHROMIUM) $(REDIS) $(SYSTEMD_ANALYZE) $(DOCKER_CO
 bench: $(STAMP) $(REDIS)
 	for b in bench/bench_*.py; do $(PY) $$b --quick || exit 1; done
 
+# The stores bench/bench_peers.py races kvstore against (LMCache, Mooncake Store), each in a
+# folder of its own under .peers/ (pip --target --no-deps, pinned in requirements/peers.txt),
+# which only the bench puts on an engine's PYTHONPATH: nothing reaches .venv or kvstore's
+# dependencies. Mooncake's transfer engine links Debian's libibverbs and libnl even over TCP.
+PEERS := .peers
+PEERS_STAMP := $(PEERS)/.installed
+IBVERBS := /usr/lib/x86_64-linux-gnu/libibverbs.so.1
+
+$(IBVERBS):
+	apt-get update -q
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q libibverbs1 libnl-3-200 libnl-route-3-200
+
+$(PEERS_STAMP): requirements/peers.txt
+	rm -rf $(PEERS) && mkdir -p $(PEERS)
+	for peer in $$(awk '!/^#/ && NF {print $$1}' requirements/peers.txt | sort -u); do \
+	  awk -v p=$$peer '$$1 == p {print $$2}' requirements/peers.txt > $(PEERS)/$$peer.txt && \
+	  $(PIP) install -q --no-deps --only-binary :all: --target $(PEERS)/$$peer \
+	    -r $(PEERS)/$$peer.txt || exit 1; \
+	done
+	touch $(PEERS_STAMP)
+
+peers: $(VLLM_STAMP) $(IBVERBS) $(PEERS_STAMP)
+
 # The CUDA checks for a GPU machine without network (docs/gpu.md). `make gpu-wheels` runs
 # here: it downloads into .whl/ the cp312 manylinux wheels of what that machine's image lacks.
 # `make gpu-check` runs there, with the image's python3 and no .venv: it installs them to
@@ -144,4 +167,4 @@ constraints: $(VLLM_STAMP)
 	mv $(CONSTRAINTS).new $(CONSTRAINTS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(PEERS) .pytest_cache .ruff_cache
