@@ -7,6 +7,7 @@ The kvstore server, engine and router launchers and the SeaweedFS server all run
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import socket
@@ -20,6 +21,14 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout: children run from here
 POLL_S = 0.2  # between readiness checks
+PR_SET_PDEATHSIG = 1  # prctl option: the signal a child gets when its parent dies
+
+
+def die_with_parent() -> None:
+    """For ``preexec_fn``: the child gets SIGKILL when the process that started it dies, even
+    by ``kill -9`` (Linux ``PR_SET_PDEATHSIG``; elsewhere nothing)."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def free_port() -> int:
@@ -52,9 +61,11 @@ class ChildProc:
     ``env`` over this process's environment. ``proc`` is None while nothing runs."""
 
     grace_s = 30.0  # how long stop() waits after SIGTERM before it kills
+    tied = False  # True: the child is killed when this process dies (die_with_parent)
 
-    def __init__(self, name: str, log_path: Path, env: dict[str, str] | None = None,
-                 cwd: Path = ROOT) -> None:
+    def __init__(
+        self, name: str, log_path: Path, env: dict[str, str] | None = None, cwd: Path = ROOT
+    ) -> None:
         self.name = name
         self.log_path = Path(log_path)
         self.env = {**os.environ, **(env or {})}
@@ -64,8 +75,14 @@ class ChildProc:
     def spawn(self, cmd: list[str]) -> None:
         """Start ``cmd`` and return at once; the child holds its own descriptor of the log."""
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(cmd, cwd=self.cwd, env=self.env, stdout=log,
-                                         stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(
+                cmd,
+                cwd=self.cwd,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                preexec_fn=die_with_parent if self.tied else None,
+            )
 
     def wait_until(self, ready: Callable[[], bool], deadline: float) -> bool:
         """Poll ``ready`` until it returns True (True), the child exits or
