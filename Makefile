@@ -124,7 +124,7 @@ test: $(STAMP) $(VLLM_STAMP) $(CHROMIUM) $(REDIS) $(SYSTEMD_ANALYZE) $(DOCKER_CO
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-bench: $(STAMP) $(REDIS)
+bench: $(STAMP) $(REDIS) $(IBVERBS) $(PEERS_STAMP)
 	for b in bench/bench_*.py; do $(PY) $$b --quick || exit 1; done
 
 # The stores bench/bench_peers.py races kvstore against (LMCache, Mooncake Store), each in a

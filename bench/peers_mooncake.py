@@ -1,0 +1,122 @@
+"""Mooncake Store: a ``mooncake_master`` (with its HTTP metadata server), a ``mooncake_client``
+that lends the store 1 GB of RAM, and vLLM's built-in ``MooncakeStoreConnector`` in each engine
+(``standalone-store`` mode, no memory of its own), all over TCP on loopback.
+
+The binaries and the ``mooncake.store`` module the connector imports come from
+``.peers/mooncake`` (``make peers``: ``mooncake-transfer-engine-non-cuda`` with ``--no-deps``);
+they link Debian's ``libibverbs1`` and ``libnl`` even when only TCP is used. The store keeps
+blocks in RAM only here (its SSD offload is not configured), so a restart loses them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from peers_store import PeerStore, TiedProc, dist_version, free_port, peer_path, wait_tcp
+
+SEGMENT = "1 GB"  # RAM the mooncake_client lends the store
+ENGINE_BUFFER = "512MB"  # each engine's local transfer buffer
+
+
+class MooncakePeer(PeerStore):
+    name = "mooncake"
+    processes = ("mooncake_master", "mooncake_client")
+
+    def __init__(self, workdir: Path) -> None:
+        super().__init__(workdir)
+        self.site = peer_path("mooncake")
+        self.rpc, self.meta, self.metrics, self.client_port = (free_port() for _ in range(4))
+        self.master = TiedProc("mooncake_master", self.workdir / "master.log")
+        self.client = TiedProc("mooncake_client", self.workdir / "client.log")
+        self.config = self.workdir / "mooncake.json"
+
+    def _bin(self, name: str) -> Path:
+        path = self.site / "mooncake" / name
+        if path.exists() and not os.access(path, os.X_OK):  # pip --target may drop the bit
+            path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+        return path
+
+    def missing(self) -> str | None:
+        master = self._bin("mooncake_master")
+        if not master.exists() or not (self.site / "mooncake" / "store.so").exists():
+            return f"not installed in {self.site} (run `make peers`)"
+        probe = subprocess.run(
+            [str(master), "--version"], capture_output=True, text=True, timeout=60, check=False
+        )
+        if probe.returncode != 0:  # e.g. libibverbs.so.1 missing: `make peers` installs it
+            return f"mooncake_master does not run here: {probe.stderr.strip()[-300:]}"
+        return None
+
+    def version(self) -> str | None:
+        return dist_version(self.site, "mooncake_transfer_engine_non_cuda")
+
+    def start(self) -> None:
+        self.master.spawn(
+            [
+                str(self._bin("mooncake_master")),
+                "-rpc_port",
+                str(self.rpc),
+                "-rpc_address",
+                "127.0.0.1",
+                "-enable_http_metadata_server=true",
+                "-http_metadata_server_host",
+                "127.0.0.1",
+                "-http_metadata_server_port",
+                str(self.meta),
+                "-metrics_host",
+                "127.0.0.1",
+                "-metrics_port",
+                str(self.metrics),
+            ]
+        )
+        wait_tcp(self.master, self.rpc)
+        wait_tcp(self.master, self.meta)
+        self.client.spawn(
+            [
+                str(self._bin("mooncake_client")),
+                "-protocol",
+                "tcp",
+                "-global_segment_size",
+                SEGMENT,
+                "-master_server_address",
+                f"127.0.0.1:{self.rpc}",
+                "-metadata_server",
+                f"http://127.0.0.1:{self.meta}/metadata",
+                "-host",
+                "127.0.0.1",
+                "-port",
+                str(self.client_port),
+            ]
+        )
+        wait_tcp(self.client, self.client_port)
+        self.config.write_text(
+            json.dumps(
+                {
+                    "metadata_server": f"http://127.0.0.1:{self.meta}/metadata",
+                    "master_server_address": f"127.0.0.1:{self.rpc}",
+                    "protocol": "tcp",
+                    "device_name": "",
+                    "mode": "standalone-store",
+                    "global_segment_size": 0,
+                    "local_buffer_size": ENGINE_BUFFER,
+                }
+            )
+        )
+
+    def stop(self) -> None:
+        self.client.stop(timeout=20)  # first: it unmounts its segment from the master
+        self.master.stop(timeout=20)
+
+    def connector(self) -> dict[str, Any]:
+        return {"kv_connector": "MooncakeStoreConnector", "kv_role": "kv_both"}
+
+    def engine_env(self) -> dict[str, str]:
+        return {"PYTHONPATH": str(self.site), "MOONCAKE_CONFIG_PATH": str(self.config)}
+
+    def pids(self) -> list[int]:
+        return [c.proc.pid for c in (self.master, self.client) if c.proc is not None]

@@ -1,0 +1,84 @@
+"""The peers bench's report, without any peer: rows per case and store against no cache,
+kvstore against the fastest peer, token identity, resources, and the rows that say what did
+not run and why."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+# bench/ is a folder of scripts, not a package: load the one module by its path
+_PATH = Path(__file__).resolve().parents[2] / "bench" / "peers_report.py"
+_SPEC = importlib.util.spec_from_file_location("peers_report", _PATH)
+assert _SPEC is not None and _SPEC.loader is not None
+pr = importlib.util.module_from_spec(_SPEC)
+sys.modules["peers_report"] = pr  # dataclasses resolve the module by name
+_SPEC.loader.exec_module(pr)
+
+
+def _samples() -> pr.Samples:
+    s = pr.Samples()
+    for ttft in (2.0, 2.2, 1.8):
+        s.add("repeated", pr.NONE, pr.Sample(ttft, 0, True))
+        s.add("restarted", pr.NONE, pr.Sample(ttft, 0, True))
+    for ttft in (0.2, 0.3, 0.25):
+        s.add("repeated", pr.KVSTORE, pr.Sample(ttft, 2080, True))
+        s.add("restarted", pr.KVSTORE, pr.Sample(ttft, 2080, True))
+    for ttft, same in ((0.5, True), (0.4, False), (0.45, True)):
+        s.add("repeated", "lmcache", pr.Sample(ttft, 2048, same))
+        s.add("restarted", "lmcache", pr.Sample(ttft, 2048, same))
+    for ttft in (0.1, 0.1, 0.1):
+        s.add("repeated", pr.LIMIT, pr.Sample(ttft, 2080, True))
+        s.add("repeated", "mooncake", pr.Sample(0.6, 2080, True))
+        s.add("restarted", "mooncake", pr.Sample(2.0, 0, True))
+    return s
+
+
+def test_rows_per_store_against_no_cache_and_kvstore_against_the_best_peer() -> None:
+    rows = pr.case_rows(_samples(), ["kvstore", "lmcache", "mooncake"])
+    first = [r for r in rows if r["case"] == pr.CASES[0].label]
+    assert [r["store"] for r in first] == [
+        pr.NONE,
+        pr.LIMIT,
+        "kvstore",
+        "lmcache",
+        "mooncake",
+        "kvstore vs best peer",
+    ]
+    kv = first[2]
+    assert kv["value"] == 0.25 and kv["baseline_value"] == 2.0 and kv["ratio"] == 8.0
+    assert kv["cached_tokens"] == 2080 and kv["tokens_identical"] == "3/3"
+    assert first[3]["tokens_identical"] == "2/3"
+    versus = first[-1]
+    assert versus["baseline"] == "lmcache" and versus["ratio"] == 1.8
+    assert versus["target"] == 1.0 and versus["meets_target"] is True
+    assert versus["hit_tokens_at_least_best_peer"] is True
+    # the case no sample was taken for has no rows; the restart case has no engine-cache row
+    assert not [r for r in rows if r["case"] == pr.CASES[1].label]
+    restarted = [r for r in rows if r["case"] == pr.CASES[2].label]
+    assert pr.LIMIT not in [r["store"] for r in restarted]
+    assert restarted[-1]["target"] == 1.2
+
+
+def test_no_peer_ran_means_no_comparison_row() -> None:
+    s = pr.Samples()
+    s.add("repeated", pr.NONE, pr.Sample(1.0, 0, True))
+    s.add("repeated", pr.KVSTORE, pr.Sample(0.1, 64, True))
+    rows = pr.case_rows(s, ["kvstore"])
+    assert [r["store"] for r in rows] == [pr.NONE, "kvstore"]
+
+
+def test_skipped_and_resource_rows_say_why_and_how_much() -> None:
+    rows = pr.skipped_rows({"mooncake": "not installed (run `make peers`)"})
+    stores = {r["store"]: r["skipped"] for r in rows if r["case"] == "all"}
+    assert "CUDA" in stores["vllm OffloadingConnector"] and "make peers" in stores["mooncake"]
+    assert {r["case"] for r in rows if r["store"] == "all"} == set(pr.NOT_RUN)
+    res = pr.resource_row(
+        "mooncake", ("mooncake_master", "mooncake_client"), (100 << 20, 1.0), (200 << 20, 3.5), 1024
+    )
+    assert res["processes"] == 2 and res["rss_growth_bytes_per_token"] == 102400
+    assert res["cpu_s"] == 2.5
+    table = pr.text_table([*pr.case_rows(_samples(), ["kvstore", "lmcache"]), res, *rows])
+    assert "not run: CUDA/XPU only" in table and "2 process(es)" in table
+    assert "| 1. repeated prompt" in pr.markdown(pr.case_rows(_samples(), ["kvstore"]))
