@@ -7,7 +7,9 @@ same prompts, in one run, with no cache (the engine recomputes) as the floor and
 prefix cache as the limit:
 
 1. repeated prompt: a writer engine serves a new 2k-token prefix and a question, then a reader
-   engine, a separate process that has never seen the prompt, serves it from the store;
+   engine, a separate process that has never seen the prompt, serves it from the store; (1b)
+   the reader serves it twice more, its own cache reset each time: more samples of the same
+   load, against the machine's noise;
 2. new question after the shared prefix: the reader asks another question after it;
 5. every store is restarted (SIGTERM, as an operator would), then a new reader engine process
    serves case 1's prompts: what survives a restart;
@@ -62,6 +64,7 @@ STORES: dict[str, Callable[[Path], PeerStore]] = {
 RESULTS = Path(__file__).resolve().parent / "results"
 ANSWER_TOKENS = 8  # greedy tokens per request, compared with no cache's
 QUESTION_TOKENS = 48
+AGAIN_ROUNDS = 2  # case 1b: reads of case 1's prompt again per repetition and store
 SAVE_SETTLE_S = 1.0  # asynchronous saves land long before a real second engine asks
 
 
@@ -150,6 +153,9 @@ class Race:
         time.sleep(SAVE_SETTLE_S)
         for name in order:
             self.measure("repeated", name, self.readers[name], p.first)
+        for _ in range(AGAIN_ROUNDS):  # more samples of the same loads, A B C A B C
+            for name in order:
+                self.measure("repeated_again", name, self.readers[name], p.first)
         for name in order:
             self.measure("new_question", name, self.readers[name], p.second)
 

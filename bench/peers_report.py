@@ -22,10 +22,18 @@ class Case(NamedTuple):
     label: str
     target: float  # kvstore's TTFT against the best peer's (ratio of medians)
     limit: bool  # whether vLLM's own prefix cache has a meaning here
+    base: str = ""  # the case whose no-cache samples are the baseline ("": its own)
 
 
 CASES = (
     Case("repeated", "1. repeated prompt, fresh engine process, store warm", 1.0, True),
+    Case(
+        "repeated_again",
+        "1b. the same prompt again, engine's own cache reset",
+        1.0,
+        False,
+        "repeated",
+    ),
     Case("new_question", "2. new question after a shared prefix", 1.0, True),
     Case("restarted", "5. store restarted, then a fresh engine", 1.2, False),
 )
@@ -85,6 +93,7 @@ def store_row(
         "cached_tokens": statistics.median(s.cached for s in samples),
         "tokens_identical": f"{sum(s.identical for s in samples)}/{len(samples)}",
         "samples": len(samples),
+        "ttft_samples": [round(s.ttft, 4) for s in samples],
     }
 
 
@@ -120,10 +129,11 @@ def case_rows(samples: Samples, stores: Sequence[str]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     peers = [s for s in stores if s != KVSTORE]
     for case in CASES:
-        base = samples.get(case.key, NONE)
+        base = samples.get(case.base or case.key, NONE)
         if not base:
             continue
-        for store in (NONE, LIMIT if case.limit else None, *stores):
+        own_base = NONE if not case.base else None
+        for store in (own_base, LIMIT if case.limit else None, *stores):
             if store is not None and samples.get(case.key, store):
                 rows.append(store_row(case, store, samples.get(case.key, store), base))
         versus = versus_row(case, samples, peers)

@@ -17,6 +17,9 @@ sys.modules["peers_report"] = pr  # dataclasses resolve the module by name
 _SPEC.loader.exec_module(pr)
 
 
+LABEL = {c.key: c.label for c in pr.CASES}
+
+
 def _samples() -> pr.Samples:
     s = pr.Samples()
     for ttft in (2.0, 2.2, 1.8):
@@ -32,12 +35,14 @@ def _samples() -> pr.Samples:
         s.add("repeated", pr.LIMIT, pr.Sample(ttft, 2080, True))
         s.add("repeated", "mooncake", pr.Sample(0.6, 2080, True))
         s.add("restarted", "mooncake", pr.Sample(2.0, 0, True))
+        s.add("repeated_again", pr.KVSTORE, pr.Sample(0.5, 2080, True))
+        s.add("repeated_again", "lmcache", pr.Sample(0.25, 2048, True))
     return s
 
 
 def test_rows_per_store_against_no_cache_and_kvstore_against_the_best_peer() -> None:
     rows = pr.case_rows(_samples(), ["kvstore", "lmcache", "mooncake"])
-    first = [r for r in rows if r["case"] == pr.CASES[0].label]
+    first = [r for r in rows if r["case"] == LABEL["repeated"]]
     assert [r["store"] for r in first] == [
         pr.NONE,
         pr.LIMIT,
@@ -55,10 +60,15 @@ def test_rows_per_store_against_no_cache_and_kvstore_against_the_best_peer() -> 
     assert versus["target"] == 1.0 and versus["meets_target"] is True
     assert versus["hit_tokens_at_least_best_peer"] is True
     # the case no sample was taken for has no rows; the restart case has no engine-cache row
-    assert not [r for r in rows if r["case"] == pr.CASES[1].label]
-    restarted = [r for r in rows if r["case"] == pr.CASES[2].label]
+    assert not [r for r in rows if r["case"] == LABEL["new_question"]]
+    restarted = [r for r in rows if r["case"] == LABEL["restarted"]]
     assert pr.LIMIT not in [r["store"] for r in restarted]
     assert restarted[-1]["target"] == 1.2
+    # a case measured against another case's no-cache samples: no row of its own for them
+    again = [r for r in rows if r["case"] == LABEL["repeated_again"]]
+    assert [r["store"] for r in again] == ["kvstore", "lmcache", "kvstore vs best peer"]
+    assert again[0]["baseline_value"] == 2.0 and again[0]["ratio"] == 4.0
+    assert again[-1]["meets_target"] is False and again[0]["ttft_samples"] == [0.5] * 3
 
 
 def test_no_peer_ran_means_no_comparison_row() -> None:
