@@ -64,6 +64,7 @@ STORES: dict[str, Callable[[Path], PeerStore]] = {
 RESULTS = Path(__file__).resolve().parent / "results"
 ANSWER_TOKENS = 8  # greedy tokens per request, compared with no cache's
 QUESTION_TOKENS = 48
+WARM_TOKENS = 512  # the warm-up prompt: two of LMCache's chunks, 16 blocks
 AGAIN_ROUNDS = 2  # case 1b: reads of case 1's prompt again per repetition and store
 SAVE_SETTLE_S = 1.0  # asynchronous saves land long before a real second engine asks
 
@@ -98,6 +99,7 @@ class Race:
     def __init__(self, model: Path, stores: dict[str, PeerStore], logs: Path) -> None:
         self.model, self.stores, self.logs = model, stores, logs
         self.answers: list[Answer] = []
+        self.warm_prompt: list[int] = []
         self.none = self._engine("none", None)
         self.writers = {n: self._engine(f"{n}-writer", s) for n, s in stores.items()}
         self.readers = {n: self._engine(f"{n}-reader", s) for n, s in stores.items()}
@@ -113,13 +115,18 @@ class Race:
     def engines(self) -> list[EngineProc]:
         return [self.none, *self.writers.values(), *self.readers.values()]
 
-    def ready(self, engines: list[EngineProc], rng: random.Random) -> None:
+    def warm_up(self, rng: random.Random) -> None:
         """Wait for every engine, then pay each one's first-request costs on a throwaway
-        prompt."""
-        for eng in engines:
+        prompt, the store's first save and first load included: the writers store it, the
+        readers load it (every first sample was the slowest of its case without this)."""
+        for eng in self.engines():
             eng.wait_ready()
-        for eng in engines:
-            eng.run(tokens(rng, 64), 2)
+        self.warm_prompt = tokens(rng, WARM_TOKENS)
+        for eng in [self.none, *self.writers.values()]:
+            eng.run(self.warm_prompt, 2)
+        time.sleep(SAVE_SETTLE_S)
+        for eng in self.readers.values():
+            eng.run(self.warm_prompt, 2)
 
     def measure(
         self, case: str, store: str, eng: EngineProc, prompt: list[int], reset: bool = True
@@ -159,7 +166,7 @@ class Race:
         for name in order:
             self.measure("new_question", name, self.readers[name], p.second)
 
-    def restarted(self, reps: list[Prompts], rng: random.Random) -> None:
+    def restarted(self, reps: list[Prompts]) -> None:
         """Case 5: every store restarted, a new reader engine per store, case 1's prompts."""
         for eng in [*self.writers.values(), *self.readers.values()]:
             eng.close()
@@ -168,7 +175,9 @@ class Race:
         self.readers = {
             n: self._engine(f"{n}-reader-after-restart", s) for n, s in self.stores.items()
         }
-        self.ready(list(self.readers.values()), rng)
+        for eng in self.readers.values():  # the warm-up prompt, stored before the restart
+            eng.wait_ready()
+            eng.run(self.warm_prompt, 2)
         for i, p in enumerate(reps):
             self.measure("restarted", NONE, self.none, p.first)
             for name in rotate(list(self.readers), i):
@@ -211,7 +220,7 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         stack.callback(lambda: [e.close() for e in race.engines()])
         print(f"starting {len(race.engines())} engines...", flush=True)
         rng = random.Random(0)
-        race.ready(race.engines(), rng)
+        race.warm_up(rng)
         prompts = []
         for rep in range(reps):
             print(f"repetition {rep + 1}/{reps}", flush=True)
@@ -220,7 +229,7 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         for name, store in stores.items():
             after[name] = usage(store.pids())
         print("restarting every store, then new engines...", flush=True)
-        race.restarted(prompts, rng)
+        race.restarted(prompts)
     served = reps * (2 * prefix_len + 2 * QUESTION_TOKENS)  # prompt tokens each store saw
     rows = case_rows(race.samples(), list(stores))
     rows += [resource_row(n, s.processes, idle[n], after[n], served) for n, s in stores.items()]
