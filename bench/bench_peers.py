@@ -11,6 +11,10 @@ prefix cache as the limit:
    the reader serves it twice more, its own cache reset each time: more samples of the same
    load, against the machine's noise;
 2. new question after the shared prefix: the reader asks another question after it;
+3. traffic: ``engines/workload.py``'s chats, RAG prompts and one-off prompts (scaled down), one
+   request at a time in arrival order, each on the reader with its own cache reset (a fleet
+   without affinity: only the store remembers); TTFT p50 and p99, the share of prompt tokens
+   cached, tokens per second; the limit serves the trace on one engine that keeps its cache;
 5. every store is restarted (SIGTERM, as an operator would), then a new reader engine process
    serves case 1's prompts: what survives a restart;
 6. every answer's 8 greedy tokens are compared with no cache's on the same prompt.
@@ -36,7 +40,7 @@ import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from bench_vllm import build_checkpoint  # bench/ is on sys.path when run as a script
 from common import machine
@@ -55,6 +59,9 @@ from peers_report import (
     text_table,
 )
 from peers_store import KVStorePeer, PeerStore, Usage, usage
+
+if TYPE_CHECKING:
+    from engines.workload import Request
 
 STORES: dict[str, Callable[[Path], PeerStore]] = {
     "kvstore": KVStorePeer,
@@ -129,9 +136,15 @@ class Race:
             eng.run(self.warm_prompt, 2)
 
     def measure(
-        self, case: str, store: str, eng: EngineProc, prompt: list[int], reset: bool = True
+        self,
+        case: str,
+        store: str,
+        eng: EngineProc,
+        prompt: list[int],
+        reset: bool = True,
+        max_tokens: int = ANSWER_TOKENS,
     ) -> None:
-        out = eng.run(prompt, ANSWER_TOKENS, reset=reset)
+        out = eng.run(prompt, max_tokens, reset=reset)
         self.answers.append(Answer(case, store, tuple(prompt), out))
 
     def samples(self) -> Samples:
@@ -144,7 +157,15 @@ class Race:
         samples = Samples()
         for a in self.answers:
             same = a.out["tokens"] == reference.get(a.prompt)
-            samples.add(a.case, a.store, Sample(a.out["ttft"], a.out["cached"], same))
+            sample = Sample(
+                a.out["ttft"],
+                a.out["cached"],
+                same,
+                a.out["seconds"],
+                len(a.prompt),
+                len(a.out["tokens"]),
+            )
+            samples.add(a.case, a.store, sample)
         return samples
 
     def repetition(self, p: Prompts, order: list[str]) -> None:
@@ -166,6 +187,19 @@ class Race:
         for name in order:
             self.measure("new_question", name, self.readers[name], p.second)
 
+    def traffic(self, trace: list[Request]) -> None:
+        """Case 3: the trace's requests in arrival order, one at a time, each on an engine
+        whose own cache was reset (a fleet with no affinity at all: only the store remembers),
+        the stores interleaved with no cache request by request; then the limit, the whole
+        trace on one engine that keeps its own cache."""
+        for i, r in enumerate(trace):
+            self.measure("traffic", NONE, self.none, r.prompt, max_tokens=r.max_tokens)
+            for name in rotate(list(self.readers), i):
+                eng = self.readers[name]
+                self.measure("traffic", name, eng, r.prompt, max_tokens=r.max_tokens)
+        for i, r in enumerate(trace):
+            self.measure("traffic", LIMIT, self.none, r.prompt, i == 0, r.max_tokens)
+
     def restarted(self, reps: list[Prompts]) -> None:
         """Case 5: every store restarted, a new reader engine per store, case 1's prompts."""
         for eng in [*self.writers.values(), *self.readers.values()]:
@@ -182,6 +216,18 @@ class Race:
             self.measure("restarted", NONE, self.none, p.first)
             for name in rotate(list(self.readers), i):
                 self.measure("restarted", name, self.readers[name], p.first)
+
+
+def traffic_trace(quick: bool) -> list[Request]:
+    """``engines/workload.py``'s chats, RAG prompts over shared documents and one-off prompts
+    for two tenants, its lengths scaled to a quarter (a tenth with ``quick``) and its answers
+    to 3% so that a two-core machine serves the trace in minutes; about 40 requests, prompts
+    up to 2k tokens."""
+    from engines.workload import WorkloadConfig, generate
+
+    base = WorkloadConfig(sessions=4 if quick else 10, tenants=2, docs=6)
+    factor = 0.1 if quick else 0.25
+    return generate(base.scaled(factor, outputs=0.03, max_prompt=round(8192 * factor)))
 
 
 def rotate(names: list[str], i: int) -> list[str]:
@@ -228,6 +274,9 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
             race.repetition(prompts[-1], rotate(list(stores), rep))
         for name, store in stores.items():
             after[name] = usage(store.pids())
+        trace = traffic_trace(args.quick)
+        print(f"traffic: {len(trace)} requests...", flush=True)
+        race.traffic(trace)
         print("restarting every store, then new engines...", flush=True)
         race.restarted(prompts)
     served = reps * (2 * prefix_len + 2 * QUESTION_TOKENS)  # prompt tokens each store saw

@@ -23,6 +23,7 @@ class Case(NamedTuple):
     target: float  # kvstore's TTFT against the best peer's (ratio of medians)
     limit: bool  # whether vLLM's own prefix cache has a meaning here
     base: str = ""  # the case whose no-cache samples are the baseline ("": its own)
+    traffic: bool = False  # one sample per request of a trace: p99, hit share, throughput
 
 
 CASES = (
@@ -35,11 +36,18 @@ CASES = (
         "repeated",
     ),
     Case("new_question", "2. new question after a shared prefix", 1.0, True),
+    Case(
+        "traffic",
+        "3. chat/RAG traffic, each request on a reset engine",
+        1.0,
+        True,
+        traffic=True,
+    ),
     Case("restarted", "5. store restarted, then a fresh engine", 1.2, False),
 )
 NOT_RUN = {  # cases of the race not measured by this bench yet, and why
-    "3. multi-turn chat and RAG traffic": "not built yet: the engines/workload.py replay "
-    "through every store is the next step",
+    "3. concurrent traffic": "requests run one at a time: no engine serves several at once, "
+    "so throughput under load is not measured",
     "4. capacity pressure, working set 4x the RAM tier": "not built yet: it needs each "
     "store's RAM tier shrunk and a working set that takes minutes to prefill on two cores",
 }
@@ -56,6 +64,9 @@ class Sample(NamedTuple):
     ttft: float
     cached: int
     identical: bool
+    seconds: float = 0.0  # the whole request (traffic: throughput)
+    prompt: int = 0  # prompt tokens (traffic: the share served from a cache)
+    generated: int = 0
 
 
 @dataclass
@@ -94,6 +105,22 @@ def store_row(
         "tokens_identical": f"{sum(s.identical for s in samples)}/{len(samples)}",
         "samples": len(samples),
         "ttft_samples": [round(s.ttft, 4) for s in samples],
+        **(traffic_fields(samples) if case.traffic else {}),
+    }
+
+
+def traffic_fields(samples: Sequence[Sample]) -> dict[str, Any]:
+    """A trace's tail, the share of its prompt tokens a cache supplied, and its throughput
+    (prompt and generated tokens over the requests' seconds, one request at a time)."""
+    ttfts = sorted(s.ttft for s in samples)
+    p99 = ttfts[min(len(ttfts) - 1, round(0.99 * (len(ttfts) - 1)))]
+    prompt = sum(s.prompt for s in samples)
+    seconds = sum(s.seconds for s in samples)
+    tokens = prompt + sum(s.generated for s in samples)
+    return {
+        "p99_s": round(p99, 4),
+        "hit_share": round(sum(s.cached for s in samples) / prompt, 3) if prompt else None,
+        "tokens_per_s": round(tokens / seconds, 1) if seconds else None,
     }
 
 
@@ -191,6 +218,7 @@ def text_table(rows: Sequence[dict[str, Any]]) -> str:
             f"{r['case']:<55} {r['store']:<22} {r['value']:>8.3f} "
             f"{r['baseline']:<18} {ratio:>6} {target:>6} "
             f"{r['cached_tokens']:>7.0f} {r.get('tokens_identical', ''):>11}{mark}"
+            + _traffic_note(r)
         )
     for r in rows:
         if "skipped" in r:
@@ -203,6 +231,14 @@ def text_table(rows: Sequence[dict[str, Any]]) -> str:
                 f"served token, {r['cpu_s']} CPU s"
             )
     return "\n".join(lines)
+
+
+def _traffic_note(r: dict[str, Any]) -> str:
+    if "p99_s" not in r:
+        return ""
+    return f"  p99 {r['p99_s']:.3f} s, {r['hit_share']:.0%} of prompt tokens cached, " + (
+        f"{r['tokens_per_s']:.0f} tokens/s"
+    )
 
 
 def markdown(rows: Sequence[dict[str, Any]]) -> str:

@@ -92,3 +92,16 @@ def test_skipped_and_resource_rows_say_why_and_how_much() -> None:
     table = pr.text_table([*pr.case_rows(_samples(), ["kvstore", "lmcache"]), res, *rows])
     assert "not run: CUDA/XPU only" in table and "2 process(es)" in table
     assert "| 1. repeated prompt" in pr.markdown(pr.case_rows(_samples(), ["kvstore"]))
+
+
+def test_traffic_rows_add_the_tail_the_hit_share_and_the_throughput() -> None:
+    s = pr.Samples()
+    for i in range(100):
+        s.add("traffic", pr.NONE, pr.Sample(1.0 + i / 100, 0, True, 2.0, 1000, 10))
+        s.add("traffic", pr.KVSTORE, pr.Sample(0.1 + i / 1000, 500, i != 7, 1.0, 1000, 10))
+    rows = pr.case_rows(s, ["kvstore"])
+    kv = next(r for r in rows if r["store"] == "kvstore")
+    assert kv["value"] == 0.1495 and kv["p99_s"] == 0.198
+    assert kv["hit_share"] == 0.5 and kv["tokens_per_s"] == 1010.0
+    assert kv["tokens_identical"] == "99/100"
+    assert "p99_s" not in next(r for r in pr.case_rows(_samples(), ["kvstore"]))
