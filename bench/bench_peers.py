@@ -122,6 +122,11 @@ class Race:
     def engines(self) -> list[EngineProc]:
         return [self.none, *self.writers.values(), *self.readers.values()]
 
+    def close(self) -> None:
+        """Every engine still running exits (or is killed); idempotent."""
+        for eng in self.engines():
+            eng.close()
+
     def warm_up(self, rng: random.Random) -> None:
         """Wait for every engine, then pay each one's first-request costs on a throwaway
         prompt, the store's first save and first load included: the writers store it, the
@@ -263,7 +268,7 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
             store.start()
             idle[name] = usage(store.pids())
         race = Race(tmp / "model", stores, tmp)
-        stack.callback(lambda: [e.close() for e in race.engines()])
+        stack.callback(race.close)
         print(f"starting {len(race.engines())} engines...", flush=True)
         rng = random.Random(0)
         race.warm_up(rng)

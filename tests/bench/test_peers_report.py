@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 from pathlib import Path
+from typing import Any
 
 # bench/ is a folder of scripts, not a package: load the one module by its path
 _PATH = Path(__file__).resolve().parents[2] / "bench" / "peers_report.py"
@@ -20,7 +21,7 @@ _SPEC.loader.exec_module(pr)
 LABEL = {c.key: c.label for c in pr.CASES}
 
 
-def _samples() -> pr.Samples:
+def _samples() -> Any:  # a pr.Samples (pr is loaded by path, unknown to mypy)
     s = pr.Samples()
     for ttft in (2.0, 2.2, 1.8):
         s.add("repeated", pr.NONE, pr.Sample(ttft, 0, True))
