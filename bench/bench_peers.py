@@ -25,7 +25,8 @@ the processes an operator runs and their RSS and CPU time. The peers come from `
 (``.peers/``); a peer whose install is impossible here is skipped with the reason.
 
 Usage: ``python bench/bench_peers.py [--quick] [--reps N] [--stores kvstore,lmcache,mooncake]
-[--json PATH] [--markdown PATH]``.
+[--busy N] [--json PATH] [--markdown PATH] [--keep DIR]``; ``--busy N`` runs N CPU-bound
+processes beside the engines while they are measured, as on a crowded machine.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import argparse
 import json
 import random
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -59,6 +61,8 @@ from peers_report import (
     text_table,
 )
 from peers_store import KVStorePeer, PeerStore, Usage, usage
+
+from kvstore.testing.proc import die_with_parent
 
 if TYPE_CHECKING:
     from engines.workload import Request
@@ -272,6 +276,12 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         print(f"starting {len(race.engines())} engines...", flush=True)
         rng = random.Random(0)
         race.warm_up(rng)
+        for _ in range(args.busy):  # a crowded machine: CPU-bound neighbours while measuring
+            hog = subprocess.Popen(
+                [sys.executable, "-c", "while True: pass"], preexec_fn=die_with_parent
+            )
+            stack.callback(hog.wait)
+            stack.callback(hog.kill)
         prompts = []
         for rep in range(reps):
             print(f"repetition {rep + 1}/{reps}", flush=True)
@@ -313,6 +323,13 @@ def main() -> None:
         "--stores", default=",".join(STORES), help=f"comma-separated, of {', '.join(STORES)}"
     )
     ap.add_argument("--json", type=Path, default=RESULTS / "peers.json")
+    ap.add_argument(
+        "--busy",
+        type=int,
+        default=0,
+        help="CPU-bound processes to run beside "
+        "the engines while they are measured (as bench_vllm's --busy)",
+    )
     ap.add_argument("--markdown", type=Path, help="also write the table as Markdown here")
     ap.add_argument(
         "--keep",
