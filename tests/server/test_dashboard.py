@@ -204,7 +204,7 @@ def test_dashboard_draws_the_servers_numbers(busy: Busy, browser: Any, tmp_path:
         assert int(curves[tier].get_attribute("data-today")) == stats["tiers"][tier][
             "capacity_bytes"]
     assert page.query_selector("#chart-whatif line.today") is not None
-    assert all(" at 2×" in v for v in legend(page, "chart-whatif").values())
+    assert all(" at 2\u00d7" in v for v in legend(page, "chart-whatif").values())
     rows = page.inner_text("#tiers tbody")
     assert all(t in rows for t in ("host", "disk", "s3"))
     # a namespace nothing was asked of has no hit rate: a dash, in the legend and the table
