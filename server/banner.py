@@ -56,7 +56,7 @@ def stopped(lost: int, written: int, stats: StoreStats | None) -> tuple[str, dic
     shown = ", ".join(f"{name} {blocks}" for name, blocks in held.items()) or "none"
     wrote = f"{written} memory-only blocks written to disk"
     text = (f"kvstore stopped: store closed and synced, {wrote} (held at the stop: {shown})"
-            if not lost else f"kvstore stopped: {wrote}, {lost} could not be and are lost "
-            f"(held at the stop: {shown})")
+            if not lost else f"kvstore stopped: {wrote}, {lost} could not be written to disk "
+            f"and are lost (held at the stop: {shown})")
     return text, {"event": "stopped", "written_blocks": written, "lost_blocks": lost,
                   "blocks_held": held}
