@@ -16,12 +16,10 @@ import hashlib
 import logging
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
-    AfterValidator,
     BeforeValidator,
-    ByteSize,
     Field,
     SecretStr,
     field_validator,
@@ -29,7 +27,6 @@ from pydantic import (
 )
 from pydantic_settings import (
     BaseSettings,
-    NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
 )
@@ -52,39 +49,11 @@ from kvstore.namespace import check_tenant_name
 from kvstore.policy import POLICIES
 from server.cluster_config import check_cluster, cluster_config_of
 from server.config_file import ConfigFileError, reading, yaml_sources
+from server.setting_types import LogLevel, Names, Size, lower
 from server.store_config import pin_quota_of, store_config_of
 from server.token_files import fill_tokens_from_files
 
 __all__ = ["ConfigFileError", "ServerSettings", "load_settings"]
-
-
-def _refuse_bool(value: Any) -> Any:
-    if isinstance(value, bool):  # YAML's yes/no, or a flag mixed up with a switch
-        raise ValueError(f"not a size: {value!r}")
-    return value
-
-
-# bytes, or a number with a unit: 4096, 512MiB, 10GiB, 1.5GB (parsed by pydantic's ByteSize;
-# kept as a plain int, which is what type checkers see)
-if TYPE_CHECKING:
-    Size = int
-else:
-    Size = Annotated[ByteSize, BeforeValidator(_refuse_bool), AfterValidator(int)]
-LogLevel = Literal["critical", "error", "warning", "info", "debug"]
-
-
-def _names(value: Any) -> Any:
-    """A comma-separated string (a flag, a variable) as a list; a YAML list as it is."""
-    if isinstance(value, str):
-        return [name.strip() for name in value.split(",") if name.strip()]
-    return value
-
-
-Names = Annotated[list[str], NoDecode, BeforeValidator(_names)]
-
-
-def _lower(value: Any) -> Any:
-    return value.lower() if isinstance(value, str) else value
 
 
 _VISIBLE = "VISIBLE IN THE PROCESS LIST (ps) to every local user: prefer {0} or {1}"
@@ -182,7 +151,7 @@ class ServerSettings(BaseSettings):
                                 "registered, all tenants together")
     max_namespaces_per_tenant: int = Field(DEFAULT_MAX_NAMESPACES_PER_TENANT, ge=1,
                                            description="namespaces one tenant may register")
-    log_level: Annotated[LogLevel, BeforeValidator(_lower)] = Field(
+    log_level: Annotated[LogLevel, BeforeValidator(lower)] = Field(
         "info", description="log level: critical, error, warning, info or debug")
     log_format: Literal["text", "json"] = Field("text", description="log lines as text, or "
                                                 "one JSON object a line")
@@ -264,17 +233,11 @@ class ServerSettings(BaseSettings):
                                     "namespace = 2**bits; best near blocks per namespace / 64 "
                                     "(the first node's value holds for the whole cluster)")
 
-    @field_validator("policy")
+    @field_validator("policy", "whatif_policies")
     @classmethod
-    def _known_policy(cls, name: str) -> str:
-        POLICIES.resolve(name)  # ValueError naming the known policies
-        return name
-
-    @field_validator("whatif_policies")
-    @classmethod
-    def _known_policies(cls, names: list[str]) -> list[str]:
-        for name in names:
-            POLICIES.resolve(name)
+    def _known_policy(cls, names: str | list[str]) -> str | list[str]:
+        for name in [names] if isinstance(names, str) else names:
+            POLICIES.resolve(name)  # ValueError naming the known policies
         return names
 
     @field_validator("tenant_tokens")
