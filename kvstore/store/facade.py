@@ -64,10 +64,8 @@ class Store:
 
     # -- namespaces --------------------------------------------------------------------------
     def register_namespace(self, ns: Namespace) -> bool:
-        """Register ``ns``; True if new, False if an identical one exists. Raises
-        ``NamespaceConflictError`` on a differing definition, ``NamespaceLimitError`` past the
-        caps. The book writes its file under its own lock: reads and writes go on. In a
-        cluster, the cluster is asked first (:meth:`watch_namespaces`)."""
+        """Register ``ns``: True if new, False if identical (``NamespaceConflictError``,
+        ``NamespaceLimitError``); the cluster, if any, is asked first. Takes no store lock."""
         if self._claims is not None:
             self._claims.claim(ns)
         new = self._book.register(ns)
@@ -77,10 +75,8 @@ class Store:
         return new
 
     def delete_namespace(self, name: str) -> int:
-        """Forget namespace ``name`` and remove its blocks from every tier (as :meth:`delete`);
-        how many it held. From the first moment every call naming it fails with
-        ``UnknownNamespaceError``; if removing the blocks fails, the namespace is back (less
-        the blocks already removed) and the error raised."""
+        """Forget ``name`` and delete its blocks; how many. Calls naming it fail at once; if
+        the delete fails, the namespace is back (less what went) and the error raised."""
         ns = self._book.unlist(name)
         try:
             with self._lock:
@@ -106,10 +102,9 @@ class Store:
     # -- data path ---------------------------------------------------------------------------
     def put(self, namespace: str, hashes: Sequence[BlockHash], blocks: Sequence[Buffer], *,
             tier: str | None = None, sums: Sequence[int | None] | None = None) -> PutResult:
-        """Store blocks (each exactly the namespace's ``block_bytes``) in the top tier, or in
-        ``tier``; those stored already are ``existing``, those no tier can take (everything
-        evictable is pinned) or whose bytes differ from the writer's checksum in ``sums`` are
-        ``refused``. Raises on a bad namespace, size or hash before storing anything."""
+        """Store blocks (``block_bytes`` each) in the top tier or ``tier``: stored already,
+        ``existing``; no room (all pinned) or bytes unlike ``sums``, ``refused``. Raises on a
+        bad namespace, size or hash before storing anything."""
         ns = self.namespace(namespace)
         start, items, bad = self._placer.writer.new_items(ns, hashes, blocks, tier, sums)
         with self._lock:
@@ -142,9 +137,8 @@ class Store:
         return self._reader.lookup(namespace, hashes, nowait=nowait)
 
     def trace(self, namespace: str, hashes: Sequence[BlockHash]) -> Trace:
-        """Every tier holding each block (top first), and for each block the store does not
-        hold the ghost of its departure (when, from which tier, why), if the ghost record
-        still has it. No side effects; blocks missing from the index are asked of S3."""
+        """Every tier holding each block (top first), and the ghost of each departed one
+        (when, from which tier, why) while kept. No side effects; asks S3 what is missing."""
         _, keys = self._book.keys(namespace, hashes)
         self._reader.discover_missing(keys)
         chunks = list(self._lock.scan(keys, TRACE_CHUNK, self._report.where))
@@ -152,17 +146,16 @@ class Store:
             return self._report.trace(chunks)
 
     def delete(self, namespace: str, hashes: Sequence[BlockHash]) -> int:
-        """Remove blocks from every tier, pinned or not; how many existed. A pinned block's
-        host slots stay allocated (unreadable) until its pins would have expired."""
+        """Remove blocks from every tier, pinned or not (a pinned one's host slots stay,
+        unreadable, until its pins end); how many existed."""
         _, keys = self._book.keys(namespace, hashes)
         with self._lock:
             return self._host.deletes.delete_blocks(keys)
 
     def prefetch(self, namespace: str, hashes: Sequence[BlockHash], *,
                  nowait: bool = False) -> Future[int]:
-        """Start onboarding the blocks toward the top tier; the future resolves to how many
-        distinct blocks are in the top tier when it finished. Only blocks held below the top
-        are queued: ``BusyError``, queueing nothing, past ``max_prefetch_blocks``.
+        """Onboard the blocks held below the top tier; the future gives the distinct blocks
+        on top when done. ``BusyError`` (none queued) past ``max_prefetch_blocks``;
         ``nowait``: ``WouldBlock`` rather than wait for the store lock."""
         ns, keys = self._book.keys(namespace, hashes)
         todo, done = self._reader.to_prefetch(keys, nowait=nowait)
@@ -219,9 +212,8 @@ class Store:
     def reserve_write(self, namespace: str, hashes: Sequence[BlockHash], *,
                       lease_s: float | None = None, owner: str = "",
                       nowait: bool = False, receiving: bool = False) -> Fenced:
-        """Host-slab extents to write each new block into (None: skip it) and their
-        generations; ``receiving``: the caller fills them itself and always commits or
-        aborts, so a delete or expiry meanwhile only dooms them."""
+        """Host-slab extents (None: skip) and generations for each new block; ``receiving``:
+        the caller always commits or aborts, so a delete or expiry only dooms them."""
         self._stack.slab()
         ns, keys = self._book.keys(namespace, hashes)
         expiry = time.monotonic() + self._leases.term(lease_s)
@@ -234,9 +226,8 @@ class Store:
                      nowait: bool = False, gens: Sequence[int | None] | None = None,
                      sums: Sequence[int | None] | None = None,
                      landed: Sequence[int | None] | None = None) -> PutResult:
-        """Publish blocks this owner reserved and wrote, refusing those whose slots moved
-        (``gens``) or whose bytes differ from the writer's checksums (``sums``; ``landed``:
-        as the receiver saw them land, else hashed now)."""
+        """Publish what this owner reserved and wrote, refusing moved slots (``gens``) and
+        bytes unlike ``sums`` (``landed``: as they landed, else hashed now)."""
         self._stack.slab()
         keys = make_keys(namespace, hashes)
         with self._lock.hold(nowait):
@@ -264,8 +255,7 @@ class Store:
                       *, owner: str = "", nowait: bool = False,
                       gens: Sequence[int | None] | None = None,
                       sums: Sequence[int | None] | None = None) -> tuple[PutResult, list[int]]:
-        """Publish ``hashes[i]``, written at the staged place ``places[i]`` (still of
-        generation ``gens[i]``, its bytes hashing to ``sums[i]``, when given)."""
+        """Publish ``hashes[i]`` written at staged ``places[i]`` (checked: ``gens``, ``sums``)."""
         self._stack.slab()
         ns, keys = self._book.keys(namespace, hashes)
         with self._lock.hold(nowait):
@@ -274,8 +264,7 @@ class Store:
 
     def check_host(self, namespace: str, hashes: Sequence[BlockHash],
                    cause: CorruptCause = "client") -> int:
-        """Hash the host copies of ``hashes`` where they lie and drop the blocks that fail
-        their checksum (a reader's copy failed); how many were dropped."""
+        """Hash the host copies where they lie, dropping those that fail; how many."""
         _, keys = self._book.keys(namespace, hashes)
         with self._lock:
             return self._books.checks.check_host(keys, cause)
@@ -294,23 +283,21 @@ class Store:
 
     def whatif(self, tier: str, namespaces: Sequence[str] | None = None,
                policy: str | None = None) -> Curve:
-        """The hit rate ``tier`` would have at capacities around today's, for the requests of
-        ``namespaces`` (None: every namespace) under ``policy`` (None: the tier's own); see
-        :mod:`kvstore.store.sizing`. ``LookupError`` for an unknown tier or with the curves
-        off, ``ValueError`` for a policy the tier's tracker does not simulate."""
+        """``tier``'s hit rate at capacities around today's for ``namespaces`` (None: all)
+        under ``policy`` (None: its own); ``LookupError``: no such tier or curves off,
+        ``ValueError``: a policy not simulated (:mod:`kvstore.store.sizing`)."""
         with self._lock:
             return self._books.sizing.curve(tier, namespaces, policy)
 
     def advise(self, tier: str, namespaces: Sequence[str] | None = None,
                policy: str | None = None, prefill_tokens_per_s: float | None = None) -> Advice:
-        """What the next steps of ``tier``'s capacity would save at today's traffic, in
-        blocks, prefill tokens and (given the engine's prefill rate) prefill seconds an
-        hour (:mod:`kvstore.whatif.advice`); errors as :meth:`whatif`."""
+        """:meth:`whatif`'s curve and what larger capacities would save an hour at today's
+        traffic (:mod:`kvstore.whatif.advice`); errors as :meth:`whatif`."""
         with self._lock:
             return self._books.sizing.advise(tier, namespaces, policy, prefill_tokens_per_s)
 
     def reset_whatif(self) -> None:
-        """Start every tier's curves again from now (after a change in traffic)."""
+        """Start every tier's curves again from now."""
         with self._lock:
             self._books.sizing.reset()
 
@@ -350,9 +337,8 @@ class Store:
             self._life.flush()
 
     def close(self) -> int:
-        """Stop prefetching and the demoter, free the host path's places, spill memory-only
-        blocks to disk (``spill_on_close``), close every tier; how many memory-only blocks
-        the spill could not write (lost; 0 on a second call). Idempotent."""
+        """Stop prefetches and the demoter, free the host path, spill memory-only blocks
+        (``spill_on_close``), close the tiers; how many the spill lost (0 again). Idempotent."""
         with self._lock:
             if not self._life.closing():
                 return 0
@@ -362,8 +348,7 @@ class Store:
 
     @property
     def spilled(self) -> int:
-        """How many memory-only blocks :meth:`close` wrote to the persistent tier (0 before
-        it, or without one)."""
+        """Memory-only blocks :meth:`close` wrote to the persistent tier (0 before it)."""
         return self._life.spilled
 
     def __enter__(self) -> Store:

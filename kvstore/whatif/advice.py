@@ -46,18 +46,28 @@ class Step:
 
 @dataclass(frozen=True, slots=True)
 class Advice:
-    """For one tier and scope: today's point and traffic, the next step (:data:`NEXT_STEP`
-    times today's capacity) and every point of the curve above today's capacity.
-    ``unpriced``: namespaces whose layout names no ``block_size``."""
+    """For one tier and scope: its ``curve``, the seconds of traffic it covers, the next step
+    (:data:`NEXT_STEP` times today's capacity) and every point of the curve above today's
+    capacity. ``unpriced``: namespaces whose layout names no ``block_size``."""
 
-    tier: str
+    curve: Curve
     window_s: float
-    requests_per_hour: float
     prefill_tokens_per_s: float | None
-    current: Point
     next_step: Step
     steps: tuple[Step, ...]
     unpriced: tuple[str, ...]
+
+    @property
+    def tier(self) -> str:
+        return self.curve.tier
+
+    @property
+    def current(self) -> Point:
+        return self.curve.current
+
+    @property
+    def requests_per_hour(self) -> float:
+        return self.curve.accesses * 3600.0 / max(self.window_s, 1e-9)
 
 
 def advise(whole: Curve, shares: Sequence[Share], window_s: float,
@@ -80,7 +90,6 @@ def advise(whole: Curve, shares: Sequence[Share], window_s: float,
                     None if prefill_tokens_per_s is None else tokens / prefill_tokens_per_s)
 
     return Advice(
-        whole.tier, window_s, whole.accesses / hours, prefill_tokens_per_s, whole.current,
-        step(round(today * NEXT_STEP)),
+        whole, window_s, prefill_tokens_per_s, step(round(today * NEXT_STEP)),
         tuple(step(p.capacity_bytes) for p in whole.points if p.capacity_bytes > today),
         tuple(s.namespace for s in shares if s.block_tokens <= 0))

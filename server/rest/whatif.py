@@ -47,10 +47,10 @@ def whatif(
         scope: list[str] | None = [resolve(store, principal, namespace).name]
     else:
         scope = None if principal.admin else [ns.name for ns in visible(store, principal)]
-    try:
-        curve = store.whatif(name, scope, policy)
+    try:  # the advice holds the curve: asked with it, the curve is built once
         rate = prefill_tokens_per_s or request.app.state.settings.prefill_tokens_per_s
         advice = store.advise(name, scope, policy, rate) if advise else None
+        curve = store.whatif(name, scope, policy) if advice is None else advice.curve
     except LookupError as exc:  # the curves are off
         raise HTTPException(404, str(exc)) from None
     except ValueError as exc:  # a policy the tier does not simulate
