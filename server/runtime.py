@@ -80,7 +80,7 @@ def data_dir_lock(settings: ServerSettings) -> Iterator[None]:
 def open_store(settings: ServerSettings) -> StoreAPI:
     from kvstore.store import Store
 
-    return Store.open(settings.store_config())
+    return Store(settings.store_config())
 
 
 def build_info(settings: ServerSettings, store: StoreAPI) -> ServerInfo:

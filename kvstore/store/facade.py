@@ -54,10 +54,6 @@ class Store:
                 self._books.registered(ns)
             self._books.index_persistent()
 
-    @classmethod
-    def open(cls, config: StoreConfig) -> Store:
-        return cls(config)
-
     def settled(self, timeout: float | None = None) -> bool:
         """Wait until background demotion is idle (at once without it); False on timeout."""
         return self._life.settled(timeout)
@@ -117,8 +113,8 @@ class Store:
 
     def get(self, namespace: str, hashes: Sequence[BlockHash], *,
             promote: bool | None = None) -> list[bytes | None]:
-        """Bytes of each block, or None for a miss (absent, or dropped: its checksum failed).
-        A hit below is copied to the top tier if ``promote`` (default ``promote_on_hit``)."""
+        """Each block's bytes or None (absent, or dropped for its checksum); a hit below goes
+        up if ``promote`` (default ``promote_on_hit``)."""
         _, keys = self._book.keys(namespace, hashes)
         self._life.check_open()
         do_promote = self.config.promote_on_hit if promote is None else promote
@@ -131,8 +127,8 @@ class Store:
 
     def lookup(self, namespace: str, hashes: Sequence[BlockHash], *,
                nowait: bool = False) -> LookupResult:
-        """Longest stored prefix of ``hashes`` and the top tier of each of its blocks; no side
-        effects. ``nowait``: ``WouldBlock`` rather than wait for the lock or ask S3."""
+        """Longest stored prefix and each block's top tier (``nowait``: ``WouldBlock`` rather
+        than wait for the lock or ask S3)."""
         self.namespace(namespace)
         return self._reader.lookup(namespace, hashes, nowait=nowait)
 
@@ -165,8 +161,8 @@ class Store:
     # -- pins --------------------------------------------------------------------------------
     def pin(self, namespace: str, hashes: Sequence[BlockHash], *, lease_s: float | None = None,
             owner: str = "", tenant: str | None = None) -> list[bool]:
-        """Pin existing blocks for ``lease_s`` seconds (``LeaseTable.term``); True where one is
-        now pinned. Charged to ``tenant``: ``PinQuotaError``, pinning nothing, past its quota."""
+        """Pin existing blocks for ``lease_s`` s; True where pinned. Charged to ``tenant``
+        (``PinQuotaError``, pinning nothing, past its quota)."""
         ns, keys = self._book.keys(namespace, hashes)
         lease = self._leases.term(lease_s)
         with self._lock:
@@ -178,9 +174,8 @@ class Store:
     def release(self, namespace: str, hashes: Sequence[BlockHash], *, owner: str = "",
                 nowait: bool = False) -> int:
         """Drop ``owner``'s pins on ``hashes``; how many it held. ``nowait``: as lookup."""
-        keys = make_keys(namespace, hashes)
         with self._lock.hold(nowait):
-            return self._leases.release_many(keys, owner)
+            return self._leases.release_many(make_keys(namespace, hashes), owner)
 
     def expire_leases(self, owner: str | None = None) -> int:
         """Drop expired pins and reservations, or all of ``owner``'s (staged places too)."""
@@ -188,8 +183,7 @@ class Store:
             return self._leases.expire(owner) + self._host.expire(owner, time.monotonic())
 
     def cut_leases(self, owner: str, within_s: float) -> int:
-        """Make every pin of ``owner`` run out within ``within_s`` seconds at the latest (0:
-        now); how many were cut. Its reservations and staged places stay."""
+        """``owner``'s pins end within ``within_s`` s (0: now); how many. Places stay."""
         with self._lock:
             return self._leases.cut(owner, max(0.0, within_s))
 
@@ -201,8 +195,7 @@ class Store:
     def acquire_read(self, namespace: str, hashes: Sequence[BlockHash], *,
                      lease_s: float | None = None, owner: str = "", nowait: bool = False,
                      promote: bool = True, tenant: str | None = None) -> Granted:
-        """Pinned host-slab extents of each block (None: a miss), their generations and
-        checksums, charged to ``tenant`` as :meth:`pin`."""
+        """Pinned host-slab extents (None: a miss), generations and checksums; as :meth:`pin`."""
         self._stack.slab()
         ns, keys = self._book.keys(namespace, hashes)
         return self._host.acquire_read(keys, lease=self._leases.term(lease_s), owner=owner,
@@ -324,10 +317,9 @@ class Store:
         for ns in self._book.all():
             with self._lock:
                 keys = self._ledger.keys_of(ns.name)
-            runs = self._lock.scan(keys, chunk, self._ledger.visible_many)
-            for i, entries in enumerate(runs):
-                yield [(k, e.tiers) for k, e in zip(keys[i * chunk:(i + 1) * chunk], entries,
-                                                    strict=True) if e is not None]
+            for i, run in enumerate(self._lock.scan(keys, chunk, self._ledger.visible_many)):
+                part = keys[i * chunk:(i + 1) * chunk]
+                yield [(k, e.tiers) for k, e in zip(part, run, strict=True) if e is not None]
 
     def tier(self, name: str) -> Tier:
         return self._stack.tiers[self._stack.pos(name)]

@@ -20,7 +20,7 @@ from server.settings import load_settings
 def app_and_store(tmp_path: Path) -> Iterator[tuple[TestClient, Store]]:
     settings = load_settings(data_dir=str(tmp_path), host_capacity="8MiB",
                              disk_capacity="64MiB", shm_name=f"kvs-health-{tmp_path.name}")
-    store = Store.open(settings.store_config())
+    store = Store(settings.store_config())
     app = create_app(store, settings, build_info(settings, store), ServerMetrics(store.stats),
                      "disk")
     try:
