@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from pydantic import ByteSize, ValidationError
@@ -25,10 +25,19 @@ DEFAULT_URL = "http://127.0.0.1:8470"
 T = TypeVar("T")
 
 
+def default_url(env: Mapping[str, str] = os.environ) -> str:
+    """Where a client command looks for the server: ``KVSTORE_URL``, else this machine at the
+    port ``kvstore serve`` reads from the same environment (``KVSTORE_PORT``), else 8470."""
+    if url := env.get("KVSTORE_URL"):
+        return url
+    port = env.get("KVSTORE_PORT", "").strip()
+    return f"http://127.0.0.1:{port}" if port else DEFAULT_URL
+
+
 def _client_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--url", default=os.environ.get("KVSTORE_URL", DEFAULT_URL), type=url_arg,
+    p.add_argument("--url", default=default_url(), type=url_arg,
                    help="REST base URL of the server (http:// may be left out: "
-                   "localhost:8470); env KVSTORE_URL")
+                   "localhost:8470); env KVSTORE_URL, else 127.0.0.1 at KVSTORE_PORT")
     p.add_argument("--token", default=os.environ.get("KVSTORE_TOKEN"),  # never echoed
                    help="bearer token (default: none; env KVSTORE_TOKEN)")
     p.add_argument("--json", action="store_true", help="print the server's JSON as it is")

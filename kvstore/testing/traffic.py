@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from kvstore.cli_client import DEFAULT_URL
+from kvstore.cli_client import default_url
 from kvstore.cli_kit import url_arg
 from kvstore.client import KVStoreClient
 from kvstore.testing.seaweed import SeaweedServer
@@ -144,7 +144,7 @@ def busy_server(root: Path, *flags: str, token: str | None = None, s3: bool = Tr
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m kvstore.testing.traffic",
                                 description="Keep a running kvstore server busy.")
-    p.add_argument("--url", default=os.environ.get("KVSTORE_URL", DEFAULT_URL), type=url_arg,
+    p.add_argument("--url", default=default_url(), type=url_arg,
                    help="REST base URL of the server (http:// may be left out); env "
                    "KVSTORE_URL")
     p.add_argument("--token", default=os.environ.get("KVSTORE_TOKEN"))

@@ -176,3 +176,16 @@ def test_a_url_without_its_scheme_is_http(server: ServerProc) -> None:
     assert run.returncode == 2 and run.stderr.splitlines() == [
         f"kvstore stats: argument --url: 'ftp://{bare}' is not an http:// or https:// URL "
         "(see kvstore stats --help)"], run.stderr
+
+
+def test_without_a_url_the_commands_find_the_server_at_kvstore_port(server: ServerProc) -> None:
+    """The environment that told ``kvstore serve`` its port tells the client commands too."""
+    port = server.url.rsplit(":", 1)[1]
+    env = {k: v for k, v in os.environ.items() if k != "KVSTORE_URL"}
+    run = subprocess.run([*kvstore_cmd(), "health"], capture_output=True, text=True, timeout=120,
+                         cwd=ROOT, env={**env, "KVSTORE_PORT": port})
+    assert run.returncode == 0 and run.stdout.splitlines()[0] == f"{server.url}: ok", run
+    run = subprocess.run([*kvstore_cmd(), "health"], capture_output=True, text=True, timeout=120,
+                         cwd=ROOT, env={**env, "KVSTORE_PORT": port,
+                                        "KVSTORE_URL": "127.0.0.1:1"})
+    assert run.returncode == 1 and "cannot reach http://127.0.0.1:1" in run.stderr, run
