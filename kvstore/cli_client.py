@@ -38,7 +38,7 @@ def _client_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--url", default=default_url(), type=url_arg,
                    help="REST base URL of the server (http:// may be left out: "
                    "localhost:8470); env KVSTORE_URL, else 127.0.0.1 at KVSTORE_PORT")
-    p.add_argument("--token", default=os.environ.get("KVSTORE_TOKEN"),  # never echoed
+    p.add_argument("--token", default=os.environ.get("KVSTORE_TOKEN", "").strip() or None,
                    help="bearer token (default: none; env KVSTORE_TOKEN)")
     p.add_argument("--json", action="store_true", help="print the server's JSON as it is")
 

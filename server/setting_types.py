@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import AfterValidator, BeforeValidator, ByteSize
+from pydantic import AfterValidator, BeforeValidator, ByteSize, SecretStr
 from pydantic_settings import NoDecode
 
 
@@ -32,6 +32,20 @@ def _names(value: Any) -> Any:
 
 
 Names = Annotated[list[str], NoDecode, BeforeValidator(_names)]
+
+
+def _token(value: Any) -> Any:
+    """Without the newline that a secret mounted as a variable often ends with (a token file is
+    stripped too; an HTTP header cannot carry it, so the token would never match); an empty
+    token, or one of several words, is refused rather than matching nothing."""
+    if isinstance(value, str):
+        value = value.strip()
+        if not value or any(c.isspace() for c in value):
+            raise ValueError("a token must be one word: not empty, no spaces")
+    return value
+
+
+Token = Annotated[SecretStr, BeforeValidator(_token)]
 
 
 def lower(value: Any) -> Any:

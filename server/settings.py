@@ -49,7 +49,7 @@ from kvstore.namespace import check_tenant_name
 from kvstore.policy import POLICIES
 from server.cluster_config import check_cluster, cluster_config_of
 from server.config_file import ConfigFileError, reading, yaml_sources
-from server.setting_types import LogLevel, Names, Size, lower
+from server.setting_types import LogLevel, Names, Size, Token, lower
 from server.store_config import pin_quota_of, store_config_of
 from server.token_files import fill_tokens_from_files
 
@@ -125,10 +125,10 @@ class ServerSettings(BaseSettings):
                            description="seconds a pin or reservation lasts when the client "
                            "names no lease")
     # -- security and limits --------------------------------------------------------------
-    token: SecretStr | None = Field(None, description="admin bearer token (sees every "
+    token: Token | None = Field(None, description="admin bearer token (sees every "
                                     "namespace). " + _VISIBLE.format("--token-file",
                                                                      "KVSTORE_TOKEN"))
-    tenant_tokens: dict[str, SecretStr] = Field(
+    tenant_tokens: dict[str, Token] = Field(
         default_factory=dict, description="JSON map tenant -> token, e.g. '{\"a\": \"tok\"}'. "
         + _VISIBLE.format("--tenant-tokens-file", "KVSTORE_TENANT_TOKENS"))
     max_request_bytes: Size = Field(64 << 20, description="REST request body limit (413 above)")
@@ -220,7 +220,7 @@ class ServerSettings(BaseSettings):
     advertise: str | None = Field(None, description="HOST:PORT of this node's data plane as "
                                   "peers dial it (default: the bound host, or this machine's "
                                   "name when bound to every address, and data_port)")
-    cluster_token: SecretStr | None = Field(None, description="the token the nodes of a "
+    cluster_token: Token | None = Field(None, description="the token the nodes of a "
                                             "cluster present to each other (accepted as the "
                                             "admin's). " + _VISIBLE.format(
                                                 "--cluster-token-file", "KVSTORE_CLUSTER_TOKEN"))

@@ -106,7 +106,9 @@ class ConnectorConfig:
                 "KVStoreConnector needs the kvstore server: set kv_connector_extra_config"
                 "['kvstore_url'] (e.g. 'http://127.0.0.1:8000') or KVSTORE_URL"
             )
-        parsed.update(token=parsed["token"] or env.get("KVSTORE_TOKEN") or None,
+        # a secret mounted as a variable often ends with a newline, which no header carries
+        token = (parsed["token"] or env.get("KVSTORE_TOKEN") or "").strip()
+        parsed.update(token=token or None,
                       namespace=parsed["namespace"] or None)
         return cls(url=url.rstrip("/"), **parsed)
 

@@ -25,6 +25,9 @@ def test_config_reads_extra_then_environment() -> None:
     env = {"KVSTORE_URL": "http://h:1", "KVSTORE_TOKEN": "t"}
     cfg = ConnectorConfig.from_extra({"namespace": "shared", "timeout_s": 2}, env=env)
     assert (cfg.url, cfg.token, cfg.namespace, cfg.timeout_s) == ("http://h:1", "t", "shared", 2)
+    # a secret mounted as a variable often ends with a newline, which no header can carry
+    cfg = ConnectorConfig.from_extra({}, env={**env, "KVSTORE_TOKEN": "t\n"})
+    assert cfg.token == "t"
 
 
 @pytest.mark.parametrize(

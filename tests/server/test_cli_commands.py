@@ -189,3 +189,18 @@ def test_without_a_url_the_commands_find_the_server_at_kvstore_port(server: Serv
                          cwd=ROOT, env={**env, "KVSTORE_PORT": port,
                                         "KVSTORE_URL": "127.0.0.1:1"})
     assert run.returncode == 1 and "cannot reach http://127.0.0.1:1" in run.stderr, run
+
+
+def test_a_token_variable_ending_in_a_newline_works_on_both_sides(
+        make_server: Callable[..., ServerProc]) -> None:
+    """A secret mounted as a variable often ends with a newline: the server and the client
+    commands both drop it (no HTTP header could carry it); an empty token is refused."""
+    srv = make_server(env={"KVSTORE_TOKEN": "s3cret\n"})
+    assert httpx.get(f"{srv.url}/v1/stats",
+                     headers={"Authorization": "Bearer s3cret"}).status_code == 200
+    run = kv("stats", "--url", srv.url, env={"KVSTORE_TOKEN": "s3cret\n"})
+    assert run.returncode == 0, run.stderr
+    run = kv("serve", "--port", "1", env={"KVSTORE_TOKEN": "\n"})
+    assert run.returncode == 2 and run.stderr.splitlines() == [
+        "kvstore serve: invalid settings: token (--token, KVSTORE_TOKEN): a token must be one "
+        "word: not empty, no spaces"], run.stderr
