@@ -23,7 +23,7 @@ import mmap
 import os
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import xxhash
@@ -31,6 +31,9 @@ import xxhash
 from kvstore.checksum import checksum, copy_summed
 from kvstore.client.errors import BlockSizeError, KVStoreClientError, StaleExtentsError
 from kvstore.protocol.frame import Buffer
+
+if TYPE_CHECKING:
+    from kvstore.tiers.segment import Segment
 
 Extents = Sequence[Sequence[int]]  # [(offset, length), ...] of one block
 _SHARED: dict[tuple[str, str], SlabMapping] = {}
@@ -47,18 +50,16 @@ class SlabMapping:
             if os.fstat(fd).st_size < need:
                 raise OSError(f"the slab descriptor holds {os.fstat(fd).st_size} bytes, "
                               f"expected {need}")
-            self._shm: Any = mmap.mmap(fd, need)
+            self._shm: mmap.mmap | Segment = mmap.mmap(fd, need)
             self.buf: memoryview = memoryview(self._shm)
         else:
-            from kvstore.tiers.host import attach_slab  # untracked: exiting never unlinks it
+            from kvstore.tiers.segment import attach_slab  # the tier's code: imported on use
 
-            self._shm = attach_slab(name)
+            self._shm = attach_slab(name)  # never unlinks it, not even when this process exits
             if self._shm.size < need:
                 self._shm.close()
                 raise OSError(f"shared memory {name} is {self._shm.size} bytes, expected {need}")
-            buf = self._shm.buf
-            assert buf is not None
-            self.buf = buf
+            self.buf = self._shm.buf
         self.name = name
         self.slot_bytes = slot_bytes
         # the server's generation word of each slot (read-only here); None: no fencing

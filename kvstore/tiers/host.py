@@ -84,7 +84,7 @@ class HostTier(SlabTier):
         super().__init__(capacity_bytes, slot_bytes)
         self.gen_offset = -(-self.slab_bytes // 64) * 64
         name = None if memfd else shm_name or f"kvstore-{os.getpid()}-{secrets.token_hex(4)}"
-        self._seg = Segment(self.gen_offset + 8 * self.num_slots, name)
+        self._seg = Segment.create(self.gen_offset + 8 * self.num_slots, name)
         self._seg.fault_in()
         buf = self._seg.buf
         self._buf: memoryview | None = buf

@@ -3,24 +3,22 @@
 A **memfd** (``memfd_create``) has no name in ``/dev/shm``: no other process can open it unless
 it is handed the file descriptor (the server sends it over its authenticated Unix socket with
 ``SCM_RIGHTS``) or may inspect this process (same user with ptrace rights via ``/proc/<pid>/fd``,
-or root). A **named** segment is what :mod:`multiprocessing.shared_memory` makes: any process of
-the same user can map it by name (:func:`attach_slab`); kept for library use and tests.
+or root). A **named** segment is a file of ``/dev/shm`` (what ``shm_open`` makes), created
+exclusively with mode ``0600``: any process of the same user can map it by name
+(:func:`attach_slab`); kept for library use and tests.
 
-Python 3.11's resource tracker registers every named segment a process creates *or attaches*
-and unlinks it when that process exits, which would let an exiting client destroy the server's
-slab, and it warns about "leaked" segments the tier unlinks on its own schedule; so both sides
-unregister right after opening and the tier alone unlinks.
+The segment is opened and mapped here with plain ``os`` and ``mmap`` calls, not through
+:mod:`multiprocessing.shared_memory`, whose resource tracker would unlink a segment when any
+process that attached it exits (destroying the server's slab with an exiting client) and warn
+about segments the tier unlinks on its own schedule. The creator alone unlinks a named segment.
 """
 
 from __future__ import annotations
 
-import _posixshmem
 import contextlib
 import logging
 import mmap
 import os
-from multiprocessing import resource_tracker
-from multiprocessing.shared_memory import SharedMemory
 from pathlib import Path
 
 import numpy as np
@@ -29,20 +27,29 @@ from kvstore.errors import CapacityError
 
 log = logging.getLogger(__name__)
 
-
-def _open_untracked(name: str, create: bool, size: int = 0) -> SharedMemory:
-    shm = SharedMemory(name=name, create=create, size=size)
-    # SharedMemory prefixes a "/" on POSIX; the tracker knows the segment by that name.
-    resource_tracker.unregister(shm._name, "shared_memory")  # type: ignore[attr-defined]
-    return shm
+SHM_DIR = "/dev/shm"  # where Linux's shm_open keeps POSIX shared memory
+_OPEN = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def attach_slab(shm_name: str) -> SharedMemory:
+def _path(name: str) -> str:
+    if not name or "/" in name or name in (".", ".."):
+        raise ValueError(f"shared memory name {name!r} is not a plain file name")
+    return f"{SHM_DIR}/{name}"
+
+
+def attach_slab(shm_name: str) -> Segment:
     """Map a named host tier slab from another process (name from ``SlabInfo.shm_name``).
 
-    Read and write ``shm.buf`` at the extents the store returns; call ``shm.close()`` when
-    done and never ``unlink()``: the segment belongs to the tier."""
-    return _open_untracked(shm_name, create=False)
+    Read and write ``seg.buf`` at the extents the store returns; call ``seg.close()`` when
+    done, which never unlinks: the segment belongs to the tier. Raises ``OSError`` when the
+    segment cannot be opened, ``ValueError`` for a name that is no shared memory name."""
+    fd = os.open(_path(shm_name), _OPEN)
+    try:
+        size = os.fstat(fd).st_size
+        mapping = mmap.mmap(fd, size)  # keeps its own reference to the file
+    finally:
+        os.close(fd)
+    return Segment(mapping, shm_name, fd=-1, owner=False)
 
 
 def memory_available() -> int | None:
@@ -67,11 +74,22 @@ def memory_available() -> int | None:
 
 
 class Segment:
-    """One mapped segment of ``size`` bytes: ``buf`` (writable), ``fd`` and ``name`` (None for
-    a memfd). :meth:`close` unmaps (or leaves the mapping to the last live view) and unlinks a
-    named segment."""
+    """One mapped segment: ``buf`` (writable), ``size``, ``name`` (None for a memfd) and
+    ``fd`` (-1 for a segment attached by name). :meth:`close` unmaps (or leaves the mapping to
+    the last live view), closes ``fd`` and, for the segment's creator, unlinks its name."""
 
-    def __init__(self, size: int, name: str | None) -> None:
+    def __init__(self, mapping: mmap.mmap, name: str | None, fd: int, owner: bool) -> None:
+        self._mmap: mmap.mmap | None = mapping
+        self.buf = memoryview(mapping)
+        self.size = len(mapping)
+        self.name = name
+        self.fd = fd
+        self._owner = owner
+
+    @classmethod
+    def create(cls, size: int, name: str | None) -> Segment:
+        """A new segment of ``size`` bytes, all backed by memory now; named ``name`` in
+        ``/dev/shm`` (``FileExistsError`` if taken), or an anonymous memfd for None."""
         # a memfd has no size limit of its own: reserving more than the free memory would
         # end in the OOM killer (of this process or another), not in an error
         room = memory_available()
@@ -79,38 +97,20 @@ class Segment:
             raise CapacityError(
                 f"host tier: cannot reserve {size} bytes of shared memory: only {room} bytes "
                 "of memory are available; lower the host capacity")
-        self.size = size
-        self.name = name
-        self._shm: SharedMemory | None = None
-        self._mmap: mmap.mmap | None = None
-        if name is not None:
-            self._shm = _open_untracked(name, create=True, size=size)
-            self.fd: int = self._shm._fd  # type: ignore[attr-defined]
-        else:
-            self.fd = os.memfd_create("kvstore-host", os.MFD_CLOEXEC)
-            os.ftruncate(self.fd, size)
-        self._commit()
-        if self._shm is not None:
-            buf = self._shm.buf
-            if buf is None:  # typeshed allows it; a segment just created has a buffer
-                raise RuntimeError(f"host tier: shared memory {name} is not mapped")
-            self.buf: memoryview = buf
-        else:
-            self._mmap = mmap.mmap(self.fd, size)
-            self.buf = memoryview(self._mmap)
-
-    def _commit(self) -> None:
-        """Back the whole segment with memory now. A tmpfs segment is sparse: without this, a
-        /dev/shm too small for the capacity surfaces as SIGBUS on some later write (a crash,
-        not an error), and every first write to a page pays a page fault on the hot path."""
+        if name is None:
+            fd = os.memfd_create("kvstore-host", os.MFD_CLOEXEC)
+        else:  # private to this user whatever the umask, and never someone else's file
+            fd = os.open(_path(name), _OPEN | os.O_CREAT | os.O_EXCL, 0o600)
         try:
-            os.posix_fallocate(self.fd, 0, self.size)
-        except OSError as exc:
-            self.close()
-            raise CapacityError(
-                f"host tier: cannot reserve {self.size} bytes of shared memory "
-                f"({exc.strerror}); lower the host capacity or enlarge /dev/shm"
-            ) from exc
+            os.ftruncate(fd, size)
+            _commit(fd, size)
+            mapping = mmap.mmap(fd, size)
+        except BaseException:
+            os.close(fd)
+            if name is not None:
+                os.unlink(_path(name))
+            raise
+        return cls(mapping, name, fd, owner=True)
 
     def fault_in(self) -> None:
         pages = np.frombuffer(self.buf, np.uint8)
@@ -118,38 +118,33 @@ class Segment:
         del pages
 
     def close(self) -> None:
-        """Unmap and forget; a view someone still holds keeps the mapping until it goes."""
-        buf = getattr(self, "buf", None)  # None: closed before it was mapped
+        """Unmap and forget; a view someone still holds keeps the mapping until it goes (mmap
+        unmaps on dealloc). The name goes now all the same. Closing twice does nothing."""
+        if self._mmap is None:
+            return
         with contextlib.suppress(BufferError):  # numpy views of it: the mapping outlives us
-            if buf is not None:
-                buf.release()
-        if self._mmap is not None:
-            try:
-                self._mmap.close()
-            except BufferError:  # a live view: the mapping goes with it (mmap on dealloc)
-                log.debug("host tier: memfd slab still has exported views at close")
-            self._mmap = None
-        if self.fd >= 0 and self._shm is None:
+            self.buf.release()
+        try:
+            self._mmap.close()
+        except BufferError:
+            log.debug("host tier: slab %s still has exported views at close", self.name)
+        self._mmap = None
+        if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
-        if self._shm is not None:
-            _close_named(self._shm)
-            self._shm = None
-            self.fd = -1
+        if self._owner and self.name is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(_path(self.name))
 
 
-def _close_named(shm: SharedMemory) -> None:
+def _commit(fd: int, size: int) -> None:
+    """Back the whole segment with memory now. A tmpfs segment is sparse: without this, a
+    /dev/shm too small for the capacity surfaces as SIGBUS on some later write (a crash, not
+    an error), and every first write to a page pays a page fault on the hot path."""
     try:
-        shm.close()
-    except BufferError:
-        # A caller still holds a view(); the mapping goes when the last view does (mmap
-        # unmaps on dealloc). Drop SharedMemory's handle on it, or its __del__ would try to
-        # close it again and print the same BufferError at collection. The name goes now.
-        log.debug("host tier: slab %s still has exported views at close", shm.name)
-        shm._mmap = None  # type: ignore[attr-defined]
-        os.close(shm._fd)  # type: ignore[attr-defined]
-        shm._fd = -1  # type: ignore[attr-defined]
-    # Not shm.unlink(): it would unregister from the tracker a second time, and the tracker
-    # process prints a traceback for a name it does not know.
-    with contextlib.suppress(FileNotFoundError):
-        _posixshmem.shm_unlink(shm._name)  # type: ignore[attr-defined]
+        os.posix_fallocate(fd, 0, size)
+    except OSError as exc:
+        raise CapacityError(
+            f"host tier: cannot reserve {size} bytes of shared memory "
+            f"({exc.strerror}); lower the host capacity or enlarge /dev/shm"
+        ) from exc

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import stat
 import subprocess
 import sys
 import textwrap
@@ -99,6 +100,8 @@ def test_named_segment_and_name_clash() -> None:
     tier = HostTier(128 * KiB, slot_bytes=64 * KiB, shm_name=name, pin=False)
     try:
         assert tier.slab_info() == (name, 128 * KiB, 64 * KiB)
+        # private to this user whatever the umask
+        assert stat.S_IMODE(os.stat(f"/dev/shm/{name}").st_mode) == 0o600
         with pytest.raises(FileExistsError):
             HostTier(128 * KiB, shm_name=name, pin=False)
     finally:
