@@ -1,8 +1,9 @@
 """Configuration of the built-in decoder: the model (read from a Hugging Face ``config.json``)
 and the engine (cache geometry, batching limits, device).
 
-Both are frozen; ``ModelConfig.from_dir`` is the only place that reads a checkpoint's JSON so
-that every other module sees typed fields and never a raw dict.
+Both are frozen; ``ModelConfig.from_dir`` is the only place that reads a checkpoint's JSON
+(parsed once by :mod:`engines.decoder.hf_config`) so that every other module sees typed fields
+and never a raw dict.
 """
 
 from __future__ import annotations
@@ -38,6 +39,32 @@ def parse_dtype(name: str | torch.dtype) -> torch.dtype:
 
 
 @dataclass(frozen=True, slots=True)
+class RopeScaling:
+    """How the rotary embedding is scaled past the trained context: ``linear`` divides every
+    frequency by ``factor``; ``llama3`` (Llama 3.1) divides the low ones and blends a band
+    between ``low_freq_factor`` and ``high_freq_factor`` wavelengths of the
+    ``original_max_position_embeddings`` (0: not given)."""
+
+    rope_type: str
+    factor: float
+    low_freq_factor: float = 0.0
+    high_freq_factor: float = 0.0
+    original_max_position_embeddings: int = 0
+
+    def __post_init__(self) -> None:
+        if self.rope_type not in ROPE_TYPES or self.rope_type == "default":
+            raise ValueError(f"unsupported rope_type {self.rope_type!r}; known: "
+                             f"{', '.join(ROPE_TYPES)}")
+        if self.factor <= 0:
+            raise ValueError(f"{self.rope_type} rope scaling needs a positive factor")
+        band = (self.low_freq_factor, self.high_freq_factor,
+                self.original_max_position_embeddings)
+        if self.rope_type == "llama3" and not (0 < band[0] < band[1] and band[2] > 0):
+            raise ValueError("llama3 rope scaling needs 0 < low_freq_factor < "
+                             "high_freq_factor and original_max_position_embeddings")
+
+
+@dataclass(frozen=True, slots=True)
 class ModelConfig:
     """The architecture of a Llama-family checkpoint."""
 
@@ -50,7 +77,7 @@ class ModelConfig:
     head_dim: int
     rms_norm_eps: float = 1e-6
     rope_theta: float = 10000.0
-    rope_scaling: dict[str, Any] | None = None  # {"rope_type": "llama3", "factor": 8.0, ...}
+    rope_scaling: RopeScaling | None = None  # None: the default (unscaled) rotary embedding
     max_position_embeddings: int = 2048
     tie_word_embeddings: bool = False
     attention_bias: bool = False
@@ -64,52 +91,19 @@ class ModelConfig:
             raise ValueError(
                 f"num_heads {self.num_heads} is not a multiple of num_kv_heads {self.num_kv_heads}"
             )
-        rope_type = (self.rope_scaling or {}).get("rope_type", "default")
-        if rope_type not in ROPE_TYPES:
-            raise ValueError(f"unsupported rope_type {rope_type!r}; known: {', '.join(ROPE_TYPES)}")
 
     @classmethod
     def from_dict(cls, doc: dict[str, Any], model_id: str = "") -> ModelConfig:
-        """Build from a ``config.json`` dict. Accepts both the transformers 4 layout
-        (``rope_theta`` + ``rope_scaling``) and the 5 layout (``rope_parameters``)."""
-        kind = doc.get("model_type", "llama")
-        if kind not in ("llama", "mistral"):
-            raise ValueError(f"unsupported model_type {kind!r}; known: llama, mistral")
-        if doc.get("sliding_window"):  # not implemented: attention would silently differ
-            raise ValueError("checkpoints with a sliding attention window are not supported")
-        heads = doc["num_attention_heads"]
-        rope = dict(doc.get("rope_parameters") or doc.get("rope_scaling") or {})
-        theta = float(rope.pop("rope_theta", doc.get("rope_theta", 10000.0)))
-        if "type" in rope and "rope_type" not in rope:  # transformers 4 spelling
-            rope["rope_type"] = rope.pop("type")
-        scaling = rope if rope.get("rope_type", "default") != "default" else None
-        eos = doc.get("eos_token_id")
-        eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (eos,))
-        return cls(
-            vocab_size=doc["vocab_size"],
-            hidden_size=doc["hidden_size"],
-            intermediate_size=doc["intermediate_size"],
-            num_layers=doc["num_hidden_layers"],
-            num_heads=heads,
-            num_kv_heads=doc.get("num_key_value_heads") or heads,
-            head_dim=doc.get("head_dim") or doc["hidden_size"] // heads,
-            rms_norm_eps=float(doc.get("rms_norm_eps", 1e-6)),
-            rope_theta=theta,
-            rope_scaling=scaling,
-            max_position_embeddings=doc.get("max_position_embeddings", 2048),
-            tie_word_embeddings=bool(doc.get("tie_word_embeddings", False)),
-            attention_bias=bool(doc.get("attention_bias", False)),
-            mlp_bias=bool(doc.get("mlp_bias", False)),
-            eos_token_ids=eos_ids,
-            dtype=str(doc.get("dtype") or doc.get("torch_dtype") or "float32"),
-            model_id=model_id,
-        )
+        """Build from a ``config.json`` document (:class:`~engines.decoder.hf_config.HFConfig`
+        says which fields count); ``ValueError`` for a checkpoint the decoder cannot run."""
+        from engines.decoder.hf_config import HFConfig  # pydantic: not for --help
+
+        return HFConfig.model_validate(doc).decoder_config(model_id)
 
     @classmethod
     def from_dir(cls, path: str | Path) -> ModelConfig:
         path = Path(path)
         return cls.from_dict(json.loads((path / "config.json").read_text()), model_id=path.name)
-
 
 @dataclass(frozen=True, slots=True)
 class EngineConfig:

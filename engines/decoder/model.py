@@ -39,14 +39,15 @@ def rope_inv_freq(cfg: ModelConfig) -> Tensor:
     (same formulas as transformers' ``modeling_rope_utils``)."""
     dim = cfg.head_dim
     inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
-    scaling = cfg.rope_scaling or {}
-    kind = scaling.get("rope_type", "default")
-    if kind == "linear":
-        return inv / float(scaling["factor"])
-    if kind == "llama3":
-        factor = float(scaling["factor"])
-        low, high = float(scaling["low_freq_factor"]), float(scaling["high_freq_factor"])
-        old_len = float(scaling["original_max_position_embeddings"])
+    scaling = cfg.rope_scaling
+    if scaling is None:
+        return inv
+    factor = scaling.factor
+    if scaling.rope_type == "linear":
+        return inv / factor
+    if scaling.rope_type == "llama3":
+        low, high = scaling.low_freq_factor, scaling.high_freq_factor
+        old_len = float(scaling.original_max_position_embeddings)
         wavelen = 2 * math.pi / inv
         # long wavelengths are interpolated by `factor`, short ones kept, the band between
         # blended smoothly (Llama 3.1's context extension)

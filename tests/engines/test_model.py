@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from engines.decoder.config import EngineConfig, ModelConfig
+from engines.decoder.config import EngineConfig, ModelConfig, RopeScaling
 from engines.decoder.model import rope_inv_freq
 from engines.decoder.runner import Engine
 from engines.decoder.sampler import SamplingParams
@@ -84,6 +84,21 @@ def test_unsupported_rope_type_is_refused() -> None:
                num_attention_heads=2, rope_scaling={"rope_type": "yarn", "factor": 2.0})
     with pytest.raises(ValueError, match="yarn"):
         ModelConfig.from_dict(doc)
+
+
+def test_a_config_missing_what_the_decoder_needs_is_refused_by_name() -> None:
+    doc = dict(vocab_size=8, hidden_size=8, intermediate_size=8, num_attention_heads=2)
+    with pytest.raises(ValueError, match="num_hidden_layers"):
+        ModelConfig.from_dict(doc)
+    doc.update(num_hidden_layers=1, rope_scaling={"rope_type": "llama3", "factor": 8.0})
+    with pytest.raises(ValueError, match="low_freq_factor"):
+        ModelConfig.from_dict(doc)
+    # the transformers 4 spelling ``type``, and transformers 5's ``rope_parameters``
+    doc.update(rope_scaling={"type": "linear", "factor": 2.0})
+    assert ModelConfig.from_dict(doc).rope_scaling == RopeScaling("linear", 2.0)
+    doc.update(rope_parameters={"rope_type": "default", "rope_theta": 500000.0})
+    cfg = ModelConfig.from_dict(doc)
+    assert (cfg.rope_scaling, cfg.rope_theta) == (None, 500000.0)
 
 
 @pytest.mark.gpu
