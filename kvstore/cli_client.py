@@ -19,6 +19,7 @@ from pydantic import ByteSize, ValidationError
 from kvstore.cli_kit import CommandError, url_arg
 from kvstore.namespace import Namespace
 from kvstore.protocol.health import StoreHealth
+from kvstore.protocol.rest import LookupOut, NamespaceDeleted, NamespaceList, NamespaceShown
 from kvstore.protocol.stats import Counts, StoreStats
 
 DEFAULT_URL = "http://127.0.0.1:8470"
@@ -164,13 +165,12 @@ def run_lookup(args: argparse.Namespace) -> int:
         hashes = sys.stdin.read().split()
     doc = _request(args, "POST", "/v1/lookup", {"namespace": args.namespace,
                                                   "block_hashes": hashes})
-    prefix, tiers = _read(args, "/v1/lookup", doc, "a lookup's answer",
-                          lambda d: (int(d["prefix_blocks"]), list(d["tiers"])))
+    found = _read(args, "/v1/lookup", doc, "a lookup's answer", LookupOut.model_validate)
     if args.json:
         print(json.dumps(doc))
     else:
-        print(f"prefix_blocks {prefix} of {len(hashes)}")
-        for h, tier in zip(hashes, tiers, strict=False):
+        print(f"prefix_blocks {found.prefix_blocks} of {len(hashes)}")
+        for h, tier in zip(hashes, found.tiers, strict=False):
             print(f"  {h}  {tier}")
     return 0
 
@@ -196,7 +196,8 @@ def add_namespaces_parser(sub: Any) -> None:
 
 def _shown(doc: Any) -> tuple[Namespace, Counts]:
     """``GET /v1/namespaces/{name}``'s answer: the namespace and its ``stats``."""
-    return Namespace.from_dict(doc), Counts.model_validate(doc.get("stats") or {})
+    shown = NamespaceShown.model_validate(doc)
+    return shown.namespace(), shown.stats
 
 
 def _show(ns: Namespace, stats: Counts) -> str:
@@ -226,7 +227,7 @@ def run_namespaces(args: argparse.Namespace) -> int:
         path = "/v1/namespaces"
         doc = _request(args, "GET", path)
         out = format_namespaces(_read(args, path, doc, "a list of namespaces", lambda d: [
-            Namespace.from_dict(ns) for ns in d["namespaces"]]))
+            ns.namespace() for ns in NamespaceList.model_validate(d).namespaces]))
     elif args.verb == "show":
         path = f"/v1/namespaces/{_path_part(args.name)}"
         doc = _request(args, "GET", path)
@@ -234,9 +235,8 @@ def run_namespaces(args: argparse.Namespace) -> int:
     else:
         path = f"/v1/namespaces/{_path_part(args.name)}"
         doc = _request(args, "DELETE", path)
-        name, blocks = _read(args, path, doc, "a deleted namespace",
-                             lambda d: (str(d["name"]), int(d["blocks"])))
-        out = f"deleted namespace {name} ({blocks} blocks)"
+        gone = _read(args, path, doc, "a deleted namespace", NamespaceDeleted.model_validate)
+        out = f"deleted namespace {gone.name} ({gone.blocks} blocks)"
     print(json.dumps(doc) if args.json else out)
     return 0
 

@@ -1,7 +1,8 @@
 """REST request and response bodies of the store's own routes (namespaces, blocks, lookup,
 stats, health, info, errors). These models are the OpenAPI document: clients and operators'
 scripts depend on every field name here; ``/v1/explain``'s bodies are in
-:mod:`server.rest.explain_schemas`."""
+:mod:`server.rest.explain_schemas`, the answers the command line reads too in
+:mod:`kvstore.protocol.rest`."""
 
 from __future__ import annotations
 
@@ -19,7 +20,13 @@ from kvstore.namespace import (
     Namespace,
 )
 from kvstore.protocol.explain import ExplainOut
-from kvstore.protocol.stats import Counts
+from kvstore.protocol.rest import (
+    LookupOut,
+    NamespaceDeleted,
+    NamespaceList,
+    NamespaceOut,
+    NamespaceShown,
+)
 from kvstore.types import BlockHash
 from server.rest.explain_schemas import MAX_EXPLAIN_TOKENS, MAX_MM_INPUTS, ExplainIn
 from server.rest.fields import (
@@ -36,7 +43,8 @@ from server.rest.fields import (
 
 # re-exported: routes and tests import these from here
 __all__ = ["HEX_PATTERN", "MAX_BATCH", "MAX_EXPLAIN_TOKENS", "MAX_MM_INPUTS", "NAME_PATTERN",
-           "REF_PATTERN", "ExplainIn", "ExplainOut", "HexHash"]
+           "REF_PATTERN", "ExplainIn", "ExplainOut", "HexHash", "LookupOut", "NamespaceDeleted",
+           "NamespaceList", "NamespaceOut", "NamespaceShown"]
 
 
 class LayoutModel(BaseModel):
@@ -77,28 +85,6 @@ class NamespaceIn(BaseModel):
         )
 
 
-class NamespaceOut(BaseModel):
-    name: str
-    block_bytes: int
-    layout: dict[str, Any]
-    hash_algo: str
-    hash_seed: str | None
-    tenant: str | None
-
-    @classmethod
-    def of(cls, ns: Namespace) -> NamespaceOut:
-        return cls(**ns.to_dict())
-
-
-class NamespaceList(BaseModel):
-    namespaces: list[NamespaceOut]
-
-
-class NamespaceDeleted(BaseModel):
-    name: str
-    blocks: Count = Field(description="blocks the namespace held, now removed from every tier")
-
-
 class HashesIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -107,11 +93,6 @@ class HashesIn(BaseModel):
 
     def raw_hashes(self) -> list[BlockHash]:
         return [BlockHash(bytes.fromhex(h)) for h in self.block_hashes]
-
-
-class LookupOut(BaseModel):
-    prefix_blocks: Count = Field(description="length of the longest cached prefix, in blocks")
-    tiers: list[str] = Field(description="top tier holding each block of that prefix")
 
 
 class PrefetchOut(BaseModel):
@@ -126,10 +107,6 @@ class PutOut(BaseModel):
 
 class DeleteOut(BaseModel):
     deleted: Count
-
-
-class NamespaceShown(NamespaceOut):
-    stats: Counts = Field(description="the namespace's row of /v1/stats")
 
 
 class HealthStatusOut(BaseModel):
