@@ -13,11 +13,23 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import NamedTuple
 
 from kvstore.tiers.s3.client import AUTH, FAULT_KINDS
 
 log = logging.getLogger("kvstore.s3")
+
+
+class HealthSnapshot(NamedTuple):
+    """The tier's health at one moment (``reason`` is "" unless ``degraded``)."""
+
+    degraded: bool
+    reason: str
+    last_error: str
+    errors: int
+    dropped: int
+    corrupt: int
+    recoveries: int
 
 
 class S3Health:
@@ -63,17 +75,11 @@ class S3Health:
     def auth_failed(self) -> bool:
         return self.degraded and self.reason == AUTH
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> HealthSnapshot:
         with self._lock:
-            return {
-                "degraded": self.degraded,
-                "reason": self.reason if self.degraded else "",
-                "last_error": self.last_error,
-                "errors": self.errors,
-                "dropped": self.dropped,
-                "corrupt": self.corrupt,
-                "recoveries": self.recoveries,
-            }
+            return HealthSnapshot(self.degraded, self.reason if self.degraded else "",
+                                  self.last_error, self.errors, self.dropped, self.corrupt,
+                                  self.recoveries)
 
 
 class Prober:

@@ -203,15 +203,15 @@ class S3Tier(IndexedTier, SharedTier):
         snap = self.state.snapshot()
         queue = self._writer.stats()
         return {
-            "ok": not snap["degraded"],
+            "ok": not snap.degraded,
             "backend": "s3",
             "endpoint": self.settings.endpoint_url or "aws",
             "bucket": self.settings.bucket,
             "prefix": self.settings.key_prefix,
-            **snap,
-            **queue,
+            **snap._asdict(),
+            **queue._asdict(),
             "uploaded": self._writer.uploaded,
-            "uploaded_objects": queue["uploaded"],
+            "uploaded_objects": queue.uploaded,
         }
 
     def stats(self) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from kvstore.errors import TierUnavailableError
 from kvstore.tiers.s3.client import THROTTLED, UNAVAILABLE
@@ -33,6 +33,16 @@ class Pending(NamedTuple):
     data: bytes
     meta: Batch
     gen: int
+
+
+class QueueStats(NamedTuple):
+    """The write-back queue's counters: blocks and bytes waiting, the queue's bound in bytes,
+    and blocks uploaded so far."""
+
+    pending: int
+    pending_bytes: int
+    queue_bytes: int
+    uploaded: int
 
 
 class WriteBack:
@@ -176,11 +186,6 @@ class WriteBack:
         """Stop backing off: remaining failures drop at once (used by close)."""
         self._abandon.set()
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> QueueStats:
         with self._lock:
-            return {
-                "pending": len(self._pending),
-                "pending_bytes": self._bytes,
-                "queue_bytes": self.max_bytes,
-                "uploaded": self.uploaded,
-            }
+            return QueueStats(len(self._pending), self._bytes, self.max_bytes, self.uploaded)

@@ -22,7 +22,6 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 from kvstore.errors import CapacityError, TierUnavailableError
 from kvstore.tiers.base import BlockMeta, Buffer
@@ -35,7 +34,7 @@ from kvstore.tiers.s3.holdings import Holdings
 from kvstore.tiers.s3.known import KnownBlocks
 from kvstore.tiers.s3.layout import Where
 from kvstore.tiers.s3.objects import Batch, S3Objects
-from kvstore.tiers.s3.writeback import RETRYABLE, Pending, WriteBack
+from kvstore.tiers.s3.writeback import RETRYABLE, Pending, QueueStats, WriteBack
 from kvstore.types import BlockKey
 
 
@@ -143,7 +142,7 @@ class S3Writer:
         for group in sparse:
             self._background.submit(self._compact, group)
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> QueueStats:
         """The write-back queue's counters."""
         return self._queue.stats()
 
