@@ -55,6 +55,7 @@ from engines.messages import (
 )
 from engines.worker_control import ROLES, WorkerControl, install
 from engines.worker_metrics import WorkerMetrics
+from kvstore.problems import problems
 
 __all__ = ["ROLES", "EngineLoop", "Pending", "create_app"]
 
@@ -79,10 +80,8 @@ async def bad_request(_: Request, exc: Exception) -> JSONResponse:
     """A body that does not validate is a 400 naming each bad field in one line (FastAPI's
     default is a 422 with a nested list): the caller's error, never the worker's."""
     assert isinstance(exc, RequestValidationError)
-    parts = []
-    for err in exc.errors():
-        where = ".".join(str(x) for x in err["loc"] if x != "body")
-        parts.append(f"{where}: {err['msg']}" if where else str(err["msg"]))
+    parts = [f"{where}: {err.msg}" if (where := err.where(skip=("body",))) else err.msg
+             for err in problems(exc)]
     return JSONResponse({"detail": "; ".join(parts)}, status_code=400)
 
 

@@ -18,6 +18,7 @@ from pydantic import ByteSize, ValidationError
 
 from kvstore.cli_kit import CommandError, url_arg
 from kvstore.namespace import Namespace
+from kvstore.problems import problems
 from kvstore.protocol.health import StoreHealth
 from kvstore.protocol.rest import LookupOut, NamespaceDeleted, NamespaceList, NamespaceShown
 from kvstore.protocol.stats import Counts, StoreStats
@@ -78,7 +79,7 @@ def _read(args: argparse.Namespace, path: str, doc: Any, what: str,
     try:
         return parse(doc)
     except ValidationError as exc:
-        why = "not JSON" if doc is None else exc.errors()[0]["msg"]
+        why = "not JSON" if doc is None else problems(exc)[0].msg
     except (ValueError, KeyError, TypeError) as exc:
         why = "not JSON" if doc is None else f"{type(exc).__name__}: {exc}"
     raise CommandError(f"{args.url}{path} did not answer with {what}: {why}; is --url a "

@@ -21,6 +21,7 @@ from pydantic import ByteSize, ValidationError
 from pydantic.fields import FieldInfo
 
 from kvstore.cli_kit import closest
+from kvstore.problems import problems
 
 # never echo their values in an error
 SECRETS = ("token", "tenant_tokens", "cluster", "cluster_token")
@@ -82,20 +83,19 @@ def invalid_settings(exc: ValidationError, config: str | None = None,
 
     fields = ServerSettings.model_fields
     parts = []
-    for err in exc.errors():
-        name = str(err["loc"][0]) if err["loc"] else ""
-        msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":  # only the file can name a setting that is none
+    for err in problems(exc):
+        name, msg = err.field, err.msg
+        if err.kind == "extra_forbidden":  # only the file can name a setting that is none
             close = closest(name, fields)
             parts.append(f"unknown setting {name!r} in config file {config} " + (
                 f"(did you mean {close!r}?)" if close else "(see kvstore serve --help)"))
             continue
-        if err["type"].startswith("byte_size"):
+        if err.kind.startswith("byte_size"):
             msg += "; use bytes or a size such as 4096, 512MiB, 10GiB, 1.5GB"
         if name not in fields:
             parts.append(msg)
             continue
-        given_value = err.get("input")
+        given_value = err.given
         if name not in SECRETS and isinstance(given_value, str | int | float) \
                 and str(given_value) not in msg:
             msg += f" (got {given_value!r})"

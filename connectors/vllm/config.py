@@ -17,6 +17,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
+from kvstore.problems import problems
+
 TIMEOUT_S = 5.0  # seconds per store call
 LEASE_S = 60.0  # seconds a load's pins outlive a crashed engine
 RETRY_AFTER_S = 1.0  # seconds of silence after the store was unreachable
@@ -28,14 +30,10 @@ def _parse_extra(extra: Mapping[str, Any]) -> BaseModel:
     try:
         return _extra_model().model_validate(dict(extra))
     except ValidationError as exc:
-        problems = []
-        for err in exc.errors():
-            key = ".".join(str(p) for p in err["loc"])
-            if err["type"] == "extra_forbidden":
-                problems.append(f"unknown key {key!r}")
-            else:
-                problems.append(f"{key!r}: {err['msg']} (got a {type(err['input']).__name__})")
-        raise ValueError(f"bad kv_connector_extra_config: {'; '.join(problems)}; known keys: "
+        bad = [f"unknown key {err.where()!r}" if err.kind == "extra_forbidden" else
+               f"{err.where()!r}: {err.msg} (got a {type(err.given).__name__})"
+               for err in problems(exc)]
+        raise ValueError(f"bad kv_connector_extra_config: {'; '.join(bad)}; known keys: "
                          f"{sorted(_extra_model().model_fields)}") from None
 
 

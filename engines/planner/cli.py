@@ -22,6 +22,7 @@ from pydantic import ValidationError
 
 from kvstore import cli_kit
 from kvstore.cli_kit import CommandError
+from kvstore.problems import problems
 
 if TYPE_CHECKING:
     from engines.planner.loop import Planner
@@ -69,11 +70,8 @@ def settings_from(args: argparse.Namespace) -> Any:
     try:
         return PlannerSettings(**given)
     except ValidationError as exc:
-        parts = []
-        for err in exc.errors():
-            name = str(err["loc"][0]) if err["loc"] else ""
-            msg = err["msg"].removeprefix("Value error, ")
-            parts.append(f"{flag_of(name)}: {msg}" if name else msg)
+        parts = [f"{flag_of(err.field)}: {err.msg}" if err.field else err.msg
+                 for err in problems(exc)]
         raise CommandError("invalid settings: " + "; ".join(parts)) from None
 
 

@@ -12,6 +12,7 @@ from urllib.parse import urlparse
 from pydantic import ValidationError
 
 from kvstore.client.errors import AuthenticationError, KVStoreUnavailableError, ProtocolError
+from kvstore.problems import problems
 from kvstore.protocol.info import ServerInfo
 
 
@@ -70,10 +71,9 @@ def parse_info(url: str, doc: Any, transport: str = "auto") -> Route:
     try:
         info = ServerInfo.model_validate(doc)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "the document"
-        raise ProtocolError(f"{url}: unexpected /v1/info answer: {where}: {first['msg']}") \
-            from None
+        first = problems(exc)[0]
+        raise ProtocolError(f"{url}: unexpected /v1/info answer: "
+                            f"{first.where() or 'the document'}: {first.msg}") from None
     local = info.host_id == host_id() and transport != "tcp"
     path, shm = info.unix_socket, info.shm
     target: tuple[str, int] | str
