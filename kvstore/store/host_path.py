@@ -238,8 +238,8 @@ class HostPath:
         fresh: list[tuple[BlockKey, int]] = []
         seen: set[BlockKey] = set()
         existing = refused = 0
-        for key, place in zip(keys, places, strict=True):
-            entry = self._ledger.get(key)
+        # one read of the cold tiers' indexes for the batch, not one per block
+        for key, place, entry in zip(keys, places, self._ledger.get_many(keys), strict=True):
             if key in seen or (entry is not None and not entry.pending):
                 existing += 1
             elif entry is not None:  # another writer reserved it and has not committed
