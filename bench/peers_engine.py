@@ -142,6 +142,7 @@ class EngineProc:
             preexec_fn=die_with_parent,
         )
         self._lines: queue.Queue[str] = queue.Queue()
+        self.ready = False
         self.tail: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -162,8 +163,12 @@ class EngineProc:
             return "@@TIMEOUT"
 
     def wait_ready(self, timeout: float = READY_S) -> None:
+        """Return once the engine has said it is ready (at once if it said so before)."""
+        if self.ready:
+            return
         if self._answer(timeout) != "@@READY":
             raise RuntimeError(f"engine {self.name} failed to start:\n" + "\n".join(self.tail))
+        self.ready = True
 
     def run(self, prompt: list[int], max_tokens: int, reset: bool = True) -> dict[str, Any]:
         assert self.proc.stdin is not None
@@ -174,8 +179,9 @@ class EngineProc:
         line = self._answer(ANSWER_S)
         if not line.startswith("@@RESULT"):
             raise RuntimeError(f"engine {self.name} died:\n" + "\n".join(self.tail))
-        result: dict[str, Any] = json.loads(line[len("@@RESULT") :])
-        return result
+        # a store's native library may write its log on the same line, after the answer
+        result, _ = json.JSONDecoder().raw_decode(line[len("@@RESULT") :].lstrip())
+        return dict(result)
 
     def close(self) -> None:
         """Ask the engine to exit, kill it after 30 s; idempotent."""

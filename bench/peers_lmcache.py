@@ -1,4 +1,5 @@
-"""LMCache in multi-process mode: one ``lmcache server`` (a 1 GB RAM L1 and a filesystem L2)
+"""LMCache in multi-process mode: one ``lmcache server`` (a RAM L1, 1 GiB unless a case shrinks
+it, and a filesystem L2)
 and vLLM's ``LMCacheMPConnector`` in each engine.
 
 LMCache runs from ``.peers/lmcache`` (``make peers``: the wheel and three small async-file
@@ -15,12 +16,11 @@ import sys
 import time
 from typing import Any
 
-from peers_store import PeerStore, TiedProc, dist_version, free_port, peer_path, wait_tcp
+from peers_store import RAM_BYTES, PeerStore, TiedProc, dist_version, free_port, peer_path, wait_tcp
 
 from kvstore.testing.proc import ChildProc, http_ok
 
 CHUNK_TOKENS = 256  # LMCache's unit of storage: a prefix hits in whole chunks
-L1_GB = 1
 MQ_TIMEOUT_S = 60
 
 
@@ -29,8 +29,8 @@ class LMCachePeer(PeerStore):
     processes = ("lmcache server",)
     llvmlite_fix = True
 
-    def __init__(self, workdir: Any) -> None:
-        super().__init__(workdir)
+    def __init__(self, workdir: Any, ram_bytes: int = RAM_BYTES, offload: bool = False) -> None:
+        super().__init__(workdir, ram_bytes, offload)
         self.port, self.http_port = free_port(), free_port()
         self.site = peer_path("lmcache")
         self.server: ChildProc = TiedProc(
@@ -64,7 +64,7 @@ class LMCachePeer(PeerStore):
                 "--chunk-size",
                 str(CHUNK_TOKENS),
                 "--l1-size-gb",
-                str(L1_GB),
+                str(self.ram_bytes / 2**30),  # LMCache's "GB" are GiB
                 "--eviction-policy",
                 "LRU",
                 "--supported-transfer-mode",

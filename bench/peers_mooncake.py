@@ -1,11 +1,15 @@
 """Mooncake Store: a ``mooncake_master`` (with its HTTP metadata server), a ``mooncake_client``
-that lends the store 1 GB of RAM, and vLLM's built-in ``MooncakeStoreConnector`` in each engine
-(``standalone-store`` mode, no memory of its own), all over TCP on loopback.
+that lends the store its RAM (1 GiB unless a case shrinks it), and vLLM's built-in
+``MooncakeStoreConnector`` in each engine (``standalone-store`` mode, no memory of its own), all
+over TCP on loopback.
 
 The binaries and the ``mooncake.store`` module the connector imports come from
 ``.peers/mooncake`` (``make peers``: ``mooncake-transfer-engine-non-cuda`` with ``--no-deps``);
-they link Debian's ``libibverbs1`` and ``libnl`` even when only TCP is used. The store keeps
-blocks in RAM only here (its SSD offload is not configured), so a restart loses them.
+they link Debian's ``libibverbs1`` and ``libnl`` even when only TCP is used. By default the
+store keeps blocks in RAM only, so a restart loses them. With ``offload`` its SSD tier is on:
+``-enable_offload`` on the master and the client, the client's files under
+``MOONCAKE_OFFLOAD_FILE_STORAGE_PATH``, and ``enable_offload`` in the engines' config, so that
+a block evicted from the segment is still read from the client's disk.
 """
 
 from __future__ import annotations
@@ -17,22 +21,35 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from peers_store import PeerStore, TiedProc, dist_version, free_port, peer_path, wait_tcp
+from peers_store import (
+    RAM_BYTES,
+    PeerStore,
+    TiedProc,
+    dist_version,
+    free_port,
+    peer_path,
+    wait_tcp,
+)
 
-SEGMENT = "1 GB"  # RAM the mooncake_client lends the store
 ENGINE_BUFFER = "512MB"  # each engine's local transfer buffer
+DISK_BYTES = 8 << 30  # the SSD tier, with ``offload``
 
 
 class MooncakePeer(PeerStore):
     name = "mooncake"
     processes = ("mooncake_master", "mooncake_client")
 
-    def __init__(self, workdir: Path) -> None:
-        super().__init__(workdir)
+    def __init__(self, workdir: Path, ram_bytes: int = RAM_BYTES, offload: bool = False) -> None:
+        super().__init__(workdir, ram_bytes, offload)
         self.site = peer_path("mooncake")
         self.rpc, self.meta, self.metrics, self.client_port = (free_port() for _ in range(4))
         self.master = TiedProc("mooncake_master", self.workdir / "master.log")
-        self.client = TiedProc("mooncake_client", self.workdir / "client.log")
+        self.disk = self.workdir / "ssd"
+        self.client = TiedProc(
+            "mooncake_client",
+            self.workdir / "client.log",
+            env=self._offload_env() if offload else None,
+        )
         self.config = self.workdir / "mooncake.json"
 
     def _bin(self, name: str) -> Path:
@@ -72,17 +89,20 @@ class MooncakePeer(PeerStore):
                 "127.0.0.1",
                 "-metrics_port",
                 str(self.metrics),
+                f"-enable_offload={str(self.offload).lower()}",
             ]
         )
         wait_tcp(self.master, self.rpc)
         wait_tcp(self.master, self.meta)
+        self.disk.mkdir(exist_ok=True)
         self.client.spawn(
             [
                 str(self._bin("mooncake_client")),
                 "-protocol",
                 "tcp",
                 "-global_segment_size",
-                SEGMENT,
+                f"{self.ram_bytes >> 20} MB",  # Mooncake's MB are MiB
+                f"-enable_offload={str(self.offload).lower()}",
                 "-master_server_address",
                 f"127.0.0.1:{self.rpc}",
                 "-metadata_server",
@@ -104,9 +124,23 @@ class MooncakePeer(PeerStore):
                     "mode": "standalone-store",
                     "global_segment_size": 0,
                     "local_buffer_size": ENGINE_BUFFER,
+                    "enable_offload": self.offload,
                 }
             )
         )
+
+    def _offload_env(self) -> dict[str, str]:
+        """The client's SSD tier: its folder, 8 GiB of it (as kvstore's disk tier), and every
+        block written to disk at the next offload pass, one pass a second. By default a pass
+        runs every 10 s and writes only full buckets (256 MiB or 500 blocks): a small segment
+        fills and evicts its blocks long before, and they are lost."""
+        return {
+            "MOONCAKE_OFFLOAD_FILE_STORAGE_PATH": str(self.disk),
+            "MOONCAKE_OFFLOAD_TOTAL_SIZE_LIMIT_BYTES": str(DISK_BYTES),
+            "MOONCAKE_OFFLOAD_BUCKET_MAX_TOTAL_SIZE": str(DISK_BYTES),
+            "MOONCAKE_OFFLOAD_HEARTBEAT_INTERVAL_SECONDS": "1",
+            "MOONCAKE_OFFLOAD_BUCKET_KEYS_LIMIT": "1",
+        }
 
     def stop(self) -> None:
         self.client.stop(timeout=20)  # first: it unmounts its segment from the master

@@ -43,13 +43,18 @@ CASES = (
         True,
         traffic=True,
     ),
+    Case(
+        "pressure",
+        "4. capacity pressure, working set 4x each RAM tier",
+        1.2,
+        False,
+        traffic=True,
+    ),
     Case("restarted", "5. store restarted, then a fresh engine", 1.2, False),
 )
 NOT_RUN = {  # cases of the race not measured by this bench yet, and why
     "3. concurrent traffic": "requests run one at a time: no engine serves several at once, "
     "so throughput under load is not measured",
-    "4. capacity pressure, working set 4x the RAM tier": "not built yet: it needs each "
-    "store's RAM tier shrunk and a working set that takes minutes to prefill on two cores",
 }
 NOT_RUNNABLE = {  # stores that cannot run on this engine at all
     "vllm OffloadingConnector": "CUDA/XPU only in vLLM 0.32 (CPU offloading needs CUDA "
@@ -134,7 +139,9 @@ def versus_row(case: Case, samples: Samples, peers: Sequence[str]) -> dict[str, 
     value, base_value = median_ttft(mine), median_ttft(samples.get(case.key, best))
     ratio = base_value / value if value > 0 else None
     hits = statistics.median(s.cached for s in mine)
-    best_hits = max(statistics.median(s.cached for s in samples.get(case.key, p)) for p in ran)
+    # a trace's requests differ: the tokens a store supplied over all of them, not the median
+    hit = sum if case.traffic else statistics.median
+    best_hits = max(hit(s.cached for s in samples.get(case.key, p)) for p in ran)
     return {
         "case": case.label,
         "store": f"{KVSTORE} vs best peer",
@@ -146,7 +153,7 @@ def versus_row(case: Case, samples: Samples, peers: Sequence[str]) -> dict[str, 
         "target": case.target,
         "meets_target": None if ratio is None else ratio >= case.target,
         "cached_tokens": hits,
-        "hit_tokens_at_least_best_peer": hits >= best_hits,
+        "hit_tokens_at_least_best_peer": hit(s.cached for s in mine) >= best_hits,
     }
 
 

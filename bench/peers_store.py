@@ -22,6 +22,7 @@ from kvstore.testing.server import ServerProc
 
 PEERS_DIR = ROOT / ".peers"  # where `make peers` installs them
 STARTUP_S = 180.0  # a store's start on two shared cores, beside engines loading
+RAM_BYTES = 1 << 30  # each store's RAM tier, unless a case shrinks it
 
 
 class Usage(NamedTuple):
@@ -74,15 +75,19 @@ class TiedProc(ChildProc):
 
 
 class PeerStore(ABC):
-    """One store, its processes started in ``workdir`` (data, logs, config files)."""
+    """One store, its processes started in ``workdir`` (data, logs, config files), with
+    ``ram_bytes`` of RAM tier (kvstore's host tier, LMCache's L1, Mooncake's segment);
+    ``offload`` turns on a disk tier where the store's is optional (Mooncake's SSD tier;
+    kvstore's and LMCache's are always on)."""
 
     name: str
     processes: tuple[str, ...]  # what an operator runs beside the engines
     llvmlite_fix = False  # the engine must apply peers_engine's llvmlite fix
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, ram_bytes: int = RAM_BYTES, offload: bool = False) -> None:
         self.workdir = workdir / self.name
         self.workdir.mkdir(parents=True, exist_ok=True)
+        self.ram_bytes, self.offload = ram_bytes, offload
 
     def missing(self) -> str | None:
         """Why this store cannot run on this machine (it is then skipped), or None."""
@@ -131,15 +136,16 @@ def dist_version(folder: Path, dist: str) -> str | None:
 
 
 class KVStorePeer(PeerStore):
-    """``kvstore serve`` (a 1 GiB host tier, as LMCache's L1 and Mooncake's segment, over an
-    LMDB disk tier) and ``KVStoreConnector``."""
+    """``kvstore serve`` (a host tier of ``ram_bytes``, 1 GiB as LMCache's L1 and Mooncake's
+    segment unless a case shrinks them, over an LMDB disk tier) and ``KVStoreConnector``."""
 
     name = "kvstore"
     processes = ("kvstore serve",)
 
-    def __init__(self, workdir: Path) -> None:
-        super().__init__(workdir)
-        self.server = _TiedServer(self.workdir / "data", host_capacity="1GiB", disk_capacity="8GiB")
+    def __init__(self, workdir: Path, ram_bytes: int = RAM_BYTES, offload: bool = False) -> None:
+        super().__init__(workdir, ram_bytes, offload)
+        host = f"{ram_bytes >> 20}MiB"
+        self.server = _TiedServer(self.workdir / "data", host_capacity=host, disk_capacity="8GiB")
 
     def version(self) -> str | None:
         from kvstore import __version__
@@ -169,6 +175,7 @@ class _TiedServer(ServerProc):
 
 
 __all__ = [
+    "RAM_BYTES",
     "KVStorePeer",
     "PeerStore",
     "TiedProc",

@@ -106,3 +106,42 @@ def test_traffic_rows_add_the_tail_the_hit_share_and_the_throughput() -> None:
     assert kv["hit_share"] == 0.5 and kv["tokens_per_s"] == 1010.0
     assert kv["tokens_identical"] == "99/100"
     assert "p99_s" not in next(r for r in pr.case_rows(_samples(), ["kvstore"]))
+
+
+def test_pressure_rows_compare_hit_shares_and_total_hit_tokens() -> None:
+    """Case 4: a store whose RAM tier lost the working set's older prompts supplies fewer
+    tokens; kvstore is compared with the fastest peer on the median and with the peer that
+    supplied the most tokens over the whole working set (not on the median request)."""
+    s = pr.Samples()
+    for i in range(8):
+        s.add("pressure", pr.NONE, pr.Sample(2.0, 0, True, 2.1, 1000, 8))
+        s.add("pressure", pr.KVSTORE, pr.Sample(0.2, 992, True, 0.3, 1000, 8))
+        # a peer that keeps only its RAM tier: a quarter of the prompts hit, fast when they do
+        hit = i % 4 == 0
+        s.add("pressure", "ram-only", pr.Sample(0.1 if hit else 2.0, 992 if hit else 0, True))
+        s.add("pressure", "lmcache", pr.Sample(0.3, 768, True, 0.4, 1000, 8))
+    rows = pr.case_rows(s, ["kvstore", "ram-only", "lmcache"])
+    label = LABEL["pressure"]
+    assert all(r["case"] == label for r in rows)
+    assert [r["store"] for r in rows] == [
+        pr.NONE,
+        "kvstore",
+        "ram-only",
+        "lmcache",
+        "kvstore vs best peer",
+    ]
+    kv = rows[1]
+    assert kv["hit_share"] == 0.992 and kv["p99_s"] == 0.2 and kv["ratio"] == 10.0
+    assert rows[2]["value"] == 2.0 and rows[3]["hit_share"] == 0.768
+    versus = rows[-1]
+    assert versus["baseline"] == "lmcache" and versus["ratio"] == 1.5
+    assert versus["target"] == 1.2 and versus["meets_target"] is True
+    assert versus["hit_tokens_at_least_best_peer"] is True
+    # fewer tokens than the best peer over the working set fails the hit check, although
+    # kvstore's median request supplied more tokens than that peer's
+    for _ in range(4):
+        s.add("pressure", pr.KVSTORE, pr.Sample(0.2, 0, True))
+        s.add("pressure", "lmcache", pr.Sample(0.3, 992, True))
+    versus = pr.case_rows(s, ["kvstore", "lmcache"])[-1]
+    assert versus["hit_tokens_at_least_best_peer"] is False
+    assert "4. capacity pressure" not in " ".join(pr.NOT_RUN)
