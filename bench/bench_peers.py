@@ -172,7 +172,7 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
             race.warm_up(rng)
             prompts_4 = working_set(rng, ram, prefix_len + QUESTION_TOKENS, layers)
             params.update(pressure_ram_mib=ram >> 20, pressure_prompts=len(prompts_4))
-            print(f"capacity pressure: {len(prompts_4)} prompts, {ram >> 20} MiB RAM...")
+            print(f"case 4: {len(prompts_4)} prompts, {ram >> 20} MiB of RAM...", flush=True)
             race.pressure(prompts_4, rng)
             stores = stores or small
     rows = case_rows(race.samples(), list(stores)) + rows + skipped_rows(skipped)
