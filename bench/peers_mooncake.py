@@ -33,6 +33,10 @@ from peers_store import (
 
 ENGINE_BUFFER = "512MB"  # each engine's local transfer buffer
 DISK_BYTES = 8 << 30  # the SSD tier, with ``offload``
+# With ``offload`` (a small segment under pressure) the master evicts from 70% full, 10% at a
+# time: from its default 90% and 5%, a 12 MiB prompt put into a full 64 MiB segment was refused
+# ("insufficient space") before eviction made room, and those blocks were never stored.
+PRESSURE_EVICTION = ("-eviction_high_watermark_ratio=0.7", "-eviction_ratio=0.1")
 
 
 class MooncakePeer(PeerStore):
@@ -90,6 +94,7 @@ class MooncakePeer(PeerStore):
                 "-metrics_port",
                 str(self.metrics),
                 f"-enable_offload={str(self.offload).lower()}",
+                *(PRESSURE_EVICTION if self.offload else ()),
             ]
         )
         wait_tcp(self.master, self.rpc)
