@@ -85,38 +85,47 @@ class HostPath:
         quota."""
         host, slab = self._host()
         below: dict[BlockKey, int] = {}  # block -> the tier it was read from
-        if promote:
+        kept: list[BlockKey] = []  # the host's blocks stay while the rest come up beside them:
+        if promote:  # the room made for those never evicts these (nor the rest, once up)
             with self._lock.hold(nowait):
                 below = {k: top for k, top in zip(keys, tops(self._ledger.visible_many(keys)),
                                                   strict=True) if top > host}
-        if below:
-            if nowait:
-                raise WouldBlock(f"{len(below)} blocks must be promoted from a lower tier")
-            self._reader.read(list(below), promote=True, count=False, promote_to=host,
-                              counted_by_caller=True)
-        with self._lock.hold(nowait):
-            entries = self._ledger.get_many(keys)
-            stuck = promote and sum(
-                e is not None and e.tiers != 0 and not e.holds(host) for e in entries)
-            if stuck:  # stored, but the host tier could not take it: not a miss
-                raise CapacityError(
-                    f"{stuck} stored blocks could not be staged in the host tier: it is full "
-                    "of pinned blocks; release pins or read fewer blocks at once")
-            served = [host if entry is not None and not entry.pending and entry.holds(host)
-                      else -1 for entry in entries]
-            hits = [key for key, pos in zip(keys, served, strict=True) if pos >= 0]
-            self._leases.pin_many(hits, owner, lease, size=size, tenant=tenant)  # all or none
-            self._ledger.hits(host, hits)
-            out = [slab.extents(k) if pos >= 0 else None for k, pos in zip(keys, served,
-                                                                             strict=True)]
-            gens = slab.generations(out)  # while the pins hold: a short one may run out after
-            sums = [e.checksum if pos >= 0 and e is not None else None
-                    for e, pos in zip(entries, served, strict=True)]
-            if not promote:  # only what was served was read
-                keys, served = hits, [host] * len(hits)
-            self._tally.reads([k[0] for k in keys], served, [pos >= 0 for pos in served])
-            self._sizing.reads(keys, [below.get(k, pos) if pos >= 0 else -1
-                                      for k, pos in zip(keys, served, strict=True)])
+                if below and not nowait:
+                    kept = keys
+                    self._leases.start_reads(kept)
+        try:
+            if below:
+                if nowait:
+                    raise WouldBlock(f"{len(below)} blocks must be promoted from a lower tier")
+                self._reader.read(list(below), promote=True, count=False, promote_to=host,
+                                  counted_by_caller=True)
+            with self._lock.hold(nowait):
+                entries = self._ledger.get_many(keys)
+                stuck = promote and sum(
+                    e is not None and e.tiers != 0 and not e.holds(host) for e in entries)
+                if stuck:  # stored, but the host tier could not take it: not a miss
+                    raise CapacityError(
+                        f"{stuck} stored blocks could not be staged in the host tier: it is full "
+                        "of pinned blocks; release pins or read fewer blocks at once")
+                served = [host if entry is not None and not entry.pending and entry.holds(host)
+                          else -1 for entry in entries]
+                hits = [key for key, pos in zip(keys, served, strict=True) if pos >= 0]
+                self._leases.pin_many(hits, owner, lease, size=size, tenant=tenant)  # all or none
+                self._ledger.hits(host, hits)
+                out = [slab.extents(k) if pos >= 0 else None for k, pos in zip(keys, served,
+                                                                                 strict=True)]
+                gens = slab.generations(out)  # while the pins hold: a short one may run out after
+                sums = [e.checksum if pos >= 0 and e is not None else None
+                        for e, pos in zip(entries, served, strict=True)]
+                if not promote:  # only what was served was read
+                    keys, served = hits, [host] * len(hits)
+                self._tally.reads([k[0] for k in keys], served, [pos >= 0 for pos in served])
+                self._sizing.reads(keys, [below.get(k, pos) if pos >= 0 else -1
+                                          for k, pos in zip(keys, served, strict=True)])
+        finally:
+            if kept:
+                with self._lock:
+                    self._leases.end_reads(kept)
         return Granted(out, gens, sums)
 
     # -- writes ------------------------------------------------------------------------------

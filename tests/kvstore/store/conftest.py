@@ -13,6 +13,7 @@ import pytest
 from kvstore.config import StoreConfig, TierConfig
 from kvstore.namespace import Layout, Namespace
 from kvstore.store import Store
+from kvstore.tiers.slots import Extents
 
 BLOCK = 4096  # bytes per block in these tests: small, so that tests move many blocks
 NS = Namespace("m", BLOCK, Layout(model_id="tiny", num_layers=2, block_size=16, dtype="f32"))
@@ -67,3 +68,19 @@ def make_store(tmp_path: Path) -> Iterator[StoreFactory]:
     yield factory
     for store in made:
         store.close()
+
+
+def slab_copy(store: Store, extents: Extents) -> bytes:
+    """The bytes at ``extents`` of the host slab, as a reader mapping it copies them."""
+    view = store.tier("host").view(0, store.tier("host").slab_bytes)  # type: ignore[attr-defined]
+    try:
+        return b"".join(bytes(view[off:off + n]) for off, n in extents)
+    finally:
+        view.release()
+
+
+def fenced_copy(store: Store, extents: Extents, gen: int | None) -> bytes | None:
+    """What a shared-memory client gets: the copy, or None (a miss) if the generation it was
+    handed moved by the end of the copy (``kvstore.client.shm.SlabMapping.read``)."""
+    data = slab_copy(store, extents)
+    return data if store.tier("host").generations([extents]) == [gen] else None

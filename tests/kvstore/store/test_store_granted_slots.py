@@ -27,25 +27,8 @@ import pytest
 from kvstore.store import Store
 from kvstore.store.index import make_keys
 from kvstore.tiers.base import BlockMeta
-from kvstore.tiers.slots import Extents
 
-from .conftest import NS, StoreFactory, blocks
-
-
-def _copy(store: Store, extents: Extents) -> bytes:
-    """The bytes at ``extents`` of the host slab, as a reader mapping it copies them."""
-    view = store.tier("host").view(0, store.tier("host").slab_bytes)  # type: ignore[attr-defined]
-    try:
-        return b"".join(bytes(view[off:off + n]) for off, n in extents)
-    finally:
-        view.release()
-
-
-def _fenced_copy(store: Store, extents: Extents, gen: int | None) -> bytes | None:
-    """What a shared-memory client gets: the copy, or None (a miss) if the generation it was
-    handed moved by the end of the copy (``kvstore.client.shm.SlabMapping.read``)."""
-    data = _copy(store, extents)
-    return data if store.tier("host").generations([extents]) == [gen] else None
+from .conftest import NS, StoreFactory, blocks, fenced_copy, slab_copy
 
 
 def _disk_only(store: Store, n: int) -> tuple[list[bytes], list[bytes], list[bytes]]:
@@ -100,7 +83,7 @@ def test_a_second_promotion_of_a_granted_block_leaves_its_slots_alone(
     # granted blocks, under the generations handed out with them (no needless miss).
     for i, ext in enumerate(granted):
         assert ext is not None
-        assert _fenced_copy(store, ext, at_grant[i]) == data[i], f"block {i}: other bytes"
+        assert fenced_copy(store, ext, at_grant[i]) == data[i], f"block {i}: other bytes"
     assert store.tier("host").generations(granted) == at_grant  # not replaced at all
     store.check_integrity()
 
@@ -131,7 +114,7 @@ def test_a_copy_of_a_granted_block_is_never_written_over_its_slots(
 
     for i, ext in enumerate(granted):
         assert ext is not None
-        assert _fenced_copy(store, ext, gens[i]) in (data[i], None), f"block {i}: other bytes"
-        assert _copy(store, ext) == data[i], f"block {i}: its pinned slots were given away"
+        assert fenced_copy(store, ext, gens[i]) in (data[i], None), f"block {i}: other bytes"
+        assert slab_copy(store, ext) == data[i], f"block {i}: its pinned slots were given away"
     assert store.get(NS.name, hashes) == data
     store.check_integrity()

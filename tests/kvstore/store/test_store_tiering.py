@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from .conftest import BLOCK, StoreFactory, blocks
+from .conftest import BLOCK, StoreFactory, blocks, fenced_copy
 
 
 def test_eviction_demotes_instead_of_dropping(make_store: StoreFactory) -> None:
@@ -209,4 +209,30 @@ def test_put_naming_a_lower_tier_copies_a_memory_only_block_there(
     assert store.put("m", hashes, data, tier="disk").existing == 2
     assert store.tier("disk").get_many([("m", h) for h in hashes]) == data
     assert store.lookup("m", hashes).tiers == ["host", "host"]  # the host copy stays
+    store.check_integrity()
+
+
+@pytest.mark.parametrize("background", [False, True])
+def test_a_grant_that_promotes_keeps_its_own_host_blocks(make_store: StoreFactory,
+                                                         background: bool) -> None:
+    """A read through the slab of a chain whose head is in the host tier (coldest there) and
+    whose tail is on disk: the room made for the tail must not evict the head, or a read that
+    fits in the tier would fail as if the tier were full of pinned blocks."""
+    store = make_store(host=8, disk=64, host_watermarks=(0.9, 1.0),
+                       background_demotion=background)
+    hashes, data = blocks(6)
+    head, tail = (hashes[:3], data[:3]), (hashes[3:], data[3:])
+    fill, fill_data = blocks(5)
+    store.put("m", *tail)
+    store.put("m", *head)
+    store.put("m", fill, fill_data)  # the tail, coldest, goes down to make room
+    assert store.settled(10)
+    before = store.lookup("m", hashes).tiers
+    assert before[:3] == ["host"] * 3 and before[3:] == ["disk"] * 3  # the case
+    granted, gens, _ = store.acquire_read("m", hashes, owner="reader")
+    assert all(g is not None for g in granted)
+    for extents, gen, want in zip(granted, gens, data, strict=True):
+        assert fenced_copy(store, extents, gen) == want
+    store.release("m", hashes, owner="reader")
+    assert store.get("m", hashes) == data
     store.check_integrity()
