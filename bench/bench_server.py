@@ -15,7 +15,8 @@ Rows (each against a baseline measured in the same run, as bench/common.py repor
 - with ``--clients 1,2,4,8`` (the default), separate client processes at once against a
   server with a 256 MiB host tier over disk (``bench/server_clients.py``): aggregate get GB/s
   and p99 over shared memory and over TCP with each number of clients, and get p99 alone
-  and beside a client whose paced puts make the host tier demote to disk.
+  and beside a client whose paced puts make the host tier demote to disk (``--only clients``
+  runs these alone, with the counts of ``--clients``).
 
 Targets: shared-memory put >= 0.70 of memcpy, shared-memory get (each copy verified against
 the block's checksum, hashed a chunk at a time as it is copied) >= 0.85 of memcpy, beside
@@ -330,21 +331,32 @@ def _pct(values: list[float], q: int) -> float:
     return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
 
 
+def many_clients(tmp: Path, counts: list[int], quick: bool) -> list[dict[str, Any]]:
+    """The many-clients rows, against a server of their own (a 256 MiB host tier)."""
+    small = ServerProc(tmp / "clients", host_capacity="256MiB", disk_capacity="4GiB")
+    small.start()
+    try:
+        return client_rows(small, 256 << 20, counts, 0.4 if quick else 2.0, 1 if quick else 3)
+    finally:
+        small.stop()
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="well under a minute, every row")
     p.add_argument("--json", default=None, help="write the report (JSON) here")
     p.add_argument("--clients", default="1,2,4,8",
                    help="client process counts for the many-clients rows ('' for none)")
-    p.add_argument("--only", choices=("whatif",), help="run one section alone")
+    p.add_argument("--only", choices=("whatif", "clients"), help="run one section alone")
     args = p.parse_args()
     counts = [int(n) for n in args.clients.split(",") if n.strip()]
     reps, warmup = (3, 1) if args.quick else (9, 2)
     batch_bytes = (8 << 20) if args.quick else (32 << 20)
-    if args.only == "whatif":
+    if args.only is not None:
         with tempfile.TemporaryDirectory(prefix="kvbench-") as tmp:
-            rows = whatif_rows(Path(tmp), 5 if args.quick else 21)
-        report("server", rows, args.json)
+            report("server", whatif_rows(Path(tmp), 5 if args.quick else 21)
+                   if args.only == "whatif" else many_clients(Path(tmp), counts or [1],
+                                                              args.quick), args.json)
         return 0
     with tempfile.TemporaryDirectory(prefix="kvbench-") as tmp:
         srv = ServerProc(Path(tmp) / "data", host_capacity="1GiB", disk_capacity="4GiB")
@@ -368,14 +380,7 @@ def main() -> int:
             raw.close()
             srv.stop()
         if counts:
-            small = ServerProc(Path(tmp) / "clients", host_capacity="256MiB",
-                               disk_capacity="4GiB")
-            small.start()
-            try:
-                rows += client_rows(small, 256 << 20, counts, 0.4 if args.quick else 2.0,
-                                    1 if args.quick else 3)
-            finally:
-                small.stop()
+            rows += many_clients(Path(tmp), counts, args.quick)
     report("server", rows, args.json)
     return 0
 
