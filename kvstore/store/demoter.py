@@ -1,9 +1,12 @@
 """Demotion off the request path: a thread settles the host tier from its high watermark down
 to its low one by moving its coldest blocks to the persistent tier below, a batch at a time,
-holding the store lock only to pick a batch (and copy its bytes out of the slab) and to record
-the result. Each block's bytes are checked against its recorded checksum before they go down
-(:mod:`kvstore.store.verify`). The write below (one LMDB transaction, and its fsync, per
-batch) runs without it, so reads and puts beside a demoting put no longer wait for the disk.
+holding the store lock only to pick a batch, to copy its bytes out of the slab (a run of a few
+MiB per hold, so that a read beside it waits for one run, not the batch) and to record the
+result. Each block's bytes are checked against its recorded checksum right after its run is
+copied, before they go down. The write below (one LMDB transaction, and its fsync, per batch)
+runs without it, so reads and puts beside a demoting put no longer wait for the disk; a write
+that would not fit meanwhile waits for the batch to land (:meth:`Demoter.wait_room`) rather
+than evict under the lock itself.
 
 The request path still makes room itself when a write would not fit at all
 (:meth:`~kvstore.store.placer.Placer.make_room`); only the settling that followed every write
@@ -18,8 +21,10 @@ from __future__ import annotations
 import logging
 import math
 import threading
+import time
+from collections.abc import Iterator
 
-from kvstore.checksum import checksum, checksums
+from kvstore.checksum import checksums
 from kvstore.errors import CapacityError, TierUnavailableError
 from kvstore.store.books import Books
 from kvstore.store.index import Entry
@@ -32,6 +37,9 @@ from kvstore.types import BlockKey
 
 log = logging.getLogger("kvstore.store")
 Batch = list[tuple[Item, Entry]]
+Picked = list[tuple[BlockKey, Entry]]
+COPY_RUN_BYTES = 2 << 20  # copied out of the slab per hold of the store lock
+ROOM_WAIT_S = 2.0  # a write waits for a batch in flight this long at most, then makes room
 
 
 class Demoter:
@@ -48,6 +56,7 @@ class Demoter:
         self._wake = threading.Event()
         self._idle = threading.Condition()
         self._busy = False
+        self._since: float | None = None  # when the batch in flight was picked
         self._stopped = False
         self._thread = threading.Thread(target=self._run, name="kvstore-demote", daemon=True)
         self._thread.start()
@@ -74,6 +83,22 @@ class Demoter:
         """Wait until no settling is asked for or running; False on timeout."""
         with self._idle:
             return self._idle.wait_for(lambda: not self._busy, timeout)
+
+    def wait_room(self, need: int) -> bool:
+        """Wait, without the store lock, while settling runs and ``need`` more bytes do not fit
+        in the tier yet: each batch recorded below frees room. True once they fit (or no
+        settling runs: the caller then makes room itself); False once the batch in flight has
+        taken ``ROOM_WAIT_S`` (a slow or stuck disk: the caller evicts itself, as before). A
+        write that waits here instead of evicting under the store lock leaves the reads beside
+        it free, and does not write again the blocks that the batch in flight is writing."""
+        with self._idle:
+            while self._busy and not self._placer.fits_now(self.pos, need):
+                since = self._since
+                left = ROOM_WAIT_S if since is None else since + ROOM_WAIT_S - time.monotonic()
+                if left <= 0:
+                    return False
+                self._idle.wait(left)
+            return True
 
     def close(self) -> None:
         """Stop after the batch in flight (the store's spill copies what is left)."""
@@ -104,13 +129,29 @@ class Demoter:
 
     def step(self) -> bool:
         """Move one batch down; False once the tier is settled or nothing more can move."""
-        batch = self._pick()
-        if not batch:
-            return batch is not None  # [] : blocks left without a copy to write; go on
-        batch = self._verified(batch)
+        move = self._pick()
+        if not move:
+            return move is not None  # [] : blocks left without a copy to write; go on
+        with self._idle:
+            self._since = time.monotonic()
+        try:
+            return self._move(move)
+        finally:
+            with self._idle:  # room freed (or not: the writers waiting stop waiting)
+                self._since = None
+                self._idle.notify_all()
+
+    def _move(self, move: Picked) -> bool:
+        """Copy the picked blocks down and record them; False if the tier below refused."""
+        try:
+            batch = self._copied(move)
+        except BaseException:
+            with self._lock:
+                self._ledger.unwatch(key for key, _ in move)
+            raise
         if not batch:
             return True
-        items = self._sealed(batch)
+        items = [item for item, _ in batch]
         try:
             self._tiers[self.low].put_many(items)
         except (CapacityError, TierUnavailableError) as exc:
@@ -127,9 +168,9 @@ class Demoter:
         return True
 
     # -- under the lock -----------------------------------------------------------------------
-    def _pick(self) -> Batch | None:
-        """The next batch, with its bytes copied out of the slab (whose slots may be reused
-        once the lock is let go); None when there is nothing to do."""
+    def _pick(self) -> Picked | None:
+        """The next batch's blocks, watched, with room made for them below; None when there
+        is nothing to do."""
         pos, tier = self.pos, self._tiers[self.pos]
         with self._lock:
             if not self._placer.over_high_watermark(pos):
@@ -143,7 +184,7 @@ class Demoter:
             if not victims:
                 return None
             admit = self._stack.admissions[self.low].admit
-            move: list[tuple[BlockKey, Entry]] = []
+            move: Picked = []
             other: list[BlockKey] = []
             for key in victims:
                 entry = self._ledger.get(key)
@@ -155,15 +196,11 @@ class Demoter:
                 self._placer.demote(pos, other)
             elif not move:
                 return None
-            datas = tier.get_many([key for key, _ in move])
-            batch: Batch = [((key, data, BlockMeta(e.layout_id, e.checksum, e.size)), e)
-                            for (key, e), data in zip(move, datas, strict=True)
-                            if data is not None]
-            need = sum(self._tiers[self.low].charge(e.size) for _, e in batch)
-            if batch and not self._placer.make_room(self.low, need):
+            need = sum(self._tiers[self.low].charge(e.size) for _, e in move)
+            if move and not self._placer.make_room(self.low, need):
                 return None
-            self._ledger.watch(item[0] for item, _ in batch)
-            return batch
+            self._ledger.watch(key for key, _ in move)
+            return move
 
     def _record(self, batch: Batch, items: list[Item]) -> None:
         """The batch is below: record the copies, then free the slots of the blocks still
@@ -197,30 +234,49 @@ class Demoter:
                 self._exits.remove(pos, moved)
             self._placer.settle(low)
 
-    # -- without the lock ---------------------------------------------------------------------
-    def _verified(self, batch: Batch) -> Batch:
-        """The blocks of ``batch`` whose bytes (copied out of the slab when picked) match
-        their recorded checksum, one batched hash call; the others never go down: they are
-        dropped from the store, counted with cause ``demote``."""
-        todo = [i for i, ((_, _, meta), _) in enumerate(batch) if meta.checksum is not None]
-        sums = checksums([batch[i][0][1] for i in todo])
-        bad = {batch[i][0][0] for i, csum in zip(todo, sums, strict=True)
-               if csum != batch[i][0][2].checksum}
-        if not bad:
-            return batch
-        picked = {key: entry for (key, _, _), entry in batch if key in bad}
-        with self._lock:  # only the block that was read: not one deleted and put again since
-            fate = self._ledger.unwatch(bad)
-            self._checks.drop(self.pos, [k for k in bad if fate[k] == KEPT
-                                         and self._ledger.get(k) is picked[k]], "demote")
-        return [b for b in batch if b[0][0] not in bad]
+    # -- runs under the lock, the rest without it -------------------------------------------
+    def _copied(self, move: Picked) -> Batch:
+        """The picked blocks with their bytes, copied out of the slab (whose slots may be
+        reused once the lock is let go) a run of ``COPY_RUN_BYTES`` at a time, each run under
+        the lock: a call beside it waits for one run, not for the whole batch. Each run is
+        checked against its recorded checksums right after, without the lock, while still in
+        cache (a block without one gets it here). A block deleted, replaced or moved out of
+        the tier between runs is left out; one whose bytes do not match never goes down: it
+        is dropped from the store, counted with cause ``demote``."""
+        pos, tier = self.pos, self._tiers[self.pos]
+        batch: Batch = []
+        bad: dict[BlockKey, Entry] = {}
+        for run in _runs(move, COPY_RUN_BYTES):
+            with self._lock:
+                live = [(k, e) for k, e in run if self._ledger.get(k) is e and e.holds(pos)]
+                datas = tier.get_many([k for k, _ in live])
+                got = [(k, e, d) for (k, e), d in zip(live, datas, strict=True) if d is not None]
+                if len(got) < len(run):
+                    kept = {k for k, _, _ in got}
+                    self._ledger.unwatch(k for k, _ in run if k not in kept)
+            for (key, e, data), csum in zip(got, checksums([d for _, _, d in got]),
+                                            strict=True):
+                if e.checksum is not None and csum != e.checksum:
+                    bad[key] = e
+                else:
+                    batch.append(((key, data, BlockMeta(e.layout_id, csum, e.size)), e))
+        if bad:
+            with self._lock:  # only the block that was read: not one deleted and put again since
+                fate = self._ledger.unwatch(bad)
+                self._checks.drop(pos, [k for k, e in bad.items() if fate[k] == KEPT
+                                        and self._ledger.get(k) is e], "demote")
+        return batch
 
-    @staticmethod
-    def _sealed(batch: Batch) -> list[Item]:
-        """The batch's items, each with its checksum (computed here for memory-only blocks)."""
-        out: list[Item] = []
-        for (key, data, meta), _ in batch:
-            if meta.checksum is None:
-                meta = meta._replace(checksum=checksum(data))
-            out.append((key, data, meta))
-        return out
+
+def _runs(move: Picked, nbytes: int) -> Iterator[Picked]:
+    """``move`` cut into runs of about ``nbytes`` (at least one block each)."""
+    run: Picked = []
+    size = 0
+    for key, entry in move:
+        run.append((key, entry))
+        size += entry.size
+        if size >= nbytes:
+            yield run
+            run, size = [], 0
+    if run:
+        yield run

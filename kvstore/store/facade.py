@@ -101,8 +101,9 @@ class Store:
         """Store blocks (``block_bytes`` each) in the top tier or ``tier``: stored already,
         ``existing``; no room (all pinned) or bytes unlike ``sums``, ``refused``. Raises on a
         bad namespace, size or hash before storing anything."""
-        ns = self.namespace(namespace)
-        start, items, bad = self._placer.writer.new_items(ns, hashes, blocks, tier, sums)
+        ns = self.namespace(namespace)  # then, without the lock, room the demoter frees:
+        start, items, bad = self._life.make_way(self._placer.writer.new_items(ns, hashes, blocks,
+                                                                             tier, sums))
         with self._lock:
             self._life.check_open()
             if self._book.layout_id(namespace) != ns.layout_id:  # deleted meanwhile
@@ -164,11 +165,10 @@ class Store:
         """Pin existing blocks for ``lease_s`` s; True where pinned. Charged to ``tenant``
         (``PinQuotaError``, pinning nothing, past its quota)."""
         ns, keys = self._book.keys(namespace, hashes)
-        lease = self._leases.term(lease_s)
         with self._lock:
             live = [e is not None for e in self._ledger.visible_many(keys)]
             self._leases.pin_many([k for k, ok in zip(keys, live, strict=True) if ok], owner,
-                                  lease, size=ns.block_bytes, tenant=tenant)
+                                  self._leases.term(lease_s), size=ns.block_bytes, tenant=tenant)
         return live
 
     def release(self, namespace: str, hashes: Sequence[BlockHash], *, owner: str = "",

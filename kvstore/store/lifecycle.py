@@ -21,6 +21,7 @@ from kvstore.store.host_path import HostPath
 from kvstore.store.placer import Placer
 from kvstore.store.prefetch_queue import PrefetchQueue
 from kvstore.store.stack import TierStack
+from kvstore.store.tier_writer import NewItems
 from kvstore.types import BlockKey
 
 log = logging.getLogger("kvstore.store")
@@ -54,6 +55,17 @@ class Lifecycle:
         """Wait until background demotion has nothing left to do; False on timeout. Returns
         at once without it."""
         return self._demoter is None or self._demoter.wait_idle(timeout)
+
+    def make_way(self, put: NewItems) -> NewItems:
+        """``put`` (a put's tier and items, :meth:`TierWriter.new_items
+        <kvstore.store.tier_writer.TierWriter.new_items>`), once there is room for its items,
+        called without the store lock: while the demoter settles that tier and they do not fit
+        yet, wait for it to free room (:meth:`~kvstore.store.demoter.Demoter.wait_room`)
+        rather than evict under the lock, which would hold every other call for the disk."""
+        demoter, (pos, items, _) = self._demoter, put
+        if demoter is not None and demoter.pos == pos:
+            demoter.wait_room(sum(self._stack.tiers[pos].charges([m.size for _, _, m in items])))
+        return put
 
     def flush(self) -> None:
         """Flush every tier (persistent ones sync to their medium)."""

@@ -23,6 +23,7 @@ from kvstore.types import BlockHash, BlockKey
 
 log = logging.getLogger("kvstore.store")
 Item = tuple[BlockKey, Buffer, BlockMeta]
+NewItems = tuple[int, list[Item], int]  # a put's tier, its items, how many were left out
 QUIET_S = 60.0  # a tier that failed is reported again only after this long without failure
 
 
@@ -40,7 +41,7 @@ class TierWriter:
 
     def new_items(self, ns: Namespace, hashes: Sequence[BlockHash], blocks: Sequence[Buffer],
                   tier: str | None, sums: Sequence[int | None] | None = None
-                  ) -> tuple[int, list[Item], int]:
+                  ) -> NewItems:
         """The tier a put of ``blocks`` lands in (``tier``, else the top one), its items, and
         how many blocks were left out because their bytes do not match the writer's checksum
         in ``sums``. Raises, before anything is stored, ``ValueError`` unless there are as many
