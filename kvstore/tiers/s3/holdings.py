@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import lmdb
 
@@ -86,6 +86,12 @@ class Holdings:
         """Meta and location of a live block."""
         live = self._live(key)
         return None if live is None else Held(live.meta, Where((key[0], live.group), live.pos))
+
+    def find_many(self, keys: Sequence[BlockKey]) -> list[Held | None]:
+        """:meth:`find` of each key, in one read transaction."""
+        lives = self.file.read(_lives, [block_key(LIVE, k) for k in keys])
+        return [None if live is None else Held(live.meta, Where((key[0], live.group), live.pos))
+                for key, live in zip(keys, lives, strict=True)]
 
     def get(self, key: BlockKey) -> BlockMeta | None:
         live = self._live(key)
@@ -288,6 +294,10 @@ class Holdings:
 
     def close(self) -> None:
         self.file.close()
+
+
+def _lives(txn: lmdb.Transaction, raws: list[bytes]) -> list[Live | None]:
+    return [None if raw is None else unpack_live(cast(bytes, raw)) for raw in map(txn.get, raws)]
 
 
 def _live_members(record: GroupRecord) -> list[tuple[int, BlockKey, BlockMeta]]:

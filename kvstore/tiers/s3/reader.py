@@ -60,8 +60,7 @@ class S3Reader:
         out: list[bytes | None] = [None] * len(keys)
         remote: dict[BlockKey, Members] = {}
         sizes: dict[BlockKey, int] = {}  # group -> its block size
-        for i, key in enumerate(keys):
-            held = self._held.find(key)
+        for i, (key, held) in enumerate(zip(keys, self._held.find_many(keys), strict=True)):
             if held is None:
                 continue
             (_, _, size), where = held
