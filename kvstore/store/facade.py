@@ -210,7 +210,7 @@ class Store:
         self._stack.slab()
         ns, keys = self._book.keys(namespace, hashes)
         expiry = time.monotonic() + self._leases.term(lease_s)
-        self._life.check_open()
+        self._life.open_with_room(ns.block_bytes, len(keys), nowait)
         with self._lock.hold(nowait):
             return self._host.reserve_write(ns, keys, expiry=expiry, owner=owner,
                                             nowait=nowait, receiving=receiving)

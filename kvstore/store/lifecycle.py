@@ -58,14 +58,29 @@ class Lifecycle:
 
     def make_way(self, put: NewItems) -> NewItems:
         """``put`` (a put's tier and items, :meth:`TierWriter.new_items
-        <kvstore.store.tier_writer.TierWriter.new_items>`), once there is room for its items,
-        called without the store lock: while the demoter settles that tier and they do not fit
-        yet, wait for it to free room (:meth:`~kvstore.store.demoter.Demoter.wait_room`)
-        rather than evict under the lock, which would hold every other call for the disk."""
-        demoter, (pos, items, _) = self._demoter, put
-        if demoter is not None and demoter.pos == pos:
-            demoter.wait_room(sum(self._stack.tiers[pos].charges([m.size for _, _, m in items])))
+        <kvstore.store.tier_writer.TierWriter.new_items>`) once :meth:`wait_room` has room
+        for its items in that tier."""
+        pos, items, _ = put
+        self.wait_room(pos, sum(self._stack.tiers[pos].charges([m.size for _, _, m in items])))
         return put
+
+    def open_with_room(self, block_bytes: int, count: int, nowait: bool) -> None:
+        """:meth:`check_open`; then, unless ``nowait`` (a caller on an event loop, which goes
+        to a thread if the write would have to make room), :meth:`wait_room` for ``count``
+        new host blocks of ``block_bytes``."""
+        self.check_open()
+        host = self._stack.host
+        if not nowait and host is not None and count > 0:
+            self.wait_room(host, self._stack.tiers[host].charge(block_bytes) * count)
+
+    def wait_room(self, pos: int, need: int) -> None:
+        """Before a write of ``need`` bytes into tier ``pos``, called without the store lock:
+        while the demoter settles that tier and they do not fit yet, wait for it to free room
+        (:meth:`~kvstore.store.demoter.Demoter.wait_room`) rather than evict under the lock,
+        which would hold every other call for the disk's write."""
+        demoter = self._demoter
+        if demoter is not None and demoter.pos == pos:
+            demoter.wait_room(need)
 
     def flush(self) -> None:
         """Flush every tier (persistent ones sync to their medium)."""

@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from kvstore.store import Store
+from kvstore.store import Store, demoter
 from kvstore.store.index import make_keys
 
 from .conftest import StoreFactory, blocks
@@ -144,3 +144,53 @@ def test_a_full_disk_makes_room_while_a_batch_is_written_to_it(
     stats = store.stats().tiers
     assert all(stats[t].bytes <= 16 * len(data[0]) for t in ("host", "disk"))
     assert store.get("m", hashes[-2:], promote=False) == data[-2:]
+
+
+@pytest.mark.parametrize("shm", [False, True], ids=["put", "reserve_write"])
+def test_a_write_that_does_not_fit_waits_for_the_batch_in_flight_without_the_lock(
+    make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch, shm: bool,
+) -> None:
+    """The host tier is full but for the batch being written down: a write that does not fit
+    (a put, or a shared-memory reservation off the event loop) waits for that batch to land
+    instead of evicting under the store lock, so a get beside it goes through meanwhile, and
+    the request path writes nothing to the disk itself."""
+    monkeypatch.setattr(demoter, "ROOM_WAIT_S", 60.0)  # however slow this machine is
+    store, hashes, data, release = _batch_in_flight(make_store, monkeypatch, n=18)
+    disk = store.tier("disk")
+    held = disk.put_many
+    writes: list[int] = []
+
+    def counted(items: Sequence[Any]) -> None:
+        if threading.current_thread().name != "kvstore-demote":
+            writes.append(len(items))
+        held(items)
+
+    def write() -> None:
+        if shm:
+            got = store.reserve_write("m", hashes[14:])
+            done.append(sum(e is not None for e in got.extents))
+            store.abort_write("m", hashes[14:])
+        else:
+            done.append(store.put("m", hashes[14:], data[14:]).stored)
+
+    monkeypatch.setattr(disk, "put_many", counted)
+    done: list[int] = []
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        writer.join(0.3)
+        assert not done  # 14 + 4 blocks do not fit in 16: it waits for the batch
+        got: list[Any] = []
+        reader = threading.Thread(target=lambda: got.append(store.get("m", hashes[10:14])))
+        reader.start()
+        reader.join(5)
+        assert got == [data[10:14]]  # the waiting write does not hold the store lock
+    finally:
+        release.set()
+    writer.join(10)
+    assert done == [4]
+    assert writes == []  # the batch made the room
+    assert store.settled(10)
+    store.check_integrity()
+    kept = len(hashes) if not shm else 14
+    assert store.get("m", hashes[:kept], promote=False) == data[:kept]
