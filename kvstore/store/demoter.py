@@ -130,12 +130,13 @@ class Demoter:
     def step(self) -> bool:
         """Move one batch down; False once the tier is settled or nothing more can move."""
         move = self._pick()
-        if not move:
-            return move is not None  # [] : blocks left without a copy to write; go on
+        if move is None:
+            return False
         with self._idle:
             self._since = time.monotonic()
         try:
-            return self._move(move)
+            # [] : the victims had a copy below already (or may have none): room made; go on
+            return self._move(move) if move else True
         finally:
             with self._idle:  # room freed (or not: the writers waiting stop waiting)
                 self._since = None
