@@ -5,7 +5,8 @@ host path, spill to disk, tiers).
 :class:`Lifecycle` owns the closed flag, the prefetch pool and the demoter thread. It takes
 no lock: the facade holds the store lock around :meth:`Lifecycle.closing`,
 :meth:`Lifecycle.flush` and :meth:`Lifecycle.shut`, and not around :meth:`Lifecycle.stop`,
-whose demoter lands its batch in flight under the lock first.
+whose demoter lands its batch in flight under the lock first, nor around the waits of a
+write for the room the demoter frees (:meth:`Lifecycle.wait_room`).
 """
 
 from __future__ import annotations
