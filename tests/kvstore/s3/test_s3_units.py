@@ -125,7 +125,7 @@ def test_overwrite_while_uploading_uploads_the_newest_bytes_last() -> None:
         up.gate.set()
         assert wb.wait_idle(5)
     assert up.done[-1] == (K1, b"new")
-    assert wb.stats()["pending_bytes"] == 0 and not up.orphans
+    assert wb.stats().pending_bytes == 0 and not up.orphans
 
 
 def test_delete_while_uploading_reports_an_orphan() -> None:
@@ -149,7 +149,7 @@ def test_queue_is_bounded_all_or_nothing() -> None:
         wb.submit([(("ns", b"a"), b"x" * 6, META)])
         with pytest.raises(TierUnavailableError, match="queue full"):
             wb.submit([(("ns", b"b"), b"x" * 3, META), (("ns", b"c"), b"x" * 3, META)])
-        assert wb.get(("ns", b"b")) is None and wb.stats()["pending_bytes"] == 6
+        assert wb.get(("ns", b"b")) is None and wb.stats().pending_bytes == 6
         wb.submit([(("ns", b"a"), b"x" * 10, META)])  # replacing frees the old bytes
         up.gate.set()
         assert wb.wait_idle(5)
