@@ -11,6 +11,7 @@ from collections.abc import Iterable, Sequence
 
 import xxhash
 
+from kvstore.copying import scratch_for, trapped
 from kvstore.types import Buffer
 
 CHUNK = 128 * 1024  # bytes copied then hashed at a time: fits in L2 with room to spare
@@ -42,8 +43,19 @@ def copy_summed(dest: memoryview, src: memoryview, h: xxhash.xxh3_64, *,
     """Copy ``src`` into ``dest`` (same length, flat bytes), adding the bytes to the running
     hash ``h`` a chunk at a time right after copying the chunk (still in cache): those of
     ``dest``, or with ``of_src`` those of ``src`` (a writer hashes what it meant to write,
-    not a shared destination that another process may change)."""
+    not a shared destination that another process may change). A copy that would step into
+    the 4K-aliasing trap (:mod:`kvstore.copying`) goes through scratch and hashes the
+    scratch, which holds the same bytes."""
     n = src.nbytes
+    if trapped(dest, src):  # through scratch, hashed there: the bytes copied either way
+        tmp = scratch_for(src, min(n, CHUNK))
+        for lo in range(0, n, CHUNK):
+            hi = min(n, lo + CHUNK)
+            part = tmp[:hi - lo]
+            part[:] = src[lo:hi]
+            dest[lo:hi] = part
+            h.update(part)
+        return
     for lo in range(0, n, CHUNK):
         hi = min(n, lo + CHUNK)
         dest[lo:hi] = src[lo:hi]
