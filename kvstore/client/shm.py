@@ -31,6 +31,7 @@ import xxhash
 from kvstore.checksum import checksum, copy_summed
 from kvstore.client.errors import BlockSizeError, KVStoreClientError, StaleExtentsError
 from kvstore.protocol.frame import Buffer
+from kvstore.tiers.segment import attach_slab, map_shared
 
 if TYPE_CHECKING:
     from kvstore.tiers.segment import Segment
@@ -50,12 +51,11 @@ class SlabMapping:
             if os.fstat(fd).st_size < need:
                 raise OSError(f"the slab descriptor holds {os.fstat(fd).st_size} bytes, "
                               f"expected {need}")
-            self._shm: mmap.mmap | Segment = mmap.mmap(fd, need)
+            self._shm: mmap.mmap | Segment = map_shared(fd, need, populate=True)
             self.buf: memoryview = memoryview(self._shm)
         else:
-            from kvstore.tiers.segment import attach_slab  # the tier's code: imported on use
-
-            self._shm = attach_slab(name)  # never unlinks it, not even when this process exits
+            # never unlinks it, not even when this process exits
+            self._shm = attach_slab(name, populate=True)
             if self._shm.size < need:
                 self._shm.close()
                 raise OSError(f"shared memory {name} is {self._shm.size} bytes, expected {need}")
@@ -123,7 +123,7 @@ class SlabMapping:
                          gen: int | None = None) -> tuple[int, int]:
         """:meth:`read_into` and the checksum of the bytes copied, each chunk hashed in
         ``dest`` right after it is copied (still in cache)."""
-        out = memoryview(dest).cast("B")
+        out = _room(dest, extents)
         h = xxhash.xxh3_64()
         pos = 0
         for off, length in extents:
@@ -135,7 +135,7 @@ class SlabMapping:
     def read_into(self, extents: Extents, dest: Buffer, gen: int | None = None) -> int:
         """Copy the block into ``dest`` (writable, large enough); returns bytes copied. With
         ``gen``, checked after the copy (:class:`StaleExtentsError`)."""
-        out = memoryview(dest).cast("B")
+        out = _room(dest, extents)
         pos = 0
         for off, length in extents:
             out[pos:pos + length] = self.buf[off:off + length]
@@ -157,6 +157,16 @@ class SlabMapping:
                 self.buf.release()
         with contextlib.suppress(BufferError):  # a view still held: the OS unmaps at exit
             self._shm.close()
+
+
+def _room(dest: Buffer, extents: Extents) -> memoryview:
+    """``dest`` as flat bytes, refused (:class:`BlockSizeError`) where the block is larger."""
+    out = memoryview(dest).cast("B")
+    need = sum(length for _, length in extents)
+    if out.nbytes < need:
+        raise BlockSizeError(f"a buffer of {out.nbytes} bytes cannot take a block of {need}",
+                             "block_size")
+    return out
 
 
 def write_fenced(slab: SlabMapping, extents: Extents, block: Buffer, gen: int | None) -> int:
