@@ -169,3 +169,24 @@ def test_batches_larger_than_the_host_tier(server: ServerProc, ns_name: str) -> 
         assert c.shm_active
         assert "disk" in c.lookup(ns_name, hashes)[1]  # the host tier could not hold them all
         assert c.get(ns_name, hashes) == data
+
+
+
+def test_a_local_get_into_a_small_buffer_names_the_problem(server: ServerProc,
+                                                           ns_name: str) -> None:
+    """A shared-memory get into a buffer smaller than the block is a BlockSizeError, its pins
+    go, and the connection serves the next call; blocks copied into bytearrays (whose bytes
+    start 16 bytes into a page, a copy the client may send through scratch) come back as
+    stored."""
+    hashes = [h(i, ns_name) for i in range(6)]
+    with KVStoreClient(server.url, use_shm=True) as c:
+        c.register_namespace(ns_name, BLOCK, {})
+        c.put(ns_name, hashes, [blk(i) for i in range(6)])
+        bufs = [bytearray(BLOCK) for _ in range(6)]
+        assert c.get_into(ns_name, hashes, bufs) == [True] * 6
+        assert bufs == [blk(i) for i in range(6)]
+        bufs[2] = bytearray(16)
+        with pytest.raises(BlockSizeError, match="cannot take a block"):
+            c.get_into(ns_name, hashes, bufs)
+        assert c.lookup(ns_name, hashes[:2]) == (2, ["host"] * 2)
+        assert c.stats().totals.pinned == 0
