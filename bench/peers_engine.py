@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import subprocess
 import sys
 import threading
@@ -26,13 +27,18 @@ import time
 from pathlib import Path
 from typing import Any
 
+from peers_concurrent import serve_trace
+
 from kvstore.testing.proc import ROOT, die_with_parent
 
 BLOCK = 32  # tokens per KV block, as bench_vllm.BLOCK
+MAX_NUM_SEQS = 4  # requests an engine runs at once
 KV_CACHE_BYTES = 256 << 20  # each engine's own paged KV (several 2k-token prompts)
 READY_S = 600.0  # a cold start of several engines at once on two shared cores
 ANSWER_S = 600.0
 RESET_S = 60.0  # how long a reset may wait for a connector's saves to finish
+RANK = re.compile(r"^\[rank\d+\]: ")  # vLLM's prefix on a worker's log lines
+RAISED = re.compile(r"^[\w.]*(Error|Exception)\b.*: ")  # a traceback's last line
 
 
 def _llvmlite_fix() -> None:
@@ -51,7 +57,7 @@ def build(spec: dict[str, Any]) -> Any:
         "dtype": "float32",
         "block_size": BLOCK,
         "max_model_len": 8192,
-        "max_num_seqs": 4,
+        "max_num_seqs": MAX_NUM_SEQS,
         "kv_cache_memory_bytes": KV_CACHE_BYTES,
         "skip_tokenizer_init": True,
         "enforce_eager": True,
@@ -115,7 +121,13 @@ def worker(spec: dict[str, Any]) -> None:
         cmd = json.loads(line)
         if cmd.get("op") == "exit":
             break
-        print("@@RESULT " + json.dumps(serve(llm, cmd, f"peers-{i}")), flush=True)
+        if cmd.get("op") == "trace":
+            if cmd.get("reset"):
+                reset(llm)
+            out = serve_trace(llm, cmd, f"peers-{i}")
+        else:
+            out = serve(llm, cmd, f"peers-{i}")
+        print("@@RESULT " + json.dumps(out), flush=True)
 
 
 class EngineProc:
@@ -171,10 +183,11 @@ class EngineProc:
         self.ready = True
 
     def run(self, prompt: list[int], max_tokens: int, reset: bool = True) -> dict[str, Any]:
+        return self._ask({"prompt": prompt, "max_tokens": max_tokens, "reset": reset})
+
+    def _ask(self, cmd: dict[str, Any]) -> dict[str, Any]:
         assert self.proc.stdin is not None
-        self.proc.stdin.write(
-            json.dumps({"prompt": prompt, "max_tokens": max_tokens, "reset": reset}) + "\n"
-        )
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
         self.proc.stdin.flush()
         line = self._answer(ANSWER_S)
         if not line.startswith("@@RESULT"):
@@ -182,6 +195,32 @@ class EngineProc:
         # a store's native library may write its log on the same line, after the answer
         result, _ = json.JSONDecoder().raw_decode(line[len("@@RESULT") :].lstrip())
         return dict(result)
+
+    def error(self) -> str:
+        """The last error line the process printed ("" if none): why it failed."""
+        lines = [RANK.sub("", ln).strip() for ln in self.tail]
+        raised = [ln for ln in lines if RAISED.match(ln)]
+        mentioned = [ln for ln in lines if "Error" in ln or "Exception" in ln]
+        lines = raised or mentioned
+        return lines[-1][:400] if lines else ""
+
+    def run_trace(
+        self,
+        requests: list[dict[str, Any]],
+        concurrency: int,
+        reset: bool = True,
+        skip_cache: bool = False,
+    ) -> dict[str, Any]:
+        """Serve ``requests`` with up to ``concurrency`` in flight (``peers_concurrent``)."""
+        return self._ask(
+            {
+                "op": "trace",
+                "requests": requests,
+                "concurrency": concurrency,
+                "reset": reset,
+                "skip_cache": skip_cache,
+            }
+        )
 
     def close(self) -> None:
         """Ask the engine to exit, kill it after 30 s; idempotent."""

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from peers_concurrent import READER_ARGS
 from peers_engine import EngineProc
-from peers_report import LIMIT, NONE, Sample, Samples
+from peers_report import CONCURRENT, LIMIT, NONE, Sample, Samples
 from peers_store import PeerStore
 
 if TYPE_CHECKING:
@@ -51,9 +53,18 @@ class Race:
     """The engines of one run: ``none`` (no connector, also the limit) and per store a writer
     and a reader; all samples go into ``samples``."""
 
-    def __init__(self, model: Path, stores: dict[str, PeerStore], logs: Path) -> None:
+    def __init__(
+        self,
+        model: Path,
+        stores: dict[str, PeerStore],
+        logs: Path,
+        engine_args: dict[str, Any] | None = None,
+    ) -> None:
         self.model, self.stores, self.logs = model, stores, logs
+        self.engine_args = engine_args or {}
+        self.failed: dict[str, str] = {}  # stores whose engines could not serve, and why
         self.answers: list[Answer] = []
+        self.walls: dict[tuple[str, str], float] = {}  # a concurrent trace's wall seconds
         self.warm_prompt: list[int] = []
         self.none = self._engine("none", None)
         self.writers: dict[str, EngineProc] = {}
@@ -69,8 +80,13 @@ class Race:
         self.writers = {n: self._engine(f"{n}-{tag}writer", s) for n, s in stores.items()}
         self.readers = {n: self._engine(f"{n}-{tag}reader", s) for n, s in stores.items()}
 
-    def _engine(self, name: str, store: PeerStore | None) -> EngineProc:
-        spec: dict[str, Any] = {"model": str(self.model)}
+    def _engine(self, name: str, store: PeerStore | None, **engine_args: Any) -> EngineProc:
+        spec: dict[str, Any] = {
+            "model": str(self.model),
+            "engine_args": {**self.engine_args, **engine_args},
+        }
+        if store is not None:
+            spec["engine_args"].update(store.engine_args)
         env: dict[str, str] = {}
         if store is not None:
             spec.update(connector=store.connector(), llvmlite_fix=store.llvmlite_fix)
@@ -89,14 +105,31 @@ class Race:
         """Wait for every engine, then pay each one's first-request costs on a throwaway
         prompt, the store's first save and first load included: the writers store it, the
         readers load it (every first sample was the slowest of its case without this)."""
-        for eng in self.engines():
-            eng.wait_ready()
+        self.none.wait_ready()
+        for name in list(self.stores):
+            self._guard(name, self.writers[name].wait_ready, self.readers[name].wait_ready)
         self.warm_prompt = tokens(rng, WARM_TOKENS)
-        for eng in [self.none, *self.writers.values()]:
-            eng.run(self.warm_prompt, 2)
+        self.none.run(self.warm_prompt, 2)
+        for name in list(self.stores):
+            self._guard(name, lambda n=name: self.writers[n].run(self.warm_prompt, 2))
         time.sleep(SAVE_SETTLE_S)
-        for eng in self.readers.values():
-            eng.run(self.warm_prompt, 2)
+        for name in list(self.stores):
+            self._guard(name, lambda n=name: self.readers[n].run(self.warm_prompt, 2))
+
+    def _guard(self, name: str, *steps: Callable[[], object]) -> None:
+        """Run ``steps`` of store ``name``'s engines; if one fails (an engine that does not
+        start, or dies on its first save or load), the store leaves the race with the error
+        its engine printed, and its engines exit."""
+        try:
+            for step in steps:
+                step()
+        except RuntimeError as e:
+            engines = [self.writers.pop(name), self.readers.pop(name)]
+            self.stores = {n: s for n, s in self.stores.items() if n != name}
+            self.failed[name] = next((eng.error() for eng in engines if eng.error()), str(e))
+            print(f"{name} leaves the race: {self.failed[name]}", flush=True)
+            for eng in engines:
+                eng.close()
 
     def measure(
         self,
@@ -117,7 +150,7 @@ class Race:
         for a in self.answers:
             if a.store == NONE:
                 reference.setdefault(a.prompt, a.out["tokens"])
-        samples = Samples()
+        samples = Samples(walls=dict(self.walls))
         for a in self.answers:
             same = a.out["tokens"] == reference.get(a.prompt)
             sample = Sample(
@@ -162,6 +195,37 @@ class Race:
                 self.measure("traffic", name, eng, r.prompt, max_tokens=r.max_tokens)
         for i, r in enumerate(trace):
             self.measure("traffic", LIMIT, self.none, r.prompt, i == 0, r.max_tokens)
+
+    def concurrent_traffic(self, trace: list[Request], concurrency: int) -> None:
+        """Case 3 with ``concurrency`` requests in flight (``peers_concurrent``): each store's
+        reader is replaced by one without vLLM's prefix cache, which loads the warm-up prompt
+        first; then no cache, each store in turn and the limit serve the whole trace."""
+        for eng in self.readers.values():
+            eng.close()
+        self.readers = {
+            n: self._engine(f"{n}-traffic-reader", s, **READER_ARGS) for n, s in self.stores.items()
+        }
+        for name in list(self.stores):
+            warm = [
+                self.readers[name].wait_ready,
+                lambda n=name: self.readers[n].run(self.warm_prompt, 2),
+            ]
+            self._guard(name, *warm)
+        at = {r.index: i for i, r in enumerate(trace)}
+        reqs = [
+            {"prompt": r.prompt, "max_tokens": r.max_tokens, "after": at.get(r.after)}
+            for r in trace
+        ]
+        passes = [(NONE, self.none, True), *((n, e, False) for n, e in self.readers.items())]
+        for name, eng, skip in passes:
+            print(f"traffic, {concurrency} in flight: {name}...", flush=True)
+            self._trace(name, trace, eng.run_trace(reqs, concurrency, skip_cache=skip))
+        self._trace(LIMIT, trace, self.none.run_trace(reqs, concurrency))
+
+    def _trace(self, store: str, trace: list[Request], out: dict[str, Any]) -> None:
+        for r, answer in zip(trace, out["results"], strict=True):
+            self.answers.append(Answer(CONCURRENT, store, tuple(r.prompt), answer))
+        self.walls[(CONCURRENT, store)] = out["wall"]
 
     def restarted(self, reps: list[Prompts]) -> None:
         """Case 5: every store restarted, a new reader engine per store, case 1's prompts."""

@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 NONE = "no cache"  # the floor: the engine recomputes every prompt
 LIMIT = "vllm prefix cache"  # the engine's own cache holds the prefix: no store can beat it
 KVSTORE = "kvstore"
+CONCURRENT = "traffic_concurrent"
 
 
 class Case(NamedTuple):
@@ -39,6 +40,13 @@ CASES = (
     Case(
         "traffic",
         "3. chat/RAG traffic, each request on a reset engine",
+        1.0,
+        True,
+        traffic=True,
+    ),
+    Case(
+        CONCURRENT,
+        "3c. chat/RAG traffic, requests in flight at once",
         1.0,
         True,
         traffic=True,
@@ -79,6 +87,8 @@ class Samples:
     """Every sample of one run, by case key and store name."""
 
     by: dict[tuple[str, str], list[Sample]] = field(default_factory=dict)
+    # a trace served with requests in flight at once: its wall seconds, first to last token
+    walls: dict[tuple[str, str], float] = field(default_factory=dict)
 
     def add(self, case: str, store: str, sample: Sample) -> None:
         self.by.setdefault((case, store), []).append(sample)
@@ -92,7 +102,11 @@ def median_ttft(samples: Sequence[Sample]) -> float:
 
 
 def store_row(
-    case: Case, store: str, samples: Sequence[Sample], base: Sequence[Sample]
+    case: Case,
+    store: str,
+    samples: Sequence[Sample],
+    base: Sequence[Sample],
+    wall: float | None = None,
 ) -> dict[str, Any]:
     """One store on one case: median TTFT against no cache's (ratio: higher is better)."""
     value, base_value = median_ttft(samples), median_ttft(base)
@@ -110,17 +124,18 @@ def store_row(
         "tokens_identical": f"{sum(s.identical for s in samples)}/{len(samples)}",
         "samples": len(samples),
         "ttft_samples": [round(s.ttft, 4) for s in samples],
-        **(traffic_fields(samples) if case.traffic else {}),
+        **(traffic_fields(samples, wall) if case.traffic else {}),
     }
 
 
-def traffic_fields(samples: Sequence[Sample]) -> dict[str, Any]:
-    """A trace's tail, the share of its prompt tokens a cache supplied, and its throughput
-    (prompt and generated tokens over the requests' seconds, one request at a time)."""
+def traffic_fields(samples: Sequence[Sample], wall: float | None = None) -> dict[str, Any]:
+    """A trace's tail, the share of its prompt tokens a cache supplied, and its throughput:
+    prompt and generated tokens over the requests' seconds (one request at a time) or over
+    the trace's ``wall`` seconds (requests in flight at once)."""
     ttfts = sorted(s.ttft for s in samples)
     p99 = ttfts[min(len(ttfts) - 1, round(0.99 * (len(ttfts) - 1)))]
     prompt = sum(s.prompt for s in samples)
-    seconds = sum(s.seconds for s in samples)
+    seconds = wall if wall is not None else sum(s.seconds for s in samples)
     tokens = prompt + sum(s.generated for s in samples)
     return {
         "p99_s": round(p99, 4),
@@ -169,21 +184,26 @@ def case_rows(samples: Samples, stores: Sequence[str]) -> list[dict[str, Any]]:
         own_base = NONE if not case.base else None
         for store in (own_base, LIMIT if case.limit else None, *stores):
             if store is not None and samples.get(case.key, store):
-                rows.append(store_row(case, store, samples.get(case.key, store), base))
+                wall = samples.walls.get((case.key, store))
+                rows.append(store_row(case, store, samples.get(case.key, store), base, wall))
         versus = versus_row(case, samples, peers)
         if versus is not None:
             rows.append(versus)
     return rows
 
 
-def skipped_rows(skipped: dict[str, str]) -> list[dict[str, Any]]:
-    """Rows for the stores that did not run (installs impossible here) and the cases not
-    measured, each with its reason."""
+def skipped_rows(
+    skipped: dict[str, str], not_run: dict[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """Rows for the stores that did not run (installs impossible here, engines that failed
+    with the store's connector) and the cases not measured (``NOT_RUN`` unless given), each
+    with its reason."""
     rows = [
         {"case": "all", "store": name, "skipped": why}
         for name, why in {**NOT_RUNNABLE, **skipped}.items()
     ]
-    rows += [{"case": label, "store": "all", "skipped": why} for label, why in NOT_RUN.items()]
+    not_run = NOT_RUN if not_run is None else not_run
+    rows += [{"case": label, "store": "all", "skipped": why} for label, why in not_run.items()]
     return rows
 
 

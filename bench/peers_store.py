@@ -88,6 +88,7 @@ class PeerStore(ABC):
         self.workdir = workdir / self.name
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.ram_bytes, self.offload = ram_bytes, offload
+        self.engine_args: dict[str, Any] = {}  # more ``LLM`` arguments for its engines
 
     def missing(self) -> str | None:
         """Why this store cannot run on this machine (it is then skipped), or None."""

@@ -145,3 +145,20 @@ def test_pressure_rows_compare_hit_shares_and_total_hit_tokens() -> None:
     versus = pr.case_rows(s, ["kvstore", "lmcache"])[-1]
     assert versus["hit_tokens_at_least_best_peer"] is False
     assert "4. capacity pressure" not in " ".join(pr.NOT_RUN)
+
+
+def test_concurrent_traffic_throughput_is_over_the_trace_wall_time() -> None:
+    """Case 3 with requests in flight at once: the requests' seconds overlap, so tokens per
+    second are over the trace's wall time, and the case is no longer listed as not run."""
+    s = pr.Samples()
+    for i in range(4):
+        s.add(pr.CONCURRENT, pr.NONE, pr.Sample(1.0 + i, 0, True, 2.0, 1000, 10))
+        s.add(pr.CONCURRENT, pr.KVSTORE, pr.Sample(0.1, 750, True, 1.0, 1000, 10))
+    s.walls[(pr.CONCURRENT, pr.KVSTORE)] = 2.0  # four requests of 1 s, two at a time
+    rows = pr.case_rows(s, ["kvstore"])
+    assert {r["case"] for r in rows} == {LABEL[pr.CONCURRENT]}
+    kv = next(r for r in rows if r["store"] == "kvstore")
+    assert kv["tokens_per_s"] == 2020.0 and kv["hit_share"] == 0.75
+    none = next(r for r in rows if r["store"] == pr.NONE)
+    assert none["tokens_per_s"] == 505.0  # no wall time: the requests' seconds, summed
+    assert not [r for r in pr.skipped_rows({}, {}) if r["store"] == "all"]
