@@ -49,6 +49,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import random
 import signal
 import subprocess
@@ -202,7 +203,7 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
             race.pressure(prompts_4, rng)
             stores = stores or dict(race.stores)
     skipped.update(race.failed)
-    not_run = {} if 3 in cases and args.concurrency > 1 else None
+    not_run = {} if args.concurrency > 1 else None  # case 3 runs requests at once
     rows = case_rows(race.samples(), list(stores)) + rows + skipped_rows(skipped, not_run)
     return {
         "bench": "peers",
@@ -215,6 +216,8 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
             "answer_tokens": ANSWER_TOKENS,
             "reps": reps,
             "cases": sorted(cases),
+            # LMCache's MP transfer mode ("auto": engine-driven on a CPU engine)
+            "lmcache_transfer_mode": os.environ.get("LMCACHE_MP_TRANSFER_MODE", "auto"),
             **params,
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         },

@@ -7,6 +7,12 @@ packages with ``--no-deps``); what it imports beyond them (torch, numba, zmq, ms
 already in vLLM's venv. Its in-engine ``LMCacheConnectorV1`` has no CPU path ("No supported cpu
 connector"), so the MP mode is the one an operator of a CPU engine can run. Without
 ``--supported-transfer-mode auto`` the engine waits 300 s for ``register_kv_caches``.
+
+On a CPU engine its connector moves the KV with the engine-driven transfer by default, which
+refuses a hybrid model's several KV groups at start ("engine-driven transfer does not support
+multiple KV transfer groups now"); ``LMCACHE_MP_TRANSFER_MODE=lmcache_driven`` in the bench's
+environment (every engine inherits it) selects LMCache's shared-memory path instead, which
+runs there. The JSON's params record the mode.
 """
 
 from __future__ import annotations
