@@ -35,7 +35,8 @@ the processes an operator runs and their RSS and CPU time. The peers come from `
 (``.peers/``); a peer whose install is impossible here is skipped with the reason, and so is a
 peer whose engines fail to start or to store and load the warm-up prompt (the error they
 raised: on ``gemma3``, LMCache's multi-process connector refuses the hybrid manager's several
-KV groups; ``--hybrid-off lmcache`` runs its engines with the manager off instead).
+KV groups in its default transfer mode; ``--hybrid-off lmcache`` runs its engines with the
+manager off, ``LMCACHE_MP_TRANSFER_MODE=lmcache_driven`` with its shared-memory transfer).
 
 Usage: ``python bench/bench_peers.py [--quick] [--reps N] [--model qwen2|gemma3]
 [--hybrid-off PEERS] [--stores kvstore,lmcache,mooncake] [--cases 1,3,4,5] [--concurrency N]
