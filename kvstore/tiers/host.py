@@ -85,7 +85,6 @@ class HostTier(SlabTier):
         self.gen_offset = -(-self.slab_bytes // 64) * 64
         name = None if memfd else shm_name or f"kvstore-{os.getpid()}-{secrets.token_hex(4)}"
         self._seg = Segment.create(self.gen_offset + 8 * self.num_slots, name)
-        self._seg.fault_in()
         buf = self._seg.buf
         self._buf: memoryview | None = buf
         # a fresh allocator has freed nothing: its generations (all 0) move into the segment

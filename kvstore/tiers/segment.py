@@ -21,8 +21,6 @@ import mmap
 import os
 from pathlib import Path
 
-import numpy as np
-
 from kvstore.errors import CapacityError
 
 log = logging.getLogger(__name__)
@@ -99,8 +97,9 @@ class Segment:
 
     @classmethod
     def create(cls, size: int, name: str | None) -> Segment:
-        """A new segment of ``size`` bytes, all backed by memory now; named ``name`` in
-        ``/dev/shm`` (``FileExistsError`` if taken), or an anonymous memfd for None."""
+        """A new segment of ``size`` bytes, all backed by memory now and mapped with its page
+        tables filled (:func:`map_shared`); named ``name`` in ``/dev/shm``
+        (``FileExistsError`` if taken), or an anonymous memfd for None."""
         # a memfd has no size limit of its own: reserving more than the free memory would
         # end in the OOM killer (of this process or another), not in an error
         room = memory_available()
@@ -115,18 +114,13 @@ class Segment:
         try:
             os.ftruncate(fd, size)
             _commit(fd, size)
-            mapping = mmap.mmap(fd, size)
+            mapping = map_shared(fd, size, populate=True)
         except BaseException:
             os.close(fd)
             if name is not None:
                 os.unlink(_path(name))
             raise
         return cls(mapping, name, fd, owner=True)
-
-    def fault_in(self) -> None:
-        pages = np.frombuffer(self.buf, np.uint8)
-        pages[:: mmap.PAGESIZE] = 0  # fault every page in once, at start
-        del pages
 
     def close(self) -> None:
         """Unmap and forget; a view someone still holds keeps the mapping until it goes (mmap
