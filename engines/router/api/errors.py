@@ -20,6 +20,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.exceptions import HTTPException
 
+from kvstore.problems import Problem, problems
+
 PREFIX = "/v1/"
 
 
@@ -60,23 +62,22 @@ def unsupported(param: str, why: str) -> APIError:
 
 def from_validation(exc: RequestValidationError) -> APIError:
     """FastAPI's 422 as OpenAI's 400, naming the first offending field."""
-    errors = list(exc.errors())
+    found = problems(exc)
     # a value refused by a check (bad Unicode) says more than a union's other branches'
     # type errors, which pydantic lists first
-    first = next((e for e in errors if e.get("type") == "value_error"),
-                 errors[0] if errors else {"loc": (), "msg": "invalid request", "type": ""})
+    first = next((p for p in found if p.kind == "value_error"),
+                 found[0] if found else Problem((), "", "invalid request", None))
     # without the body and pydantic's union branch tags ("list[int]", "function-after[...]")
-    loc = [str(x) for x in first.get("loc", ()) if x != "body" and "[" not in str(x)]
-    if first.get("type") == "json_invalid":
-        return APIError(400, f"the request body is not valid JSON: {first.get('msg')}")
+    loc = [str(x) for x in first.loc if x != "body" and "[" not in str(x)]
+    if first.kind == "json_invalid":
+        return APIError(400, f"the request body is not valid JSON: {first.msg}")
     param = loc[0] if loc else None
-    if first.get("type") == "extra_forbidden":
+    if first.kind == "extra_forbidden":
         return APIError(400, f"Unrecognized request argument supplied: {'.'.join(loc)}",
                         param=param, code="unsupported_parameter")
     where = ".".join(loc) or "request body"
-    more = f" (and {len(errors) - 1} more errors)" if len(errors) > 1 else ""
-    msg = str(first.get("msg")).removeprefix("Value error, ")
-    return APIError(400, f"{where}: {msg}{more}", param=param)
+    more = f" (and {len(found) - 1} more errors)" if len(found) > 1 else ""
+    return APIError(400, f"{where}: {first.msg}{more}", param=param)
 
 
 def from_http(exc: HTTPException) -> APIError:
